@@ -1,0 +1,699 @@
+//! `driveprobe bench`: one workload from a shell, with fio's option names.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+
+use super::Failure;
+use crate::device;
+use crate::engine::{
+    self, Arrival, BackendChoice, DirSummary, Distribution, IntervalSummary, Job, JobSpec, Pattern,
+    RateLimit, RegionSpec, RunControl, RunResult, SizeMix, Stop,
+};
+use crate::safety::{self, WriteRequest};
+use crate::target::{self, Target, TargetKind};
+use crate::units::{self, format_size};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Rw {
+    Read,
+    Write,
+    Randread,
+    Randwrite,
+    #[value(alias = "readwrite")]
+    Rw,
+    Randrw,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    #[value(alias = "normal")]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IoEngine {
+    Auto,
+    #[value(name = "io_uring", alias = "uring")]
+    IoUring,
+    #[value(alias = "sync", alias = "pvsync")]
+    Psync,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RateProcess {
+    Linear,
+    Poisson,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Sizes take k/m/g/t (powers of 1024) or KB/MB/GB (powers of 1000); --size and --offset also take a percentage of the target (25%).\n\
+A file that does not exist is created and filled to --size; an existing file is never truncated.\n\
+Writes to a block device need --allow-destructive and --expect-serial (or --expect-wwn), and are refused when the device or a partition of it is mounted, used as swap or held by md/dm/LVM.\n\
+Exit status: 0 when the run completed without I/O errors or verify mismatches, 1 when it did not, 2 for bad usage."
+)]
+pub struct BenchArgs {
+    /// The file or block device to test.
+    #[arg(value_name = "TARGET", required_unless_present = "filename")]
+    target: Option<PathBuf>,
+    /// The file or block device to test (fio's name for TARGET).
+    #[arg(long, value_name = "PATH", conflicts_with = "target")]
+    filename: Option<PathBuf>,
+    /// Access pattern and direction.
+    #[arg(long, value_enum, default_value = "randread", alias = "readwrite")]
+    rw: Rw,
+    /// Transfer size, or a weighted mix: 4k, or 512:4,4k:67,8k:10,16k:7,32k:3,64k:3.
+    #[arg(
+        long,
+        default_value = "4k",
+        value_name = "SIZE|MIX",
+        alias = "blocksize"
+    )]
+    bs: String,
+    /// A weighted size mix in fio's form (4k/70:8k/30); overrides --bs.
+    #[arg(long, value_name = "MIX")]
+    bssplit: Option<String>,
+    /// Read share of a mixed workload, percent.
+    #[arg(long, value_name = "PCT", alias = "rwmixread")]
+    rwmixread: Option<u32>,
+    /// Write share of a mixed workload, percent (100 - rwmixread).
+    #[arg(long, value_name = "PCT", conflicts_with = "rwmixread")]
+    rwmixwrite: Option<u32>,
+    /// I/Os in flight per worker.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    iodepth: u32,
+    /// Number of workers (threads), each with its own queue.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    numjobs: u32,
+    /// Measured run time (10, 10s, 2m); without it the run does --io-size bytes, or one pass over the region per worker.
+    #[arg(long, value_name = "DURATION")]
+    runtime: Option<String>,
+    /// Accepted for fio compatibility: with --runtime the run is always time based.
+    #[arg(long = "time-based", alias = "time_based", hide = true)]
+    _time_based: bool,
+    /// Time run before measuring starts (not counted).
+    #[arg(long = "ramp-time", alias = "ramp_time", value_name = "DURATION")]
+    ramp_time: Option<String>,
+    /// Region length (bytes or % of the target); also the size of a file that is created.
+    #[arg(long, value_name = "SIZE|PCT")]
+    size: Option<String>,
+    /// Region start (bytes or % of the target).
+    #[arg(long, value_name = "SIZE|PCT")]
+    offset: Option<String>,
+    /// Stop after this many bytes (over all workers) instead of a run time.
+    #[arg(
+        long = "io-size",
+        alias = "io_size",
+        alias = "io_limit",
+        value_name = "SIZE"
+    )]
+    io_size: Option<String>,
+    /// Rate limit: total IOPS over all workers (open loop; latency counts from the scheduled time).
+    #[arg(long = "rate-iops", alias = "rate_iops", value_name = "IOPS")]
+    rate_iops: Option<f64>,
+    /// Arrivals of a rate-limited run: evenly spaced or Poisson.
+    #[arg(
+        long = "rate-process",
+        alias = "rate_process",
+        value_enum,
+        default_value = "linear"
+    )]
+    rate_process: RateProcess,
+    /// uniform (or random), or zoned:ACCESS/SIZE:... such as zoned:50/5:30/15:20/80.
+    #[arg(
+        long = "random-distribution",
+        alias = "random_distribution",
+        default_value = "uniform"
+    )]
+    random_distribution: String,
+    /// O_DIRECT (the default): bypass the page cache. --direct=0 is --buffered.
+    #[arg(long, value_name = "0|1", num_args = 0..=1, default_missing_value = "1")]
+    direct: Option<u8>,
+    /// Go through the page cache.
+    #[arg(long, conflicts_with = "direct")]
+    buffered: bool,
+    /// Stamp written blocks with a header (offset, sequence, checksum) and check it on reads.
+    /// A value (crc32c, md5, ...) is accepted for fio compatibility; driveprobe always uses its header.
+    #[arg(long, value_name = "KIND", num_args = 0..=1, default_missing_value = "1")]
+    verify: Option<String>,
+    /// I/O backend.
+    #[arg(long, value_enum, default_value = "auto")]
+    ioengine: IoEngine,
+    /// Result format on stdout.
+    #[arg(
+        long = "output-format",
+        alias = "output_format",
+        value_enum,
+        default_value = "text"
+    )]
+    output_format: OutputFormat,
+    /// Also write the JSON result to this file.
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Length of each interval snapshot.
+    #[arg(
+        long,
+        default_value = "1s",
+        value_name = "DURATION",
+        alias = "status-interval"
+    )]
+    interval: String,
+    /// Stop the run after this many I/O errors.
+    #[arg(long = "error-limit", default_value_t = 10, value_name = "N")]
+    error_limit: u64,
+    /// Allow writes to a block device (its data is destroyed).
+    #[arg(long = "allow-destructive")]
+    allow_destructive: bool,
+    /// The serial number the block device must have for writes.
+    #[arg(long = "expect-serial", value_name = "SERIAL")]
+    expect_serial: Option<String>,
+    /// The WWN the block device must have for writes.
+    #[arg(long = "expect-wwn", value_name = "WWN")]
+    expect_wwn: Option<String>,
+    /// Seed of the offset and data generators (runs with the same seed issue the same I/O).
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// Job name, shown in the output (fio habit).
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+}
+
+/// Size or percentage, as fio's --size and --offset take.
+#[derive(Debug, Clone, Copy)]
+enum Amount {
+    Bytes(u64),
+    Fraction(f64),
+}
+
+fn amount(flag: &str, text: &str) -> Result<Amount, Failure> {
+    if text.trim().ends_with('%') {
+        units::parse_percent(text)
+            .map(Amount::Fraction)
+            .map_err(|e| Failure::usage(format!("--{flag}: {e}")))
+    } else {
+        units::parse_size(text)
+            .map(Amount::Bytes)
+            .map_err(|e| Failure::usage(format!("--{flag}: {e}")))
+    }
+}
+
+fn duration(flag: &str, text: &str) -> Result<Duration, Failure> {
+    units::parse_duration(text).map_err(|e| Failure::usage(format!("--{flag}: {e}")))
+}
+
+/// Turns the arguments into a validated job (no I/O, no filesystem access).
+fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Failure> {
+    let usage = |e: engine::JobError| Failure::usage(e);
+    let (pattern, default_read) = match a.rw {
+        Rw::Read => (Pattern::Sequential, 100),
+        Rw::Write => (Pattern::Sequential, 0),
+        Rw::Randread => (Pattern::Random, 100),
+        Rw::Randwrite => (Pattern::Random, 0),
+        Rw::Rw => (Pattern::Sequential, 50),
+        Rw::Randrw => (Pattern::Random, 50),
+    };
+    let mixed = matches!(a.rw, Rw::Rw | Rw::Randrw);
+    let read_pct = match (a.rwmixread, a.rwmixwrite) {
+        (Some(_), _) | (_, Some(_)) if !mixed => {
+            return Err(Failure::usage(
+                "--rwmixread/--rwmixwrite only apply to --rw=rw or --rw=randrw",
+            ))
+        }
+        (Some(r), _) => r,
+        (None, Some(w)) if w <= 100 => 100 - w,
+        (None, Some(w)) => return Err(usage(engine::JobError::ReadShare(w))),
+        (None, None) => default_read,
+    };
+    let sizes = match &a.bssplit {
+        Some(s) => SizeMix::parse(s),
+        None => SizeMix::parse(&a.bs),
+    }
+    .map_err(|e| Failure::usage(format!("--bs: {e}")))?;
+    let distribution = Distribution::parse(&a.random_distribution)
+        .map_err(|e| Failure::usage(format!("--random-distribution: {e}")))?;
+    let size = a.size.as_deref().map(|s| amount("size", s)).transpose()?;
+    let offset = a
+        .offset
+        .as_deref()
+        .map(|s| amount("offset", s))
+        .transpose()?;
+    let region = match (offset, size) {
+        (None, None) => RegionSpec::Whole,
+        (o, s) => match (o.unwrap_or(Amount::Bytes(0)), s) {
+            (Amount::Bytes(off), None) => RegionSpec::Bytes {
+                offset: off,
+                len: None,
+            },
+            (Amount::Bytes(off), Some(Amount::Bytes(len))) => RegionSpec::Bytes {
+                offset: off,
+                len: Some(len),
+            },
+            (Amount::Fraction(o), None) => RegionSpec::Percent { start: o, end: 1.0 },
+            (Amount::Fraction(o), Some(Amount::Fraction(s))) => {
+                if o + s > 1.0 + 1e-9 {
+                    return Err(Failure::usage(
+                        "--offset plus --size go past 100% of the target",
+                    ));
+                }
+                RegionSpec::Percent {
+                    start: o,
+                    end: o + s,
+                }
+            }
+            (Amount::Bytes(0), Some(Amount::Fraction(s))) => {
+                RegionSpec::Percent { start: 0.0, end: s }
+            }
+            _ => {
+                return Err(Failure::usage(
+                    "--offset and --size must both be bytes or both be percentages",
+                ))
+            }
+        },
+    };
+    let stop = match (&a.runtime, &a.io_size) {
+        (Some(r), _) => Stop::Time(duration("runtime", r)?),
+        (None, Some(b)) => Stop::Bytes(
+            units::parse_size(b).map_err(|e| Failure::usage(format!("--io-size: {e}")))?,
+        ),
+        // fio's habit: one pass over the region per worker; resolved once the region is.
+        (None, None) => Stop::Bytes(0),
+    };
+    let direct = match (a.buffered, a.direct) {
+        (true, _) => false,
+        (false, Some(0)) => false,
+        (false, Some(1)) | (false, None) => true,
+        (false, Some(v)) => {
+            return Err(Failure::usage(format!(
+                "--direct={v}: give 1 (O_DIRECT) or 0 (buffered)"
+            )))
+        }
+    };
+    let verify = match a.verify.as_deref() {
+        None | Some("0") | Some("none") => false,
+        Some(_) => true,
+    };
+    let mut spec = JobSpec {
+        region,
+        pattern,
+        sizes,
+        read_pct,
+        distribution,
+        depth: a.iodepth,
+        workers: a.numjobs,
+        stop,
+        ramp: a
+            .ramp_time
+            .as_deref()
+            .map(|r| duration("ramp-time", r))
+            .transpose()?
+            .unwrap_or(Duration::ZERO),
+        rate: a.rate_iops.map(|iops| RateLimit {
+            iops,
+            arrival: match a.rate_process {
+                RateProcess::Linear => Arrival::Linear,
+                RateProcess::Poisson => Arrival::Poisson,
+            },
+        }),
+        direct,
+        verify,
+        interval: duration("interval", &a.interval)?,
+        error_limit: a.error_limit,
+        backend: match a.ioengine {
+            IoEngine::Auto => BackendChoice::Auto,
+            IoEngine::IoUring => BackendChoice::IoUring,
+            IoEngine::Psync => BackendChoice::Psync,
+        },
+        ..JobSpec::default()
+    };
+    if let Some(seed) = a.seed {
+        spec.seed = seed;
+    }
+    if matches!(spec.stop, Stop::Bytes(0)) {
+        // Placeholder until the region is known; validated again then.
+        spec.stop = Stop::Bytes(1);
+        let job = spec.validate().map_err(usage)?;
+        return Ok((job, size, offset));
+    }
+    Ok((spec.validate().map_err(usage)?, size, offset))
+}
+
+/// What `bench --output-format json` prints (a contract: later tools read it).
+#[derive(Serialize)]
+struct BenchReport<'a> {
+    driveprobe_version: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    target: String,
+    target_info: TargetInfo<'a>,
+    workload: &'a Job,
+    #[serde(flatten)]
+    result: &'a RunResult,
+}
+
+#[derive(Serialize)]
+struct TargetInfo<'a> {
+    #[serde(flatten)]
+    kind: &'a TargetKind,
+    size_bytes: u64,
+    direct: bool,
+    writable: bool,
+    alignment_bytes: u64,
+}
+
+pub fn run(a: BenchArgs) -> Result<u8, Failure> {
+    let path = a
+        .target
+        .clone()
+        .or_else(|| a.filename.clone())
+        .ok_or_else(|| Failure::usage("give a target: a file or block device"))?;
+    let (job, size, offset) = build_job(&a)?;
+
+    // A missing file target is created when its size is known.
+    let exists = std::fs::symlink_metadata(&path).is_ok();
+    if !exists {
+        let total = match (size, offset) {
+            (Some(Amount::Bytes(s)), None) => s,
+            (Some(Amount::Bytes(s)), Some(Amount::Bytes(o))) => s + o,
+            (Some(_), _) | (None, Some(_)) => return Err(Failure::usage(format!(
+                "{}: does not exist: give --size in bytes (not %) to create a file of that size",
+                path.display()
+            ))),
+            (None, None) => {
+                return Err(Failure::runtime(target::TargetError::NotFound(
+                    path.clone(),
+                )))
+            }
+        };
+        if !a.output_format_is_json() {
+            eprintln!(
+                "driveprobe: creating {} ({}) and filling it with random data",
+                path.display(),
+                format_size(total)
+            );
+        }
+        target::create_file_if_missing(&path, total).map_err(Failure::runtime)?;
+    }
+
+    // The one gate for writes.
+    let meta = std::fs::metadata(&path)
+        .map_err(|_| Failure::runtime(target::TargetError::NotFound(path.clone())))?;
+    let permit = if job.writes() {
+        if std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type()) {
+            let info = device::inspect(&path).map_err(Failure::runtime)?;
+            let req = WriteRequest {
+                allow_destructive: a.allow_destructive,
+                expect_serial: a.expect_serial.clone(),
+                expect_wwn: a.expect_wwn.clone(),
+            };
+            Some(safety::authorize_block_writes(&info, &req).map_err(Failure::runtime)?)
+        } else {
+            Some(safety::authorize_file_writes(&path).map_err(Failure::runtime)?)
+        }
+    } else {
+        None
+    };
+    let target = Target::open(&path, job.direct(), permit.as_ref()).map_err(Failure::runtime)?;
+
+    // Without --runtime or --io-size: one pass over the region per worker (as fio does).
+    let job = if a.runtime.is_none() && a.io_size.is_none() {
+        let region = target.resolve(&job).map_err(Failure::runtime)?;
+        let mut spec = job_to_spec(&job);
+        spec.stop = Stop::Bytes(region.len * job.workers() as u64);
+        spec.validate().map_err(Failure::usage)?
+    } else {
+        job
+    };
+
+    let control = RunControl::new();
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, control.flag());
+    }
+    let progress = Progress::new(&job);
+    let mut on_interval = |i: &IntervalSummary| progress.update(i);
+    let result = engine::run(&job, &target, &control, &mut on_interval);
+    progress.finish();
+    let result = result.map_err(Failure::runtime)?;
+
+    let report = BenchReport {
+        driveprobe_version: env!("CARGO_PKG_VERSION"),
+        name: a.name.as_deref(),
+        target: path.display().to_string(),
+        target_info: TargetInfo {
+            kind: target.kind(),
+            size_bytes: target.size(),
+            direct: target.direct(),
+            writable: target.writable(),
+            alignment_bytes: target.align(),
+        },
+        workload: &job,
+        result: &result,
+    };
+    let json = serde_json::to_string_pretty(&report)
+        .map_err(|e| Failure::runtime(format!("could not encode the result: {e}")))?;
+    if let Some(out) = &a.output {
+        std::fs::write(out, format!("{json}\n")).map_err(|e| {
+            Failure::runtime(format!("{}: cannot write the result: {e}", out.display()))
+        })?;
+    }
+    let mut stdout = std::io::stdout().lock();
+    let printed = match a.output_format {
+        OutputFormat::Json => writeln!(stdout, "{json}"),
+        OutputFormat::Text => write!(
+            stdout,
+            "{}",
+            text_report(&target, &job, &result, a.name.as_deref())
+        ),
+    };
+    if let Err(e) = printed {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(Failure::runtime(format!("cannot write to stdout: {e}")));
+        }
+    }
+    let clean = result.errors.count == 0 && result.verify.mismatches == 0;
+    if !clean {
+        eprintln!(
+            "driveprobe: the run saw {} I/O error(s) and {} verify mismatch(es): see the result",
+            result.errors.count, result.verify.mismatches
+        );
+    }
+    Ok(if clean { 0 } else { 1 })
+}
+
+impl BenchArgs {
+    fn output_format_is_json(&self) -> bool {
+        self.output_format == OutputFormat::Json
+    }
+}
+
+fn job_to_spec(job: &Job) -> JobSpec {
+    JobSpec {
+        region: job.region(),
+        pattern: job.pattern(),
+        sizes: job.sizes().clone(),
+        read_pct: job.read_pct(),
+        distribution: job.distribution.clone(),
+        depth: job.depth(),
+        workers: job.workers(),
+        stop: job.stop(),
+        ramp: job.ramp(),
+        rate: job.rate(),
+        direct: job.direct(),
+        verify: job.verify(),
+        interval: job.interval(),
+        error_limit: job.error_limit,
+        seed: job.seed,
+        backend: job.backend,
+    }
+}
+
+/// A progress bar on stderr, drawn only when stderr is a terminal.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Progress {
+    fn new(job: &Job) -> Self {
+        if !std::io::stderr().is_terminal() {
+            return Progress { bar: None };
+        }
+        let (len, style) = match job.stop() {
+            Stop::Time(d) => (
+                d.as_secs_f64().ceil() as u64,
+                "{spinner} [{bar:30}] {pos}/{len}s {msg}",
+            ),
+            Stop::Bytes(b) => (b, "{spinner} [{bar:30}] {bytes}/{total_bytes} {msg}"),
+        };
+        let bar = indicatif::ProgressBar::with_draw_target(
+            Some(len),
+            indicatif::ProgressDrawTarget::stderr(),
+        );
+        if let Ok(s) = indicatif::ProgressStyle::with_template(style) {
+            bar.set_style(s.progress_chars("=> "));
+        }
+        bar.set_message(if job.ramp().is_zero() {
+            "starting".to_string()
+        } else {
+            format!("ramping {:.0}s", job.ramp().as_secs_f64())
+        });
+        bar.enable_steady_tick(Duration::from_millis(200));
+        Progress { bar: Some(bar) }
+    }
+
+    fn update(&self, i: &IntervalSummary) {
+        let Some(bar) = &self.bar else { return };
+        let iops = i.read.iops + i.write.iops;
+        let bytes = i.read.bytes + i.write.bytes;
+        let p99 = i.read.lat_ns.p99.max(i.write.lat_ns.p99);
+        if matches!(bar.length(), Some(l) if l > 1_000_000) {
+            bar.inc(bytes);
+        } else {
+            bar.set_position(i.end_seconds.floor() as u64);
+        }
+        bar.set_message(format!(
+            "{} IOPS, {}/s, p99 {}",
+            human_count(iops),
+            human_bytes(i.read.bw_bytes + i.write.bw_bytes),
+            human_ns(p99 as f64)
+        ));
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+fn human_count(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn human_bytes(v: f64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = v;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    format!("{v:.1}{}", U[i])
+}
+
+fn human_ns(ns: f64) -> String {
+    if ns >= 1e9 {
+        format!("{:.2}s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.2}ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.1}us", ns / 1e3)
+    } else {
+        format!("{ns:.0}ns")
+    }
+}
+
+fn dir_text(out: &mut String, name: &str, d: &DirSummary, secs: f64) {
+    use std::fmt::Write as _;
+    if d.ops == 0 {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  {name}: IOPS={}, BW={}/s ({} in {:.1}s, {} I/Os)",
+        human_count(d.iops),
+        human_bytes(d.bw_bytes),
+        human_bytes(d.bytes as f64),
+        secs,
+        d.ops
+    );
+    let l = &d.lat_ns;
+    let _ = writeln!(
+        out,
+        "    lat: min={} avg={} stdev={} max={}",
+        human_ns(l.min as f64),
+        human_ns(l.mean),
+        human_ns(l.stddev),
+        human_ns(l.max as f64)
+    );
+    let pct: Vec<String> = l
+        .percentiles
+        .iter()
+        .map(|(k, v)| format!("p{k}={}", human_ns(*v as f64)))
+        .collect();
+    let _ = writeln!(out, "    percentiles: {}", pct.join(" "));
+}
+
+fn text_report(target: &Target, job: &Job, r: &RunResult, name: Option<&str>) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{}: rw={} bs={} iodepth={} numjobs={}{}{} on {}",
+        name.unwrap_or("driveprobe bench"),
+        job.rw_name(),
+        job.sizes(),
+        job.depth(),
+        job.workers(),
+        if job.read_pct() > 0 && job.read_pct() < 100 {
+            format!(" rwmixread={}", job.read_pct())
+        } else {
+            String::new()
+        },
+        job.rate()
+            .map(|r| format!(" rate_iops={}", r.iops))
+            .unwrap_or_default(),
+        target.describe()
+    );
+    let _ = writeln!(
+        out,
+        "  engine: {}{}",
+        r.engine.name(),
+        r.engine_note
+            .as_deref()
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default()
+    );
+    dir_text(&mut out, "read", &r.read, r.runtime_seconds);
+    dir_text(&mut out, "write", &r.write, r.runtime_seconds);
+    if r.read.ops > 0 && r.write.ops > 0 {
+        dir_text(&mut out, "total", &r.total, r.runtime_seconds);
+    }
+    if job.verify() {
+        let _ = writeln!(
+            out,
+            "  verify: {} blocks checked, {} mismatches",
+            r.verify.checked, r.verify.mismatches
+        );
+        for m in &r.verify.first {
+            let _ = writeln!(
+                out,
+                "    mismatch at offset {} ({:?}, expected seq {}, found {})",
+                m.offset, m.kind, m.expected_seq, m.found_seq
+            );
+        }
+    }
+    if r.errors.count > 0 {
+        let _ = writeln!(out, "  errors: {} I/O errors", r.errors.count);
+        for e in &r.errors.first {
+            let _ = writeln!(
+                out,
+                "    {} of {} bytes at offset {}: {}",
+                e.op, e.len, e.offset, e.message
+            );
+        }
+    }
+    if let Some(s) = &r.stopped_early {
+        let _ = writeln!(out, "  stopped early: {s}");
+    }
+    out
+}

@@ -1,0 +1,352 @@
+//! Where the next I/O goes, how big it is and which way: a per-worker generator with no
+//! allocation and no shared state (the hot path calls [`OpGen::next`] once per I/O).
+
+use super::job::{Distribution, Job, Pattern, SizeMix};
+
+/// xoshiro256++ (Blackman and Vigna): fast, 256 bits of state, passes BigCrush.
+#[derive(Debug, Clone)]
+pub struct Rng {
+    s: [u64; 4],
+}
+
+impl Rng {
+    /// Seeds through splitmix64, so that nearby seeds give unrelated streams.
+    pub fn new(seed: u64) -> Self {
+        let mut x = seed;
+        let mut next = || {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        Rng {
+            s: [next(), next(), next(), next()],
+        }
+    }
+
+    #[inline]
+    pub fn next_u64(&mut self) -> u64 {
+        let s = &mut self.s;
+        let result = s[0].wrapping_add(s[3]).rotate_left(23).wrapping_add(s[0]);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        result
+    }
+
+    /// Uniform in `0..n` (Lemire's multiply-shift; the bias is below 2^-64 * n).
+    #[inline]
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+
+    /// Uniform in (0, 1].
+    #[inline]
+    pub fn unit_open0(&mut self) -> f64 {
+        ((self.next_u64() >> 11) + 1) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// Fills a buffer with random bytes (incompressible write data).
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        let mut chunks = buf.chunks_exact_mut(8);
+        for c in &mut chunks {
+            c.copy_from_slice(&self.next_u64().to_le_bytes());
+        }
+        let rest = chunks.into_remainder();
+        let v = self.next_u64().to_le_bytes();
+        let n = rest.len();
+        rest.copy_from_slice(&v[..n]);
+    }
+}
+
+/// One I/O to issue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Op {
+    pub read: bool,
+    pub offset: u64,
+    pub len: u32,
+}
+
+const MAX_ZONES: usize = 16;
+const MAX_SIZES: usize = 16;
+
+/// The generator of one worker. Its region is `[start, start + len)`, already aligned.
+#[derive(Debug, Clone)]
+pub struct OpGen {
+    rng: Rng,
+    start: u64,
+    len: u64,
+    align: u64,
+    pattern: Pattern,
+    /// Cumulative weights, and sizes, of the transfer size mix.
+    size_cum: [u64; MAX_SIZES],
+    sizes: [u32; MAX_SIZES],
+    n_sizes: usize,
+    size_total: u64,
+    /// Reads happen when `rng.below(10_000) < read_threshold`.
+    read_threshold: u64,
+    /// Zones: cumulative access weight (x1e6) and aligned (start, len).
+    zone_cum: [u64; MAX_ZONES],
+    zone_span: [(u64, u64); MAX_ZONES],
+    n_zones: usize,
+    /// Next sequential offset (relative to `start`).
+    cursor: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GenError {
+    #[error("the region ({region} bytes) is smaller than the largest block size ({bs} bytes)")]
+    RegionTooSmall { region: u64, bs: u64 },
+    #[error("at most {MAX_SIZES} block sizes in a mix")]
+    TooManySizes,
+    #[error("at most {MAX_ZONES} zones in a distribution")]
+    TooManyZones,
+}
+
+impl OpGen {
+    /// A generator over `[start, start+len)`, offsets aligned to `align`, beginning its
+    /// sequential pass at `first` (relative to `start`).
+    pub fn new(
+        job: &Job,
+        start: u64,
+        len: u64,
+        align: u64,
+        first: u64,
+        seed: u64,
+    ) -> Result<Self, GenError> {
+        let mix: &SizeMix = &job.sizes;
+        let max_bs = mix.max() as u64;
+        if len < max_bs {
+            return Err(GenError::RegionTooSmall {
+                region: len,
+                bs: max_bs,
+            });
+        }
+        if mix.entries().len() > MAX_SIZES {
+            return Err(GenError::TooManySizes);
+        }
+        let mut size_cum = [0u64; MAX_SIZES];
+        let mut sizes = [0u32; MAX_SIZES];
+        let mut acc = 0;
+        for (i, &(s, w)) in mix.entries().iter().enumerate() {
+            acc += w as u64;
+            size_cum[i] = acc;
+            sizes[i] = s;
+        }
+        let mut zone_cum = [0u64; MAX_ZONES];
+        let mut zone_span = [(0u64, 0u64); MAX_ZONES];
+        let mut n_zones = 0;
+        if let Distribution::Zoned(zones) = &job.distribution {
+            if zones.len() > MAX_ZONES {
+                return Err(GenError::TooManyZones);
+            }
+            let units = len / align;
+            let mut acc_access = 0u64;
+            let mut acc_size = 0.0f64;
+            let mut prev_end = 0u64;
+            for (i, z) in zones.iter().enumerate() {
+                acc_access += (z.access_pct * 1e6).round() as u64;
+                acc_size += z.size_pct;
+                let end_units = if i + 1 == zones.len() {
+                    units
+                } else {
+                    ((units as f64) * acc_size / 100.0).round() as u64
+                };
+                let zstart = prev_end * align;
+                let zlen = end_units.saturating_sub(prev_end) * align;
+                zone_cum[i] = acc_access;
+                zone_span[i] = (zstart, zlen);
+                prev_end = end_units;
+            }
+            n_zones = zones.len();
+        }
+        Ok(OpGen {
+            rng: Rng::new(seed),
+            start,
+            len,
+            align,
+            pattern: job.pattern,
+            size_cum,
+            sizes,
+            n_sizes: mix.entries().len(),
+            size_total: acc,
+            read_threshold: job.read_pct as u64 * 100,
+            zone_cum,
+            zone_span,
+            n_zones,
+            cursor: (first / align * align) % len,
+        })
+    }
+
+    pub fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+
+    #[inline]
+    fn next_size(&mut self) -> u32 {
+        if self.n_sizes == 1 {
+            return self.sizes[0];
+        }
+        let r = self.rng.below(self.size_total);
+        let mut i = 0;
+        while i + 1 < self.n_sizes && r >= self.size_cum[i] {
+            i += 1;
+        }
+        self.sizes[i]
+    }
+
+    #[inline]
+    fn next_dir(&mut self) -> bool {
+        match self.read_threshold {
+            10_000 => true,
+            0 => false,
+            t => self.rng.below(10_000) < t,
+        }
+    }
+
+    /// Uniform aligned offset for a `len`-byte I/O inside `[zstart, zstart+zlen)`, falling
+    /// back to the whole region when the zone is smaller than the I/O.
+    #[inline]
+    fn offset_in(&mut self, zstart: u64, zlen: u64, len: u64) -> u64 {
+        let (zstart, zlen) = if zlen >= len {
+            (zstart, zlen)
+        } else {
+            (0, self.len)
+        };
+        let slots = (zlen - len) / self.align + 1;
+        zstart + self.rng.below(slots) * self.align
+    }
+
+    /// The next I/O.
+    #[inline]
+    pub fn next(&mut self) -> Op {
+        let len = self.next_size();
+        let read = self.next_dir();
+        let l = len as u64;
+        let rel = match self.pattern {
+            Pattern::Sequential => {
+                if self.cursor + l > self.len {
+                    self.cursor = 0;
+                }
+                let o = self.cursor;
+                self.cursor += l;
+                o
+            }
+            Pattern::Random if self.n_zones == 0 => self.offset_in(0, self.len, l),
+            Pattern::Random => {
+                let r = self.rng.below(self.zone_cum[self.n_zones - 1]);
+                let mut i = 0;
+                while i + 1 < self.n_zones && r >= self.zone_cum[i] {
+                    i += 1;
+                }
+                let (zs, zl) = self.zone_span[i];
+                self.offset_in(zs, zl, l)
+            }
+        };
+        Op {
+            read,
+            offset: self.start + rel,
+            len,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::job::JobSpec;
+
+    fn job(f: impl FnOnce(&mut JobSpec)) -> Job {
+        let mut s = JobSpec::default();
+        f(&mut s);
+        s.validate().unwrap()
+    }
+
+    #[test]
+    fn offsets_stay_inside_and_aligned() {
+        let j = job(|s| s.sizes = SizeMix::parse("512:4,4k:67,8k:10,64k:19").unwrap());
+        let mut g = OpGen::new(&j, 1 << 20, 8 << 20, 512, 0, 1).unwrap();
+        for _ in 0..200_000 {
+            let op = g.next();
+            assert!(op.offset >= 1 << 20);
+            assert!(op.offset + op.len as u64 <= 9 << 20);
+            assert_eq!(op.offset % 512, 0);
+        }
+    }
+
+    #[test]
+    fn read_share_within_a_point() {
+        let j = job(|s| s.read_pct = 70);
+        let mut g = OpGen::new(&j, 0, 1 << 30, 4096, 0, 7).unwrap();
+        let n = 1_000_000;
+        let reads = (0..n).filter(|_| g.next().read).count();
+        let share = reads as f64 / n as f64 * 100.0;
+        assert!((share - 70.0).abs() < 1.0, "read share {share}");
+    }
+
+    #[test]
+    fn size_mix_within_a_point() {
+        let j = job(|s| s.sizes = SizeMix::parse("512:4,4k:67,8k:10,16k:7,32k:3,64k:9").unwrap());
+        let mut g = OpGen::new(&j, 0, 1 << 30, 512, 0, 9).unwrap();
+        let n = 1_000_000;
+        let mut counts = std::collections::HashMap::new();
+        for _ in 0..n {
+            *counts.entry(g.next().len).or_insert(0u64) += 1;
+        }
+        for &(s, w) in j.sizes().entries() {
+            let share = counts[&s] as f64 / n as f64 * 100.0;
+            assert!((share - w as f64).abs() < 1.0, "size {s}: {share}% vs {w}%");
+        }
+    }
+
+    #[test]
+    fn zoned_distribution_follows_the_table() {
+        let j = job(|s| s.distribution = Distribution::parse("zoned:50/5:30/15:20/80").unwrap());
+        let len = 1u64 << 30;
+        let mut g = OpGen::new(&j, 0, len, 4096, 0, 3).unwrap();
+        let n = 1_000_000;
+        let mut z = [0u64; 3];
+        for _ in 0..n {
+            let o = g.next().offset;
+            let f = o as f64 / len as f64;
+            z[if f < 0.05 {
+                0
+            } else if f < 0.20 {
+                1
+            } else {
+                2
+            }] += 1;
+        }
+        let shares: Vec<f64> = z.iter().map(|&c| c as f64 / n as f64 * 100.0).collect();
+        for (got, want) in shares.iter().zip([50.0, 30.0, 20.0]) {
+            assert!((got - want).abs() < 1.0, "zones {shares:?}");
+        }
+    }
+
+    #[test]
+    fn sequential_wraps() {
+        let j = job(|s| {
+            s.pattern = Pattern::Sequential;
+            s.sizes = SizeMix::single(4096).unwrap();
+        });
+        let mut g = OpGen::new(&j, 0, 3 * 4096, 4096, 4096, 0).unwrap();
+        let offs: Vec<u64> = (0..5).map(|_| g.next().offset).collect();
+        assert_eq!(offs, vec![4096, 8192, 0, 4096, 8192]);
+    }
+
+    #[test]
+    fn uniform_covers_the_region() {
+        let j = job(|_| {});
+        let mut g = OpGen::new(&j, 0, 64 * 4096, 4096, 0, 5).unwrap();
+        let mut seen = [false; 64];
+        for _ in 0..10_000 {
+            seen[(g.next().offset / 4096) as usize] = true;
+        }
+        assert!(seen.iter().all(|&s| s));
+    }
+}

@@ -1,0 +1,437 @@
+//! The workload engine: takes a validated [`Job`] and an opened [`Target`], runs it on
+//! dedicated worker threads (one io_uring ring each, or psync), and returns interval
+//! deltas and totals. It knows nothing of config files, the daemon or Prometheus.
+
+pub mod gen;
+pub mod job;
+pub mod stats;
+pub mod verify;
+mod worker;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::sync_channel;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+pub use job::{
+    Arrival, BackendChoice, Distribution, Job, JobError, JobSpec, Pattern, RateLimit, RegionSpec,
+    SizeMix, Stop,
+};
+pub use stats::{DirStats, DirSummary, IntervalDir, IntervalSummary, LatencySummary};
+pub use verify::VerifySummary;
+pub use worker::IoErrorRecord;
+
+use crate::sys::uring::UringFeatures;
+use crate::target::{Region, Target, TargetError};
+use gen::{GenError, OpGen};
+use verify::VerifyState;
+use worker::{IntervalStats, Msg, Shared, StartGate, WorkerOutcome, WorkerSetup};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{0}: the job writes but the target was opened read-only (writes need a write permit from the safety gate)")]
+    ReadOnlyTarget(std::path::PathBuf),
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    #[error(transparent)]
+    Gen(#[from] GenError),
+    #[error("io_uring is not available here ({0}): use --ioengine psync")]
+    UringUnavailable(String),
+    #[error("verify mode needs every block size to be a multiple of the smallest ({0} bytes)")]
+    VerifySizes(u32),
+    #[error("verify mode: each worker's share of the region ({part} bytes) must hold twice its queue depth of the largest blocks ({need} bytes): use fewer workers, a lower depth or a bigger region")]
+    VerifyRegion { part: u64, need: u64 },
+    #[error(
+        "verify mode tracks at most 2^31 blocks per worker ({0} asked): verify a smaller region"
+    )]
+    VerifyTooLarge(u64),
+    #[error("could not start a worker thread: {0}")]
+    Spawn(std::io::Error),
+    #[error("the run failed: {0}")]
+    Failed(String),
+}
+
+/// Which backend ran the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    IoUring,
+    Psync,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::IoUring => "io_uring",
+            Backend::Psync => "psync",
+        }
+    }
+}
+
+/// Tells whether io_uring can be used here; the error says why not.
+pub fn probe_io_uring() -> Result<(), String> {
+    match io_uring::IoUring::new(2) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(match e.raw_os_error() {
+            Some(libc::ENOSYS) => "the kernel has no io_uring".into(),
+            Some(libc::EPERM) => {
+                "io_uring is disabled (kernel.io_uring_disabled or seccomp)".into()
+            }
+            _ => e.to_string(),
+        }),
+    }
+}
+
+/// Lets the caller stop a run early (Ctrl-C, daemon shutdown).
+#[derive(Debug, Clone, Default)]
+pub struct RunControl {
+    stop: Arc<AtomicBool>,
+}
+
+impl RunControl {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+    /// The flag itself, for a signal handler to set.
+    pub fn flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+    pub fn is_stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ErrorSummary {
+    pub count: u64,
+    /// The first errors, with their offsets.
+    pub first: Vec<IoErrorRecord>,
+}
+
+/// The result of one run: totals per direction and combined, and every interval.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    pub engine: Backend,
+    /// Why this backend, or what it could not do (psync runs depth 1 per worker).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine_note: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io_uring: Option<UringFeatures>,
+    pub region: Region,
+    pub runtime_seconds: f64,
+    pub read: DirSummary,
+    pub write: DirSummary,
+    pub total: DirSummary,
+    pub verify: VerifySummary,
+    pub errors: ErrorSummary,
+    /// Why the run ended before its time or byte count, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_early: Option<String>,
+    pub intervals: Vec<IntervalSummary>,
+    /// Exact latency distributions, for callers that export or merge them.
+    #[serde(skip)]
+    pub read_stats: DirStats,
+    #[serde(skip)]
+    pub write_stats: DirStats,
+}
+
+/// Runs `job` on `target`, calling `on_interval` after every interval (on the calling
+/// thread). Blocks until the run ends.
+pub fn run(
+    job: &Job,
+    target: &Target,
+    control: &RunControl,
+    on_interval: &mut dyn FnMut(&IntervalSummary),
+) -> Result<RunResult, EngineError> {
+    if job.writes() && !target.writable() {
+        return Err(EngineError::ReadOnlyTarget(target.path().to_path_buf()));
+    }
+    let region = target.resolve(job)?;
+    let (backend, mut note) = match job.backend {
+        BackendChoice::Psync => (Backend::Psync, Some("psync chosen".to_string())),
+        BackendChoice::IoUring => match probe_io_uring() {
+            Ok(()) => (Backend::IoUring, None),
+            Err(e) => return Err(EngineError::UringUnavailable(e)),
+        },
+        BackendChoice::Auto => match probe_io_uring() {
+            Ok(()) => (Backend::IoUring, None),
+            Err(e) => (Backend::Psync, Some(format!("io_uring unavailable: {e}"))),
+        },
+    };
+    if backend == Backend::Psync && job.depth > 1 {
+        let n = note.take().unwrap_or_default();
+        note = Some(format!(
+            "{n}; psync does one I/O at a time per worker, so the queue depth is 1, not {}",
+            job.depth
+        ));
+    }
+
+    let workers = job.workers as u64;
+    let min_bs = job.sizes.min() as u64;
+    let max_bs = job.sizes.max() as u64;
+    let align = target.align().max(min_bs);
+    if job.verify {
+        if job
+            .sizes
+            .entries()
+            .iter()
+            .any(|&(s, _)| s as u64 % min_bs != 0)
+        {
+            return Err(EngineError::VerifySizes(min_bs as u32));
+        }
+    }
+    // In verify mode workers own disjoint parts of the region (so no two workers race on
+    // a block); otherwise every worker roams the whole region.
+    let part = if job.verify {
+        region.len / workers / align * align
+    } else {
+        region.len
+    };
+    if job.verify {
+        let depth = if backend == Backend::Psync {
+            1
+        } else {
+            job.depth as u64
+        };
+        let need = 2 * depth * max_bs;
+        if part < need {
+            return Err(EngineError::VerifyRegion { part, need });
+        }
+        if part / min_bs > (1 << 31) {
+            return Err(EngineError::VerifyTooLarge(part / min_bs));
+        }
+    }
+
+    let shared = Shared {
+        stop: control.stop.clone(),
+        errors: AtomicU64::new(0),
+        error_limit: job.error_limit,
+    };
+    let gate = StartGate::new(job.workers as usize);
+    let (tx, rx) = sync_channel::<Msg>(job.workers as usize * 4 + 4);
+    let interval_ns = job.interval.as_nanos() as u64;
+    let (byte_budget, runtime) = match job.stop {
+        Stop::Time(d) => (u64::MAX, Some(d.as_nanos() as u64)),
+        Stop::Bytes(b) => (b, None),
+    };
+    let mut setups = Vec::new();
+    let mut spare_txs = Vec::new();
+    for i in 0..workers {
+        let (start, len, first) = if job.verify {
+            (region.start + i * part, part, 0)
+        } else {
+            // Sequential workers start staggered across the region: separate streams.
+            (region.start, region.len, (region.len / workers) * i)
+        };
+        let gen = OpGen::new(
+            job,
+            start,
+            len,
+            align,
+            first,
+            job.seed ^ (i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        )?;
+        let verify = job
+            .verify
+            .then(|| VerifyState::new(min_bs, start, len, !job.writes()));
+        let (spare_tx, spare_rx) = sync_channel(4);
+        for _ in 0..2 {
+            let _ = spare_tx.send(IntervalStats::new());
+        }
+        spare_txs.push(spare_tx);
+        let share = byte_budget / workers + if i < byte_budget % workers { 1 } else { 0 };
+        setups.push(WorkerSetup {
+            id: i as usize,
+            file: target.file().clone(),
+            gen,
+            byte_budget: if byte_budget == u64::MAX {
+                u64::MAX
+            } else {
+                share
+            },
+            rate: job.rate.map(|r| (r.iops / workers as f64, r.arrival)),
+            depth: job.depth,
+            max_bs: max_bs as u32,
+            verify,
+            ramp: job.ramp.as_nanos() as u64,
+            runtime,
+            interval: interval_ns,
+            tx: tx.clone(),
+            spare_rx,
+        });
+    }
+    drop(tx);
+
+    let mut collector = Collector::new(job.workers as usize, interval_ns);
+    let outcomes: Vec<WorkerOutcome> = std::thread::scope(|scope| {
+        let mut handles = Vec::new();
+        for setup in setups {
+            let shared = &shared;
+            let gate = &gate;
+            let h = std::thread::Builder::new()
+                .name(format!("dp-worker-{}", setup.id))
+                .spawn_scoped(scope, move || match backend {
+                    Backend::IoUring => worker::run_uring(setup, gate, shared),
+                    Backend::Psync => worker::run_psync(setup, gate, shared),
+                });
+            match h {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // Cannot start everyone: tell the started ones to stop, and let the
+                    // gate go (the missing workers never arrive, so do not wait on it).
+                    gate.abort();
+                    return Err(EngineError::Spawn(e));
+                }
+            }
+        }
+        let t0 = gate.open();
+        collector.measure_start = t0 + job.ramp.as_nanos() as u64;
+        for msg in rx.iter() {
+            match msg {
+                Msg::Interval(w, mut b) => {
+                    collector.add(w, &b, on_interval);
+                    b.read.reset();
+                    b.write.reset();
+                    let _ = spare_txs[w].try_send(b);
+                }
+                Msg::Done(w) => collector.done(w, on_interval),
+            }
+        }
+        Ok(handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| WorkerOutcome {
+                    fatal: Some("a worker thread panicked".into()),
+                    ..Default::default()
+                })
+            })
+            .collect())
+    })?;
+
+    let fatal: Vec<String> = outcomes.iter().filter_map(|o| o.fatal.clone()).collect();
+    if fatal.len() == outcomes.len() {
+        return Err(EngineError::Failed(fatal[0].clone()));
+    }
+    let mut errors = ErrorSummary::default();
+    let mut verify = VerifySummary::default();
+    let mut io_uring = None;
+    for o in outcomes {
+        errors.count += o.errors;
+        errors.first.extend(o.error_records);
+        if let Some(v) = o.verify {
+            verify.merge(v);
+        }
+        io_uring = io_uring.or(o.uring);
+    }
+    errors.first.sort_by_key(|e| e.offset);
+    errors.first.truncate(worker::MAX_ERROR_RECORDS);
+    let stopped_early = if !fatal.is_empty() {
+        Some(format!("{} worker(s) failed: {}", fatal.len(), fatal[0]))
+    } else if errors.count >= job.error_limit {
+        Some(format!(
+            "error limit reached: {} I/O errors (limit {})",
+            errors.count, job.error_limit
+        ))
+    } else if control.is_stopped() {
+        Some("stopped by request".to_string())
+    } else {
+        None
+    };
+    let runtime_seconds = collector.last_end.saturating_sub(collector.measure_start) as f64 / 1e9;
+    let mut both = collector.total_read.clone();
+    both.merge(&collector.total_write);
+    Ok(RunResult {
+        engine: backend,
+        engine_note: note,
+        io_uring,
+        region,
+        runtime_seconds,
+        read: collector.total_read.summary(runtime_seconds),
+        write: collector.total_write.summary(runtime_seconds),
+        total: both.summary(runtime_seconds),
+        verify,
+        errors,
+        stopped_early,
+        intervals: collector.intervals,
+        read_stats: collector.total_read,
+        write_stats: collector.total_write,
+    })
+}
+
+/// Merges the workers' intervals: interval k is complete when every worker has sent it
+/// or has finished.
+struct Collector {
+    workers: usize,
+    interval: u64,
+    measure_start: u64,
+    last_index: Vec<Option<u64>>,
+    done: Vec<bool>,
+    pending: BTreeMap<u64, Box<IntervalStats>>,
+    total_read: DirStats,
+    total_write: DirStats,
+    intervals: Vec<IntervalSummary>,
+    last_end: u64,
+}
+
+impl Collector {
+    fn new(workers: usize, interval: u64) -> Self {
+        Collector {
+            workers,
+            interval,
+            measure_start: 0,
+            last_index: vec![None; workers],
+            done: vec![false; workers],
+            pending: BTreeMap::new(),
+            total_read: DirStats::new(),
+            total_write: DirStats::new(),
+            intervals: Vec::new(),
+            last_end: 0,
+        }
+    }
+
+    fn add(&mut self, w: usize, b: &IntervalStats, emit: &mut dyn FnMut(&IntervalSummary)) {
+        let agg = self.pending.entry(b.index).or_insert_with(|| {
+            let mut n = IntervalStats::new();
+            n.index = b.index;
+            n
+        });
+        agg.read.merge(&b.read);
+        agg.write.merge(&b.write);
+        agg.end_ns = agg.end_ns.max(b.end_ns);
+        self.last_index[w] = Some(b.index);
+        self.flush(emit);
+    }
+
+    fn done(&mut self, w: usize, emit: &mut dyn FnMut(&IntervalSummary)) {
+        self.done[w] = true;
+        self.flush(emit);
+    }
+
+    fn flush(&mut self, emit: &mut dyn FnMut(&IntervalSummary)) {
+        while let Some((&k, _)) = self.pending.iter().next() {
+            let ready = (0..self.workers)
+                .all(|w| self.done[w] || self.last_index[w].is_some_and(|i| i >= k));
+            if !ready {
+                break;
+            }
+            let agg = self.pending.remove(&k).expect("present");
+            let start = self.measure_start + k * self.interval;
+            let secs = agg.end_ns.saturating_sub(start) as f64 / 1e9;
+            let summary = IntervalSummary {
+                end_seconds: agg.end_ns.saturating_sub(self.measure_start) as f64 / 1e9,
+                read: agg.read.interval_summary(secs),
+                write: agg.write.interval_summary(secs),
+            };
+            self.total_read.merge(&agg.read);
+            self.total_write.merge(&agg.write);
+            self.last_end = self.last_end.max(agg.end_ns);
+            emit(&summary);
+            self.intervals.push(summary);
+        }
+    }
+}

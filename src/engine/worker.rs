@@ -1,0 +1,561 @@
+//! One I/O worker: a dedicated OS thread with its own io_uring ring (or plain
+//! pread/pwrite), its own generator and its own statistics. Nothing on its hot path
+//! allocates, locks or logs; it talks to the collector once per interval.
+
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::gen::{Op, OpGen, Rng};
+use super::job::Arrival;
+use super::stats::DirStats;
+use super::verify::VerifyState;
+use crate::sys::buf::SlotBuffers;
+use crate::sys::uring::{Uring, UringFeatures};
+
+/// Monotonic clock in nanoseconds (vDSO, no syscall).
+#[inline]
+pub fn now_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// What a worker hands the collector at the end of each interval.
+#[derive(Debug)]
+pub struct IntervalStats {
+    pub index: u64,
+    /// Clock time at the end of the interval (the worker's last completion for a final,
+    /// partial interval).
+    pub end_ns: u64,
+    pub read: DirStats,
+    pub write: DirStats,
+}
+
+impl IntervalStats {
+    pub fn new() -> Box<Self> {
+        Box::new(IntervalStats {
+            index: 0,
+            end_ns: 0,
+            read: DirStats::new(),
+            write: DirStats::new(),
+        })
+    }
+}
+
+pub enum Msg {
+    Interval(usize, Box<IntervalStats>),
+    Done(usize),
+}
+
+/// One I/O error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct IoErrorRecord {
+    pub offset: u64,
+    pub len: u32,
+    pub op: &'static str,
+    /// errno, or 0 for a short transfer.
+    pub errno: i32,
+    pub message: &'static str,
+}
+
+pub const MAX_ERROR_RECORDS: usize = 16;
+
+/// What a worker returns when it ends.
+#[derive(Debug, Default)]
+pub struct WorkerOutcome {
+    pub errors: u64,
+    pub error_records: Vec<IoErrorRecord>,
+    pub verify: Option<super::verify::VerifySummary>,
+    pub uring: Option<UringFeatures>,
+    /// A failure that kept the worker from running at all.
+    pub fatal: Option<String>,
+}
+
+/// Shared between workers and the collector; touched only off the hot path (errors,
+/// stop requests) or with relaxed loads once per loop.
+pub struct Shared {
+    pub stop: Arc<AtomicBool>,
+    pub errors: AtomicU64,
+    pub error_limit: u64,
+}
+
+/// Lets every worker set up (rings, buffers) before the clock starts, so the first
+/// interval is not short of workers still allocating.
+pub struct StartGate {
+    state: std::sync::Mutex<GateState>,
+    cv: std::sync::Condvar,
+    workers: usize,
+}
+
+#[derive(Default)]
+struct GateState {
+    ready: usize,
+    t0: Option<u64>,
+    aborted: bool,
+}
+
+impl StartGate {
+    pub fn new(workers: usize) -> Self {
+        StartGate {
+            state: Default::default(),
+            cv: Default::default(),
+            workers,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Workers: wait until everyone is ready; returns the run's start time, or None when
+    /// the run was abandoned before it started.
+    pub fn wait(&self) -> Option<u64> {
+        let mut st = self.lock();
+        st.ready += 1;
+        self.cv.notify_all();
+        while st.t0.is_none() && !st.aborted {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        if st.aborted {
+            None
+        } else {
+            st.t0
+        }
+    }
+
+    /// Collector: wait until every worker is ready, start the clock, release them.
+    pub fn open(&self) -> u64 {
+        let mut st = self.lock();
+        while st.ready < self.workers {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        let t0 = now_ns();
+        st.t0 = Some(t0);
+        self.cv.notify_all();
+        t0
+    }
+
+    /// Collector: give up before the start; waiting workers return at once.
+    pub fn abort(&self) {
+        self.lock().aborted = true;
+        self.cv.notify_all();
+    }
+}
+
+/// The timeline of a run, in `now_ns` clock time.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeline {
+    /// Measurement starts here (after the ramp).
+    pub measure_start: u64,
+    /// Time-based runs end here; u64::MAX for byte-limited runs.
+    pub end: u64,
+    pub interval: u64,
+}
+
+pub struct WorkerSetup {
+    pub id: usize,
+    pub file: Arc<File>,
+    pub gen: OpGen,
+    /// Measured bytes this worker issues before it stops (u64::MAX: time based).
+    pub byte_budget: u64,
+    /// This worker's share of the rate limit, in IOPS.
+    pub rate: Option<(f64, Arrival)>,
+    pub depth: u32,
+    pub max_bs: u32,
+    pub verify: Option<VerifyState>,
+    /// Ramp length, measured run time (None: byte limited) and interval, in ns.
+    pub ramp: u64,
+    pub runtime: Option<u64>,
+    pub interval: u64,
+    pub tx: SyncSender<Msg>,
+    pub spare_rx: Receiver<Box<IntervalStats>>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    start: u64,
+    offset: u64,
+    len: u32,
+    read: bool,
+    seq: u32,
+}
+
+/// Per-worker state shared by both backends.
+struct Core {
+    id: usize,
+    gen: OpGen,
+    byte_budget: u64,
+    issued_bytes: u64,
+    rate_gap_ns: f64,
+    arrival: Option<Arrival>,
+    next_due: f64,
+    verify: Option<VerifyState>,
+    tl: Timeline,
+    next_boundary: u64,
+    cur: Box<IntervalStats>,
+    tx: SyncSender<Msg>,
+    spare_rx: Receiver<Box<IntervalStats>>,
+    outcome: WorkerOutcome,
+    stopping: bool,
+}
+
+impl Core {
+    fn new(s: WorkerSetup, t0: u64) -> Core {
+        let (gap, arrival) = match s.rate {
+            Some((iops, arr)) => (1e9 / iops, Some(arr)),
+            None => (0.0, None),
+        };
+        let measure_start = t0 + s.ramp;
+        let timeline = Timeline {
+            measure_start,
+            end: s.runtime.map_or(u64::MAX, |r| measure_start + r),
+            interval: s.interval,
+        };
+        Core {
+            id: s.id,
+            gen: s.gen,
+            byte_budget: s.byte_budget,
+            issued_bytes: 0,
+            rate_gap_ns: gap,
+            arrival,
+            next_due: t0 as f64,
+            verify: s.verify,
+            tl: timeline,
+            next_boundary: measure_start + s.interval,
+            cur: IntervalStats::new(),
+            tx: s.tx,
+            spare_rx: s.spare_rx,
+            outcome: WorkerOutcome::default(),
+            stopping: false,
+        }
+    }
+
+    #[inline]
+    fn advance_due(&mut self) {
+        let gap = match self.arrival {
+            Some(Arrival::Poisson) => -self.rate_gap_ns * self.gen.rng().unit_open0().ln(),
+            _ => self.rate_gap_ns,
+        };
+        self.next_due += gap;
+    }
+
+    /// Sends the current interval(s) up to `now` to the collector.
+    fn flush_intervals(&mut self, now: u64) {
+        while now >= self.next_boundary && self.next_boundary <= self.tl.end {
+            let end = self.next_boundary;
+            self.send_interval(end);
+            self.next_boundary += self.tl.interval;
+        }
+    }
+
+    fn send_interval(&mut self, end: u64) {
+        let fresh = match self.spare_rx.recv() {
+            Ok(b) => b,
+            Err(_) => IntervalStats::new(), // collector gone: keep going, nobody listens
+        };
+        let mut full = std::mem::replace(&mut self.cur, fresh);
+        full.index = (end - self.tl.measure_start).div_ceil(self.tl.interval) - 1;
+        full.end_ns = end;
+        let _ = self.tx.send(Msg::Interval(self.id, full));
+    }
+
+    /// Decides whether to stop issuing.
+    #[inline]
+    fn check_stop(&mut self, now: u64, shared: &Shared) {
+        if !self.stopping
+            && (now >= self.tl.end
+                || self.issued_bytes >= self.byte_budget
+                || shared.stop.load(Ordering::Relaxed))
+        {
+            self.stopping = true;
+        }
+    }
+
+    /// The next op, avoiding (in verify mode) any block already in flight.
+    #[inline]
+    fn next_op(&mut self, in_flight: &[Slot], busy: impl Fn(usize) -> bool) -> Op {
+        let op = self.gen.next();
+        if self.verify.is_none() {
+            return op;
+        }
+        let mut op = op;
+        for _ in 0..1000 {
+            let end = op.offset + op.len as u64;
+            let clash = in_flight
+                .iter()
+                .enumerate()
+                .any(|(i, s)| busy(i) && s.offset < end && op.offset < s.offset + s.len as u64);
+            if !clash {
+                break;
+            }
+            op = self.gen.next();
+        }
+        op
+    }
+
+    /// Fills a write buffer: a verify header per unit, or fresh random words (so no two
+    /// writes carry the same data and a deduplicating drive cannot cheat).
+    #[inline]
+    fn fill_write(rng: &mut Rng, verify: &mut Option<VerifyState>, buf: &mut [u8], op: Op) -> u32 {
+        if let Some(v) = verify {
+            return v.prepare_write(buf, op.offset);
+        }
+        for sector in buf.chunks_exact_mut(512) {
+            sector[..8].copy_from_slice(&rng.next_u64().to_le_bytes());
+        }
+        0
+    }
+
+    /// Accounts one completion. `buf` is the slot's buffer (for verify).
+    #[inline]
+    fn complete(&mut self, slot: &Slot, res: i64, now: u64, buf: &[u8], shared: &Shared) {
+        let ok = res == slot.len as i64;
+        if !ok {
+            self.error(slot, res, shared);
+        }
+        if let Some(v) = &mut self.verify {
+            if slot.read {
+                if ok {
+                    v.check_read(&buf[..slot.len as usize], slot.offset);
+                }
+            } else {
+                v.written(slot.offset, slot.len, slot.seq, ok);
+            }
+        }
+        if ok && slot.start >= self.tl.measure_start && now <= self.tl.end {
+            let lat = now.saturating_sub(slot.start);
+            if slot.read {
+                self.cur.read.record(lat, slot.len);
+            } else {
+                self.cur.write.record(lat, slot.len);
+            }
+        }
+    }
+
+    #[cold]
+    fn error(&mut self, slot: &Slot, res: i64, shared: &Shared) {
+        self.outcome.errors += 1;
+        let errno = if res < 0 { (-res) as i32 } else { 0 };
+        if self.outcome.error_records.len() < MAX_ERROR_RECORDS {
+            self.outcome.error_records.push(IoErrorRecord {
+                offset: slot.offset,
+                len: slot.len,
+                op: if slot.read { "read" } else { "write" },
+                errno,
+                message: errno_name(errno),
+            });
+        }
+        let total = shared.errors.fetch_add(1, Ordering::Relaxed) + 1;
+        if total >= shared.error_limit {
+            shared.stop.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn finish(mut self) -> WorkerOutcome {
+        // The final, partial interval ends now, or at the run's end for a time-based run
+        // whose in-flight I/O drained after it.
+        let seg_start = self.next_boundary - self.tl.interval;
+        let end = now_ns().min(self.tl.end);
+        if end > seg_start {
+            self.send_interval(end);
+        }
+        let _ = self.tx.send(Msg::Done(self.id));
+        self.outcome.verify = self.verify.take().map(|v| v.summary);
+        self.outcome
+    }
+}
+
+fn errno_name(errno: i32) -> &'static str {
+    match errno {
+        0 => "short transfer",
+        libc::EIO => "input/output error (EIO)",
+        libc::ENOSPC => "no space left (ENOSPC)",
+        libc::EINVAL => "invalid argument (EINVAL)",
+        libc::EBADF => "bad file descriptor (EBADF)",
+        libc::ENXIO => "no such device (ENXIO)",
+        libc::ENODEV => "no such device (ENODEV)",
+        libc::EROFS => "read-only (EROFS)",
+        libc::EPERM => "operation not permitted (EPERM)",
+        libc::EACCES => "permission denied (EACCES)",
+        libc::EAGAIN => "try again (EAGAIN)",
+        libc::ETIMEDOUT => "timed out (ETIMEDOUT)",
+        libc::EILSEQ => "illegal byte sequence (EILSEQ)",
+        libc::ENODATA => "no data (ENODATA)",
+        libc::EOPNOTSUPP => "not supported (EOPNOTSUPP)",
+        _ => "I/O error",
+    }
+}
+
+/// Runs the io_uring worker loop. `t0` is the run's start (ramp begins).
+pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> WorkerOutcome {
+    let depth = setup.depth;
+    let ring = Uring::new(setup.file.clone(), depth, setup.max_bs as usize);
+    let mut ring = match ring {
+        Ok(mut r) => {
+            for s in 0..depth {
+                setup.gen.rng().fill(r.buf_mut(s));
+            }
+            r
+        }
+        Err(e) => {
+            let _ = gate.wait();
+            let _ = setup.tx.send(Msg::Done(setup.id));
+            return WorkerOutcome {
+                fatal: Some(format!("io_uring setup failed: {e}")),
+                ..Default::default()
+            };
+        }
+    };
+    let Some(t0) = gate.wait() else {
+        return WorkerOutcome::default();
+    };
+    let mut core = Core::new(setup, t0);
+    core.outcome.uring = Some(ring.features());
+    let mut slots = vec![Slot::default(); depth as usize];
+    let mut free: Vec<u32> = (0..depth).rev().collect();
+    let mut now = now_ns();
+    loop {
+        core.flush_intervals(now);
+        core.check_stop(now, shared);
+        if !core.stopping {
+            // Issue: closed loop keeps every slot busy; open loop issues what is due.
+            while let Some(&slot) = free.last() {
+                let start = if core.arrival.is_some() {
+                    if core.next_due > now as f64 {
+                        break;
+                    }
+                    core.next_due as u64
+                } else {
+                    now
+                };
+                let op = core.next_op(&slots, |i| ring.is_busy(i as u32));
+                free.pop();
+                let seq = if op.read {
+                    0
+                } else {
+                    Core::fill_write(core.gen.rng(), &mut core.verify, ring.buf_mut(slot), op)
+                };
+                slots[slot as usize] = Slot {
+                    start,
+                    offset: op.offset,
+                    len: op.len,
+                    read: op.read,
+                    seq,
+                };
+                ring.queue(slot, op.read, op.offset, op.len);
+                if start >= core.tl.measure_start {
+                    core.issued_bytes += op.len as u64;
+                }
+                if core.arrival.is_some() {
+                    core.advance_due();
+                }
+                if core.issued_bytes >= core.byte_budget {
+                    break;
+                }
+            }
+        }
+        if ring.in_flight() == 0 {
+            if core.stopping {
+                break;
+            }
+            // Open loop, nothing in flight: sleep until the next I/O is due.
+            let wake = (core.next_due as u64).min(core.next_boundary);
+            let now2 = now_ns();
+            if wake > now2 {
+                std::thread::sleep(Duration::from_nanos(wake - now2));
+            }
+            now = now_ns();
+            continue;
+        }
+        // Wait for a completion, but never past the next interval boundary or (open loop,
+        // with a free slot) the next due time.
+        let mut wake = core.next_boundary;
+        if core.arrival.is_some() && !free.is_empty() && !core.stopping {
+            wake = wake.min(core.next_due as u64);
+        }
+        if !core.stopping && core.tl.end < wake {
+            wake = core.tl.end;
+        }
+        let timeout = Duration::from_nanos(wake.saturating_sub(now).max(1000));
+        if let Err(e) = ring.submit_and_wait(1, Some(timeout)) {
+            core.outcome.fatal = Some(format!("io_uring_enter failed: {e}"));
+            shared.stop.store(true, Ordering::Relaxed);
+            break;
+        }
+        now = now_ns();
+        core.flush_intervals(now);
+        ring.reap(|ring, slot, res| {
+            let s = slots[slot as usize];
+            core.complete(&s, res as i64, now, ring.buf(slot), shared);
+            free.push(slot);
+        });
+    }
+    drop(ring);
+    core.finish()
+}
+
+/// Runs the psync worker loop: one pread/pwrite at a time (depth 1 per worker).
+pub fn run_psync(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> WorkerOutcome {
+    let mut bufs = SlotBuffers::new(1, setup.max_bs as usize);
+    setup.gen.rng().fill(bufs.slot_mut(0));
+    let file = setup.file.clone();
+    let Some(t0) = gate.wait() else {
+        return WorkerOutcome::default();
+    };
+    let mut core = Core::new(setup, t0);
+    let mut now = now_ns();
+    loop {
+        core.flush_intervals(now);
+        core.check_stop(now, shared);
+        if core.stopping {
+            break;
+        }
+        let start = if core.arrival.is_some() {
+            if core.next_due > now as f64 {
+                let wake = (core.next_due as u64).min(core.next_boundary);
+                std::thread::sleep(Duration::from_nanos(wake.saturating_sub(now)));
+                now = now_ns();
+                continue;
+            }
+            let s = core.next_due as u64;
+            core.advance_due();
+            s
+        } else {
+            now
+        };
+        let op = core.gen.next();
+        let buf = &mut bufs.slot_mut(0)[..op.len as usize];
+        let seq = if op.read {
+            0
+        } else {
+            Core::fill_write(core.gen.rng(), &mut core.verify, buf, op)
+        };
+        let res = if op.read {
+            rustix::io::pread(&*file, &mut *buf, op.offset)
+        } else {
+            rustix::io::pwrite(&*file, buf, op.offset)
+        };
+        let res = match res {
+            Ok(n) => n as i64,
+            Err(e) => -(e.raw_os_error() as i64),
+        };
+        if start >= core.tl.measure_start {
+            core.issued_bytes += op.len as u64;
+        }
+        now = now_ns();
+        core.flush_intervals(now);
+        let slot = Slot {
+            start,
+            offset: op.offset,
+            len: op.len,
+            read: op.read,
+            seq,
+        };
+        core.complete(&slot, res, now, bufs.slot(0), shared);
+    }
+    core.finish()
+}

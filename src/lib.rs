@@ -1,0 +1,15 @@
+//! driveprobe: an I/O engine, a drive test protocol, drive health, and a daemon that exports
+//! all of it as Prometheus metrics. See ARCHITECTURE.md for the map.
+//!
+//! `unsafe` lives only in [`sys`] (io_uring submission and ioctls); everything else is
+//! compiled with `unsafe_code` denied.
+#![deny(unsafe_code)]
+
+pub mod cli;
+pub mod device;
+pub mod engine;
+pub mod safety;
+#[allow(unsafe_code)]
+pub mod sys;
+pub mod target;
+pub mod units;

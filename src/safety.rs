@@ -1,0 +1,370 @@
+//! The one gate for writes (DESIGN.md, Safety). A [`WritePermit`] can only be made here,
+//! and a target can only be opened for writing with one.
+//!
+//! # Files
+//!
+//! [`authorize_file_writes`] gives a permit for an existing regular file (symlinks
+//! followed), naming it by `(st_dev, st_ino)`: the engine keeps every write inside the file.
+//!
+//! # Block devices
+//!
+//! Writing to a block device destroys what is on it, so [`authorize_block_writes`] refuses
+//! unless all of these hold, checked in this order; the error names the first that fails:
+//!
+//! 1. the user passed `--allow-destructive` ([`WriteRequest::allow_destructive`]);
+//! 2. the user named the drive they mean by serial and/or WWN (`--expect-serial`,
+//!    `--expect-wwn`);
+//! 3. the device is inspected again now (a stale [`BlockDeviceInfo`] proves nothing): it
+//!    must still be the same device number, and every identity the user gave must equal
+//!    the device's exactly (loop devices: serial `loop:<canonical backing file>`, see
+//!    [`crate::device`]);
+//! 4. nothing uses it: neither it, nor any of its partitions, nor (for a partition) its
+//!    whole disk is mounted, used as swap, or held by dm/md/LVM ([`device::in_use`]);
+//! 5. the kernel agrees: an exclusive (`O_EXCL`) read-only open succeeds. The kernel
+//!    refuses it with `EBUSY` for a device that is mounted, used as swap, claimed by
+//!    dm/md, or opened exclusively by any other program, including claims that no table
+//!    in /proc or sysfs shows (an ext4 external journal, another benchmark holding it).
+//!
+//! Any doubt (an unreadable sysfs or /proc file) is a refusal. The permit names the device
+//! by `st_rdev` as seen through the exclusive descriptor. The exclusive claim is released
+//! when this function returns; the target should open the device with `O_EXCL` itself so
+//! that the claim lasts for the whole run.
+
+use std::fmt;
+use std::fs::OpenOptions;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::device::{self, BlockDeviceInfo, DeviceError, InUse};
+
+/// Proof that writes to one target were authorised. Not constructible outside this module.
+/// It names the object it was issued for: `target` refuses a permit whose object is not the
+/// one it opened (checked with fstat on the opened descriptor).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WritePermit {
+    object: PermittedObject,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermittedObject {
+    /// A regular file, by (st_dev, st_ino).
+    File { dev: u64, ino: u64 },
+    /// A block device, by st_rdev.
+    Block { rdev: u64 },
+}
+
+impl WritePermit {
+    pub fn object(&self) -> PermittedObject {
+        self.object
+    }
+}
+
+/// What the user asked for when they asked to write to a block device.
+#[derive(Debug, Clone, Default)]
+pub struct WriteRequest {
+    pub allow_destructive: bool,
+    pub expect_serial: Option<String>,
+    pub expect_wwn: Option<String>,
+}
+
+/// The reasons in an [`SafetyError::InUse`], joined for display.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InUseReasons(pub Vec<InUse>);
+
+impl fmt::Display for InUseReasons {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{r}")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SafetyError {
+    #[error("cannot use {path} as a write target: {source}; give an existing regular file")]
+    FileAccess {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a regular file: a file target must be an existing regular file; create and preallocate it first")]
+    NotRegularFile { path: PathBuf },
+    #[error("writing to block device {path} destroys its data: pass --allow-destructive and --expect-serial (or --expect-wwn) to confirm")]
+    DestructiveNotAllowed { path: PathBuf },
+    #[error("writing to block device {path} needs the drive's identity: pass --expect-serial or --expect-wwn naming the drive you mean to overwrite")]
+    NoExpectedIdentity { path: PathBuf },
+    #[error("{path} has serial {actual:?}, not the expected {expected:?}: this is not the drive you named; check the device path")]
+    SerialMismatch {
+        path: PathBuf,
+        expected: String,
+        actual: String,
+    },
+    #[error("{path} reports no serial, so it cannot be matched to the expected serial {expected:?}; use --expect-wwn if it has a WWN")]
+    NoSerial { path: PathBuf, expected: String },
+    #[error("{path} has WWN {actual:?}, not the expected {expected:?}: this is not the drive you named; check the device path")]
+    WwnMismatch {
+        path: PathBuf,
+        expected: String,
+        actual: String,
+    },
+    #[error("{path} reports no WWN, so it cannot be matched to the expected WWN {expected:?}; use --expect-serial instead")]
+    NoWwn { path: PathBuf, expected: String },
+    #[error("{path} is now device {now_major}:{now_minor}, not {was_major}:{was_minor} as inspected: the device changed; inspect it again")]
+    DeviceChanged {
+        path: PathBuf,
+        was_major: u32,
+        was_minor: u32,
+        now_major: u32,
+        now_minor: u32,
+    },
+    #[error("refusing to write to {path}, it is in use: {reasons}; unmount it, swapoff it or remove its holders first")]
+    InUse {
+        path: PathBuf,
+        reasons: InUseReasons,
+    },
+    #[error("refusing to write to {path}: it is in use by the kernel (exclusive open failed with EBUSY: mounted, swap, claimed by dm/md or opened exclusively by another program); release it first")]
+    KernelBusy { path: PathBuf },
+    #[error("refusing to write to {path}: exclusive open failed: {source}")]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("refusing to write while in doubt: cannot inspect the block device: {0}")]
+    Device(#[from] DeviceError),
+}
+
+/// Regular files: writes stay inside the file (the engine keeps every I/O inside the
+/// region, and the region inside the file), so a regular file always gets a permit.
+pub fn authorize_file_writes(path: &Path) -> Result<WritePermit, SafetyError> {
+    let meta = std::fs::metadata(path).map_err(|source| SafetyError::FileAccess {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if !meta.file_type().is_file() {
+        return Err(SafetyError::NotRegularFile {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(WritePermit {
+        object: PermittedObject::File {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        },
+    })
+}
+
+/// Block devices: see the module documentation for what must hold. Never writes.
+pub fn authorize_block_writes(
+    info: &BlockDeviceInfo,
+    req: &WriteRequest,
+) -> Result<WritePermit, SafetyError> {
+    let path = info.path.clone();
+    if !req.allow_destructive {
+        return Err(SafetyError::DestructiveNotAllowed { path });
+    }
+    if req.expect_serial.is_none() && req.expect_wwn.is_none() {
+        return Err(SafetyError::NoExpectedIdentity { path });
+    }
+
+    // Identity must match the device as it is now, not as it was when `info` was made.
+    let now = device::inspect(&info.path)?;
+    if (now.major, now.minor) != (info.major, info.minor) {
+        return Err(SafetyError::DeviceChanged {
+            path,
+            was_major: info.major,
+            was_minor: info.minor,
+            now_major: now.major,
+            now_minor: now.minor,
+        });
+    }
+    if let Some(expected) = &req.expect_serial {
+        match &now.identity.serial {
+            None => {
+                return Err(SafetyError::NoSerial {
+                    path,
+                    expected: expected.clone(),
+                })
+            }
+            Some(actual) if actual != expected => {
+                return Err(SafetyError::SerialMismatch {
+                    path,
+                    expected: expected.clone(),
+                    actual: actual.clone(),
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(expected) = &req.expect_wwn {
+        match &now.identity.wwn {
+            None => {
+                return Err(SafetyError::NoWwn {
+                    path,
+                    expected: expected.clone(),
+                })
+            }
+            Some(actual) if actual != expected => {
+                return Err(SafetyError::WwnMismatch {
+                    path,
+                    expected: expected.clone(),
+                    actual: actual.clone(),
+                })
+            }
+            Some(_) => {}
+        }
+    }
+
+    // Mounted, swap, holders: of the device, its partitions, and a partition's whole disk.
+    let reasons = device::in_use(&now)?;
+    if !reasons.is_empty() {
+        return Err(SafetyError::InUse {
+            path,
+            reasons: InUseReasons(reasons),
+        });
+    }
+
+    // The kernel's word: an exclusive open fails with EBUSY while anything claims it.
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_EXCL | libc::O_CLOEXEC)
+        .open(&now.path)
+        .map_err(|source| {
+            if source.raw_os_error() == Some(libc::EBUSY) {
+                SafetyError::KernelBusy { path: path.clone() }
+            } else {
+                SafetyError::Open {
+                    path: path.clone(),
+                    source,
+                }
+            }
+        })?;
+    let meta = file.metadata().map_err(|source| SafetyError::Open {
+        path: path.clone(),
+        source,
+    })?;
+    let rdev = meta.rdev();
+    if !meta.file_type().is_block_device() || rdev != info.rdev() {
+        return Err(SafetyError::DeviceChanged {
+            path,
+            was_major: info.major,
+            was_minor: info.minor,
+            now_major: rustix::fs::major(rdev),
+            now_minor: rustix::fs::minor(rdev),
+        });
+    }
+    Ok(WritePermit {
+        object: PermittedObject::Block { rdev },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::DeviceIdentity;
+
+    fn info(path: &str) -> BlockDeviceInfo {
+        BlockDeviceInfo {
+            path: path.into(),
+            name: "loop99".into(),
+            major: 7,
+            minor: 99,
+            size_bytes: 1 << 20,
+            logical_block_size: 512,
+            physical_block_size: 512,
+            is_partition: false,
+            partitions: vec![],
+            parent: None,
+            identity: DeviceIdentity::default(),
+        }
+    }
+
+    #[test]
+    fn file_permit_names_dev_and_inode() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("target");
+        std::fs::write(&f, b"data").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        let meta = std::fs::metadata(&f).unwrap();
+        let want = PermittedObject::File {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        };
+        assert_eq!(authorize_file_writes(&f).unwrap().object(), want);
+        assert_eq!(authorize_file_writes(&link).unwrap().object(), want);
+    }
+
+    #[test]
+    fn file_permit_refuses_dirs_missing_and_devices() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            authorize_file_writes(dir.path()),
+            Err(SafetyError::NotRegularFile { .. })
+        ));
+        assert!(matches!(
+            authorize_file_writes(&dir.path().join("nope")),
+            Err(SafetyError::FileAccess { .. })
+        ));
+        assert!(matches!(
+            authorize_file_writes(Path::new("/dev/null")),
+            Err(SafetyError::NotRegularFile { .. })
+        ));
+    }
+
+    #[test]
+    fn block_refuses_without_allow_destructive_first() {
+        let req = WriteRequest {
+            allow_destructive: false,
+            expect_serial: Some("x".into()),
+            expect_wwn: None,
+        };
+        let err = authorize_block_writes(&info("/dev/loop99"), &req).unwrap_err();
+        assert!(matches!(err, SafetyError::DestructiveNotAllowed { .. }));
+        assert_eq!(
+            err.to_string(),
+            "writing to block device /dev/loop99 destroys its data: pass --allow-destructive \
+             and --expect-serial (or --expect-wwn) to confirm"
+        );
+    }
+
+    #[test]
+    fn block_refuses_without_expected_identity() {
+        let req = WriteRequest {
+            allow_destructive: true,
+            ..Default::default()
+        };
+        let err = authorize_block_writes(&info("/dev/loop99"), &req).unwrap_err();
+        assert!(matches!(err, SafetyError::NoExpectedIdentity { .. }));
+    }
+
+    #[test]
+    fn block_refuses_when_device_cannot_be_inspected() {
+        let req = WriteRequest {
+            allow_destructive: true,
+            expect_serial: Some("x".into()),
+            expect_wwn: None,
+        };
+        let err = authorize_block_writes(&info("/nonexistent/dev"), &req).unwrap_err();
+        assert!(matches!(err, SafetyError::Device(_)), "{err}");
+    }
+
+    #[test]
+    fn in_use_reasons_display() {
+        let r = InUseReasons(vec![
+            InUse::Mounted {
+                device: "/dev/loop3p1".into(),
+                mountpoint: "/mnt/x".into(),
+            },
+            InUse::Swap {
+                device: "/dev/loop3p2".into(),
+            },
+        ]);
+        assert_eq!(
+            r.to_string(),
+            "/dev/loop3p1 is mounted on /mnt/x; /dev/loop3p2 is in use as swap"
+        );
+    }
+}

@@ -1,0 +1,234 @@
+//! A safe, single-threaded io_uring queue over one file and a fixed set of buffer slots.
+//!
+//! Soundness rests on three rules that this type enforces itself rather than trusting its
+//! caller: the ring owns the buffers and the file (so both outlive every I/O in flight);
+//! a slot's buffer can only be borrowed while that slot is idle (the kernel may be writing
+//! into it otherwise); and `Drop` waits for every I/O in flight before anything is freed.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use io_uring::{opcode, squeue, types, IoUring};
+
+use super::buf::SlotBuffers;
+
+/// What the kernel gave us when the ring was set up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct UringFeatures {
+    /// The file is registered (IOSQE_FIXED_FILE): no fd lookup per I/O.
+    pub fixed_file: bool,
+    /// The buffers are registered (READ_FIXED/WRITE_FIXED): no page pinning per I/O.
+    pub fixed_buffers: bool,
+    /// Waits can time out (IORING_ENTER_EXT_ARG), so a stalled device cannot stall
+    /// interval reporting.
+    pub ext_arg: bool,
+    /// IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN.
+    pub defer_taskrun: bool,
+}
+
+pub struct Uring {
+    ring: IoUring,
+    bufs: SlotBuffers,
+    in_flight: Vec<bool>,
+    n_in_flight: usize,
+    features: UringFeatures,
+    // Declared last so it is dropped last: registered and in-flight I/O refer to it.
+    file: Arc<File>,
+}
+
+impl Uring {
+    /// A ring with `depth` slots of `slot_size` bytes over `file`. Must be created on the
+    /// thread that will use it (single issuer).
+    pub fn new(file: Arc<File>, depth: u32, slot_size: usize) -> io::Result<Uring> {
+        let entries = depth.next_power_of_two().max(1);
+        let (ring, defer_taskrun) = match IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(entries)
+        {
+            Ok(r) => (r, true),
+            Err(_) => (IoUring::new(entries)?, false),
+        };
+        let mut features = UringFeatures {
+            defer_taskrun,
+            ext_arg: ring.params().is_feature_ext_arg(),
+            ..Default::default()
+        };
+        features.fixed_file = ring.submitter().register_files(&[file.as_raw_fd()]).is_ok();
+        let mut bufs = SlotBuffers::new(depth as usize, slot_size);
+        let iovecs: Vec<libc::iovec> = (0..bufs.slots())
+            .map(|i| libc::iovec {
+                iov_base: bufs.slot_ptr(i).cast(),
+                iov_len: bufs.slot_size(),
+            })
+            .collect();
+        if iovecs.len() <= u16::MAX as usize {
+            // SAFETY: every iovec points into `bufs`, which the ring owns and never resizes;
+            // the kernel unregisters the buffers when the ring's fd is closed, and `ring` is
+            // dropped before `bufs` (field order), after Drop has drained all I/O.
+            features.fixed_buffers = unsafe { ring.submitter().register_buffers(&iovecs) }.is_ok();
+        }
+        Ok(Uring {
+            ring,
+            in_flight: vec![false; depth as usize],
+            n_in_flight: 0,
+            bufs,
+            features,
+            file,
+        })
+    }
+
+    pub fn features(&self) -> UringFeatures {
+        self.features
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.n_in_flight
+    }
+
+    pub fn is_busy(&self, slot: u32) -> bool {
+        self.in_flight[slot as usize]
+    }
+
+    /// The buffer of an idle slot. Panics if the slot is in flight (a logic error that
+    /// would otherwise race with the kernel).
+    pub fn buf(&self, slot: u32) -> &[u8] {
+        assert!(!self.in_flight[slot as usize], "slot {slot} is in flight");
+        self.bufs.slot(slot as usize)
+    }
+
+    /// The buffer of an idle slot, to fill before a write.
+    pub fn buf_mut(&mut self, slot: u32) -> &mut [u8] {
+        assert!(!self.in_flight[slot as usize], "slot {slot} is in flight");
+        self.bufs.slot_mut(slot as usize)
+    }
+
+    /// Queues one read or write of `len` bytes at `offset` using slot `slot`'s buffer.
+    /// Nothing reaches the kernel until the next [`Uring::submit_and_wait`].
+    pub fn queue(&mut self, slot: u32, read: bool, offset: u64, len: u32) {
+        let i = slot as usize;
+        assert!(!self.in_flight[i], "slot {slot} is already in flight");
+        assert!(
+            len as usize <= self.bufs.slot_size(),
+            "I/O larger than its slot"
+        );
+        let ptr = self.bufs.slot_ptr(i);
+        let entry = match (read, self.features.fixed_file, self.features.fixed_buffers) {
+            (true, true, true) => opcode::ReadFixed::new(types::Fixed(0), ptr, len, slot as u16)
+                .offset(offset)
+                .build(),
+            (false, true, true) => opcode::WriteFixed::new(types::Fixed(0), ptr, len, slot as u16)
+                .offset(offset)
+                .build(),
+            (true, true, false) => opcode::Read::new(types::Fixed(0), ptr, len)
+                .offset(offset)
+                .build(),
+            (false, true, false) => opcode::Write::new(types::Fixed(0), ptr, len)
+                .offset(offset)
+                .build(),
+            (true, false, true) => {
+                opcode::ReadFixed::new(types::Fd(self.file.as_raw_fd()), ptr, len, slot as u16)
+                    .offset(offset)
+                    .build()
+            }
+            (false, false, true) => {
+                opcode::WriteFixed::new(types::Fd(self.file.as_raw_fd()), ptr, len, slot as u16)
+                    .offset(offset)
+                    .build()
+            }
+            (true, false, false) => opcode::Read::new(types::Fd(self.file.as_raw_fd()), ptr, len)
+                .offset(offset)
+                .build(),
+            (false, false, false) => opcode::Write::new(types::Fd(self.file.as_raw_fd()), ptr, len)
+                .offset(offset)
+                .build(),
+        };
+        let entry: squeue::Entry = entry.user_data(slot as u64);
+        // The SQ has at least `depth` entries and at most `depth` slots exist, so there is
+        // always room for an idle slot's entry once the previous batch was submitted.
+        let mut sq = self.ring.submission();
+        // SAFETY: the entry's buffer is slot `i` of `self.bufs` (`len` fits in it, checked
+        // above) and its fd is `self.file` (or its registered copy); both are owned by
+        // `self` and outlive the I/O, because `Drop` waits for every I/O in flight. The slot
+        // is marked in flight below, so no safe borrow of its buffer exists until the
+        // kernel completes it.
+        let pushed = unsafe { sq.push(&entry) };
+        drop(sq);
+        if pushed.is_err() {
+            // Cannot happen (see above); submit what is queued and retry once.
+            let _ = self.ring.submit();
+            let mut sq = self.ring.submission();
+            // SAFETY: as above.
+            unsafe { sq.push(&entry) }.expect("submission queue has room after submit");
+        }
+        self.in_flight[i] = true;
+        self.n_in_flight += 1;
+    }
+
+    /// Submits what is queued and waits until at least `want` completions are ready, or
+    /// until `timeout` passes (when the kernel supports timed waits).
+    pub fn submit_and_wait(&mut self, want: usize, timeout: Option<Duration>) -> io::Result<()> {
+        let want = want.min(self.n_in_flight);
+        let res = match timeout {
+            Some(t) if self.features.ext_arg && want > 0 => {
+                let ts = types::Timespec::new()
+                    .sec(t.as_secs())
+                    .nsec(t.subsec_nanos());
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(want, &args)
+            }
+            _ => self.ring.submit_and_wait(want),
+        };
+        match res {
+            Ok(_) => Ok(()),
+            Err(e) => match e.raw_os_error() {
+                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {
+                    Ok(())
+                }
+                _ => Err(e),
+            },
+        }
+    }
+
+    /// Takes every ready completion, calling `f(slot, result)` for each (result is the
+    /// byte count, or a negated errno). The slot is idle again when `f` runs.
+    #[inline]
+    pub fn reap(&mut self, mut f: impl FnMut(&mut Self, u32, i32)) -> usize {
+        let mut n = 0;
+        loop {
+            let cqe = {
+                let mut cq = self.ring.completion();
+                cq.sync();
+                cq.next()
+            };
+            let Some(cqe) = cqe else { break };
+            let slot = cqe.user_data() as u32;
+            self.in_flight[slot as usize] = false;
+            self.n_in_flight -= 1;
+            n += 1;
+            f(self, slot, cqe.result());
+        }
+        n
+    }
+}
+
+impl Drop for Uring {
+    fn drop(&mut self) {
+        // Every I/O in flight must finish before the buffers and file go away.
+        let mut tries = 0u32;
+        while self.n_in_flight > 0 {
+            if self.ring.submit_and_wait(1).is_err() {
+                tries += 1;
+                if tries > 1_000_000 {
+                    // The kernel refuses to wait: leaking is the only sound choice left.
+                    std::mem::forget(std::mem::replace(&mut self.bufs, SlotBuffers::new(0, 0)));
+                    return;
+                }
+            }
+            self.reap(|_, _, _| {});
+        }
+    }
+}
