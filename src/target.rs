@@ -303,10 +303,25 @@ pub fn create_file_if_missing(path: &Path, size: u64) -> Result<bool, TargetErro
         Err(e) => return Err(io_err(path, e)),
     };
     let result = (|| -> io::Result<()> {
+        // Refuse before writing anything when the filesystem cannot hold the file.
+        if let Ok(st) = rustix::fs::fstatvfs(&f) {
+            let free = st.f_bavail.saturating_mul(st.f_frsize);
+            if size > free {
+                return Err(io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    format!(
+                        "the filesystem has {} free, the file needs {}: give a smaller --size",
+                        format_size(free),
+                        format_size(size)
+                    ),
+                ));
+            }
+        }
         match rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, size) {
             Ok(()) => {}
-            Err(e) if e == rustix::io::Errno::NOSPC => return Err(e.into()),
-            Err(_) => {} // not supported here: the writes below allocate
+            // Not supported by this filesystem: the writes below allocate.
+            Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => {}
+            Err(e) => return Err(e.into()),
         }
         let mut rng = crate::engine::gen::Rng::new(size ^ 0x5eed);
         let mut chunk = vec![0u8; 1 << 20];

@@ -18,6 +18,7 @@ use crate::target::{self, Target, TargetKind};
 use crate::units::{self, format_size};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[allow(clippy::enum_variant_names)] // fio's names
 pub enum Rw {
     Read,
     Write,
@@ -105,7 +106,7 @@ pub struct BenchArgs {
     /// Region start (bytes or % of the target).
     #[arg(long, value_name = "SIZE|PCT")]
     offset: Option<String>,
-    /// Stop after this many bytes (over all workers) instead of a run time.
+    /// Stop after each worker has moved this many bytes, instead of after a run time (fio's io_size).
     #[arg(
         long = "io-size",
         alias = "io_size",
@@ -275,13 +276,27 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
             }
         },
     };
+    if matches!(size, Some(Amount::Bytes(0)))
+        || matches!(size, Some(Amount::Fraction(f)) if f == 0.0)
+    {
+        return Err(Failure::usage(
+            "--size: the region must be more than 0 bytes",
+        ));
+    }
     let stop = match (&a.runtime, &a.io_size) {
-        (Some(r), _) => Stop::Time(duration("runtime", r)?),
-        (None, Some(b)) => Stop::Bytes(
-            units::parse_size(b).map_err(|e| Failure::usage(format!("--io-size: {e}")))?,
-        ),
+        (Some(r), _) => Some(Stop::Time(duration("runtime", r)?)),
+        (None, Some(b)) => {
+            let per_worker =
+                units::parse_size(b).map_err(|e| Failure::usage(format!("--io-size: {e}")))?;
+            if per_worker == 0 {
+                return Err(Failure::usage("--io-size: must be more than 0 bytes"));
+            }
+            Some(Stop::Bytes(
+                per_worker.saturating_mul(a.numjobs.max(1) as u64),
+            ))
+        }
         // fio's habit: one pass over the region per worker; resolved once the region is.
-        (None, None) => Stop::Bytes(0),
+        (None, None) => None,
     };
     let direct = match (a.buffered, a.direct) {
         (true, _) => false,
@@ -305,7 +320,8 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
         distribution,
         depth: a.iodepth,
         workers: a.numjobs,
-        stop,
+        // A placeholder when the stop depends on the region (replaced in `run`).
+        stop: stop.unwrap_or(Stop::Bytes(1)),
         ramp: a
             .ramp_time
             .as_deref()
@@ -332,12 +348,6 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
     };
     if let Some(seed) = a.seed {
         spec.seed = seed;
-    }
-    if matches!(spec.stop, Stop::Bytes(0)) {
-        // Placeholder until the region is known; validated again then.
-        spec.stop = Stop::Bytes(1);
-        let job = spec.validate().map_err(usage)?;
-        return Ok((job, size, offset));
     }
     Ok((spec.validate().map_err(usage)?, size, offset))
 }
@@ -378,11 +388,17 @@ pub fn run(a: BenchArgs) -> Result<u8, Failure> {
     if !exists {
         let total = match (size, offset) {
             (Some(Amount::Bytes(s)), None) => s,
-            (Some(Amount::Bytes(s)), Some(Amount::Bytes(o))) => s + o,
-            (Some(_), _) | (None, Some(_)) => return Err(Failure::usage(format!(
+            (Some(Amount::Bytes(s)), Some(Amount::Bytes(o))) => {
+                s.checked_add(o).ok_or_else(|| {
+                    Failure::usage("--size plus --offset is more bytes than a file can hold")
+                })?
+            }
+            (Some(_), _) | (None, Some(_)) => {
+                return Err(Failure::usage(format!(
                 "{}: does not exist: give --size in bytes (not %) to create a file of that size",
                 path.display()
-            ))),
+            )))
+            }
             (None, None) => {
                 return Err(Failure::runtime(target::TargetError::NotFound(
                     path.clone(),
@@ -674,6 +690,18 @@ fn text_report(target: &Target, job: &Job, r: &RunResult, name: Option<&str>) ->
             "  verify: {} blocks checked, {} mismatches",
             r.verify.checked, r.verify.mismatches
         );
+        if r.verify.mismatches > 0
+            && r.verify.mismatches == r.verify.checked
+            && r.verify
+                .first
+                .iter()
+                .all(|m| m.kind == crate::engine::verify::MismatchKind::NoHeader)
+        {
+            let _ = writeln!(
+                out,
+                "    no block read had a driveprobe verify header: was this region written by a --verify run?"
+            );
+        }
         for m in &r.verify.first {
             let _ = writeln!(
                 out,

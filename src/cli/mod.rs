@@ -12,8 +12,7 @@ use clap::{Parser, Subcommand};
     name = "driveprobe",
     version,
     about = "Drive latency canaries, the enterprise drive test protocol and drive health, as Prometheus metrics",
-    long_about = None,
-    arg_required_else_help = true
+    long_about = None
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -50,6 +49,13 @@ impl Failure {
 }
 
 pub fn main() -> ExitCode {
+    // Until the daemon exists, a bare `driveprobe` (and `cargo run --release`) shows help.
+    if std::env::args_os().len() <= 1 {
+        use clap::CommandFactory;
+        let _ = Cli::command().print_help();
+        println!();
+        return ExitCode::SUCCESS;
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

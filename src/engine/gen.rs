@@ -224,7 +224,7 @@ impl OpGen {
 
     /// The next I/O.
     #[inline]
-    pub fn next(&mut self) -> Op {
+    pub fn next_op(&mut self) -> Op {
         let len = self.next_size();
         let read = self.next_dir();
         let l = len as u64;
@@ -272,7 +272,7 @@ mod tests {
         let j = job(|s| s.sizes = SizeMix::parse("512:4,4k:67,8k:10,64k:19").unwrap());
         let mut g = OpGen::new(&j, 1 << 20, 8 << 20, 512, 0, 1).unwrap();
         for _ in 0..200_000 {
-            let op = g.next();
+            let op = g.next_op();
             assert!(op.offset >= 1 << 20);
             assert!(op.offset + op.len as u64 <= 9 << 20);
             assert_eq!(op.offset % 512, 0);
@@ -284,7 +284,7 @@ mod tests {
         let j = job(|s| s.read_pct = 70);
         let mut g = OpGen::new(&j, 0, 1 << 30, 4096, 0, 7).unwrap();
         let n = 1_000_000;
-        let reads = (0..n).filter(|_| g.next().read).count();
+        let reads = (0..n).filter(|_| g.next_op().read).count();
         let share = reads as f64 / n as f64 * 100.0;
         assert!((share - 70.0).abs() < 1.0, "read share {share}");
     }
@@ -296,7 +296,7 @@ mod tests {
         let n = 1_000_000;
         let mut counts = std::collections::HashMap::new();
         for _ in 0..n {
-            *counts.entry(g.next().len).or_insert(0u64) += 1;
+            *counts.entry(g.next_op().len).or_insert(0u64) += 1;
         }
         for &(s, w) in j.sizes().entries() {
             let share = counts[&s] as f64 / n as f64 * 100.0;
@@ -312,7 +312,7 @@ mod tests {
         let n = 1_000_000;
         let mut z = [0u64; 3];
         for _ in 0..n {
-            let o = g.next().offset;
+            let o = g.next_op().offset;
             let f = o as f64 / len as f64;
             z[if f < 0.05 {
                 0
@@ -335,7 +335,7 @@ mod tests {
             s.sizes = SizeMix::single(4096).unwrap();
         });
         let mut g = OpGen::new(&j, 0, 3 * 4096, 4096, 4096, 0).unwrap();
-        let offs: Vec<u64> = (0..5).map(|_| g.next().offset).collect();
+        let offs: Vec<u64> = (0..5).map(|_| g.next_op().offset).collect();
         assert_eq!(offs, vec![4096, 8192, 0, 4096, 8192]);
     }
 
@@ -345,7 +345,7 @@ mod tests {
         let mut g = OpGen::new(&j, 0, 64 * 4096, 4096, 0, 5).unwrap();
         let mut seen = [false; 64];
         for _ in 0..10_000 {
-            seen[(g.next().offset / 4096) as usize] = true;
+            seen[(g.next_op().offset / 4096) as usize] = true;
         }
         assert!(seen.iter().all(|&s| s));
     }

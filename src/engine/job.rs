@@ -19,7 +19,7 @@ pub enum JobError {
     Distribution(String),
     #[error("read share {0}% is out of range: give 0 to 100")]
     ReadShare(u32),
-    #[error("{what} must be at least 1")]
+    #[error("{what} must be more than 0")]
     Zero { what: &'static str },
     #[error("block size {0} is not a multiple of 512 bytes")]
     BlockSize(u64),

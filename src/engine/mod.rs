@@ -47,11 +47,16 @@ pub enum EngineError {
         "verify mode tracks at most 2^31 blocks per worker ({0} asked): verify a smaller region"
     )]
     VerifyTooLarge(u64),
+    #[error("the I/O buffers would need {0} bytes (workers x depth x largest block size): lower --numjobs, --iodepth or --bs")]
+    BufferMemory(u64),
     #[error("could not start a worker thread: {0}")]
     Spawn(std::io::Error),
     #[error("the run failed: {0}")]
     Failed(String),
 }
+
+/// Most memory the I/O buffers of one run may take.
+pub const MAX_BUFFER_BYTES: u64 = 8 << 30;
 
 /// Which backend ran the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -172,18 +177,21 @@ pub fn run(
     }
 
     let workers = job.workers as u64;
+    let buffers = workers * job.depth as u64 * job.sizes.max() as u64;
+    if buffers > MAX_BUFFER_BYTES {
+        return Err(EngineError::BufferMemory(buffers));
+    }
     let min_bs = job.sizes.min() as u64;
     let max_bs = job.sizes.max() as u64;
     let align = target.align().max(min_bs);
-    if job.verify {
-        if job
+    if job.verify
+        && job
             .sizes
             .entries()
             .iter()
             .any(|&(s, _)| s as u64 % min_bs != 0)
-        {
-            return Err(EngineError::VerifySizes(min_bs as u32));
-        }
+    {
+        return Err(EngineError::VerifySizes(min_bs as u32));
     }
     // In verify mode workers own disjoint parts of the region (so no two workers race on
     // a block); otherwise every worker roams the whole region.

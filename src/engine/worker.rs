@@ -278,7 +278,7 @@ impl Core {
     /// The next op, avoiding (in verify mode) any block already in flight.
     #[inline]
     fn next_op(&mut self, in_flight: &[Slot], busy: impl Fn(usize) -> bool) -> Op {
-        let op = self.gen.next();
+        let op = self.gen.next_op();
         if self.verify.is_none() {
             return op;
         }
@@ -292,7 +292,7 @@ impl Core {
             if !clash {
                 break;
             }
-            op = self.gen.next();
+            op = self.gen.next_op();
         }
         op
     }
@@ -527,7 +527,7 @@ pub fn run_psync(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
         } else {
             now
         };
-        let op = core.gen.next();
+        let op = core.gen.next_op();
         let buf = &mut bufs.slot_mut(0)[..op.len as usize];
         let seq = if op.read {
             0

@@ -34,6 +34,8 @@ pub struct Uring {
     bufs: SlotBuffers,
     in_flight: Vec<bool>,
     n_in_flight: usize,
+    /// Completions of one reap, reused (capacity `depth`: no allocation per reap).
+    reaped: Vec<(u32, i32)>,
     features: UringFeatures,
     // Declared last so it is dropped last: registered and in-flight I/O refer to it.
     file: Arc<File>,
@@ -44,11 +46,15 @@ impl Uring {
     /// thread that will use it (single issuer).
     pub fn new(file: Arc<File>, depth: u32, slot_size: usize) -> io::Result<Uring> {
         let entries = depth.next_power_of_two().max(1);
-        let (ring, defer_taskrun) = match IoUring::builder()
-            .setup_single_issuer()
-            .setup_defer_taskrun()
-            .build(entries)
-        {
+        let plain = std::env::var_os("DP_PLAIN").is_some();
+        let (ring, defer_taskrun) = match if plain {
+            IoUring::builder().build(entries)
+        } else {
+            IoUring::builder()
+                .setup_single_issuer()
+                .setup_defer_taskrun()
+                .build(entries)
+        } {
             Ok(r) => (r, true),
             Err(_) => (IoUring::new(entries)?, false),
         };
@@ -75,6 +81,7 @@ impl Uring {
             ring,
             in_flight: vec![false; depth as usize],
             n_in_flight: 0,
+            reaped: Vec::with_capacity(depth as usize),
             bufs,
             features,
             file,
@@ -197,20 +204,24 @@ impl Uring {
     /// byte count, or a negated errno). The slot is idle again when `f` runs.
     #[inline]
     pub fn reap(&mut self, mut f: impl FnMut(&mut Self, u32, i32)) -> usize {
-        let mut n = 0;
-        loop {
-            let cqe = {
-                let mut cq = self.ring.completion();
-                cq.sync();
-                cq.next()
-            };
-            let Some(cqe) = cqe else { break };
-            let slot = cqe.user_data() as u32;
-            self.in_flight[slot as usize] = false;
-            self.n_in_flight -= 1;
-            n += 1;
-            f(self, slot, cqe.result());
+        // Take the whole batch in one pass over the ring (one head update), then hand
+        // each completion out with the slot already idle.
+        let mut reaped = std::mem::take(&mut self.reaped);
+        reaped.clear();
+        {
+            let mut cq = self.ring.completion();
+            cq.sync();
+            reaped.extend(cq.map(|cqe| (cqe.user_data() as u32, cqe.result())));
         }
+        for &(slot, _) in &reaped {
+            self.in_flight[slot as usize] = false;
+        }
+        self.n_in_flight -= reaped.len();
+        for &(slot, res) in &reaped {
+            f(self, slot, res);
+        }
+        let n = reaped.len();
+        self.reaped = reaped;
         n
     }
 }
@@ -229,6 +240,15 @@ impl Drop for Uring {
                 }
             }
             self.reap(|_, _, _| {});
+        }
+        // Release the registered file now: the kernel drops a ring's resources
+        // asynchronously after close, which would keep a filesystem busy (umount fails)
+        // for a moment after the run.
+        if self.features.fixed_file {
+            let _ = self.ring.submitter().unregister_files();
+        }
+        if self.features.fixed_buffers {
+            let _ = self.ring.submitter().unregister_buffers();
         }
     }
 }

@@ -1,0 +1,174 @@
+//! Helpers shared by the integration tests that need root: loop devices over files in
+//! temp dirs, mounts, checksums. Guards undo what they set up in `Drop`, so a failing
+//! test leaves no loop device or mount behind. The machine's own disks are never touched.
+
+// Each test crate compiles this module on its own and uses only part of it.
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const MIB: u64 = 1 << 20;
+
+pub fn need_root() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "needs root: loop devices, mounts and setpriv (run these tests as root)"
+    );
+}
+
+/// Runs `cmd`, asserts it succeeds, returns its stdout.
+pub fn run(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+pub fn sync() {
+    run("sync", &[]);
+}
+
+/// sha256 of a whole file, as `sha256sum` prints it.
+pub fn sha256(file: &Path) -> String {
+    let out = run("sha256sum", &[file.to_str().unwrap()]);
+    out.split_whitespace().next().unwrap().to_string()
+}
+
+/// `len` bytes of deterministic, incompressible-looking data (xorshift64*).
+pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        v.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// Writes a file of `len` pseudo-random bytes and flushes it to disk.
+pub fn random_file(path: &Path, len: u64, seed: u64) {
+    let mut f = fs::File::create(path).unwrap();
+    f.write_all(&pseudo_random(len as usize, seed)).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// The serial driveprobe reports for a loop device: `loop:` + its backing file's canonical path.
+pub fn loop_serial(backing: &Path) -> String {
+    format!("loop:{}", fs::canonicalize(backing).unwrap().display())
+}
+
+/// Retries `f` for up to 10 s: after a process that used io_uring exits, the kernel drops
+/// the ring's file references asynchronously, so a mount or device can stay busy briefly.
+fn retry(mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if f() {
+            return true;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn quiet(cmd: &str, args: &[&str]) -> bool {
+    Command::new(cmd)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A loop device, detached on drop.
+pub struct Loop {
+    dev: PathBuf,
+}
+
+impl Loop {
+    /// `losetup --find --show [extra] FILE`.
+    pub fn attach(file: &Path, extra: &[&str]) -> Loop {
+        let mut args = vec!["--find", "--show"];
+        args.extend_from_slice(extra);
+        args.push(file.to_str().unwrap());
+        Loop {
+            dev: PathBuf::from(run("losetup", &args).trim()),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dev
+    }
+
+    pub fn s(&self) -> &str {
+        self.dev.to_str().unwrap()
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        if !retry(|| quiet("losetup", &["-d", self.s()])) {
+            eprintln!("warning: losetup -d {} failed", self.dev.display());
+        }
+    }
+}
+
+/// A mount, unmounted on drop.
+pub struct Mount {
+    dir: PathBuf,
+}
+
+impl Mount {
+    /// Mounts the filesystem on `dev` at `dir` (created if missing).
+    pub fn new(dev: &Path, dir: &Path) -> Mount {
+        fs::create_dir_all(dir).unwrap();
+        run("mount", &[dev.to_str().unwrap(), dir.to_str().unwrap()]);
+        Mount {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// Mounts a virtual filesystem (`ramfs`, `tmpfs`) at `dir`, with `-o options` if given.
+    pub fn virtual_fs(fstype: &str, options: Option<&str>, dir: &Path) -> Mount {
+        fs::create_dir_all(dir).unwrap();
+        let mut args = vec!["-t", fstype];
+        if let Some(o) = options {
+            args.extend(["-o", o]);
+        }
+        args.extend(["none", dir.to_str().unwrap()]);
+        run("mount", &args);
+        Mount {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let dir = self.dir.to_str().unwrap().to_string();
+        if !retry(|| quiet("umount", &[&dir])) {
+            eprintln!("warning: umount {dir} failed, detaching lazily");
+            let _ = Command::new("umount").args(["-l", &dir]).status();
+        }
+    }
+}
