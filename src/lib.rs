@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod device;
 pub mod engine;
+pub mod health;
 pub mod safety;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -2,6 +2,7 @@
 //! is one line on stderr and a non-zero exit status (2 for bad usage, 1 for the rest).
 
 mod bench;
+mod health;
 
 use std::process::ExitCode;
 
@@ -24,6 +25,9 @@ enum Command {
     /// Run one workload on a file or block device and report IOPS, bandwidth and latency
     /// (fio's option names).
     Bench(Box<bench::BenchArgs>),
+    /// Read one drive's health (NVMe by ioctl, SATA/SAS through smartctl): verdict,
+    /// SMART data and an endurance estimate.
+    Health(Box<health::HealthArgs>),
 }
 
 /// An error with the exit status it deserves.
@@ -66,6 +70,7 @@ pub fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Bench(args) => bench::run(*args),
+        Command::Health(args) => health::run(*args),
     };
     match result {
         Ok(status) => ExitCode::from(status),

@@ -417,12 +417,14 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
     core.outcome.uring = Some(ring.features());
     let mut slots = vec![Slot::default(); depth as usize];
     let mut free: Vec<u32> = (0..depth).rev().collect();
+    let mut queued: Vec<u32> = Vec::with_capacity(depth as usize);
     let mut now = now_ns();
     loop {
         core.flush_intervals(now);
         core.check_stop(now, shared);
         if !core.stopping {
             // Issue: closed loop keeps every slot busy; open loop issues what is due.
+            queued.clear();
             while let Some(&slot) = free.last() {
                 let start = if core.arrival.is_some() {
                     if core.next_due > now as f64 {
@@ -447,6 +449,7 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
                     seq,
                 };
                 ring.queue(slot, op.read, op.offset, op.len);
+                queued.push(slot);
                 if start >= core.tl.measure_start {
                     core.issued_bytes += op.len as u64;
                 }
@@ -455,6 +458,14 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
                 }
                 if core.issued_bytes >= core.byte_budget {
                     break;
+                }
+            }
+            // Closed loop: an I/O's latency starts when it is handed to the kernel, not
+            // when the previous one completed (the time spent preparing it is ours).
+            if core.arrival.is_none() && !queued.is_empty() {
+                let t = now_ns();
+                for &q in &queued {
+                    slots[q as usize].start = t;
                 }
             }
         }

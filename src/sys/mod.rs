@@ -3,4 +3,5 @@
 //! block carries a `// SAFETY:` comment; everything outside this module is safe Rust.
 
 pub mod buf;
+pub mod nvme;
 pub mod uring;

@@ -46,15 +46,11 @@ impl Uring {
     /// thread that will use it (single issuer).
     pub fn new(file: Arc<File>, depth: u32, slot_size: usize) -> io::Result<Uring> {
         let entries = depth.next_power_of_two().max(1);
-        let plain = std::env::var_os("DP_PLAIN").is_some();
-        let (ring, defer_taskrun) = match if plain {
-            IoUring::builder().build(entries)
-        } else {
-            IoUring::builder()
-                .setup_single_issuer()
-                .setup_defer_taskrun()
-                .build(entries)
-        } {
+        let (ring, defer_taskrun) = match IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(entries)
+        {
             Ok(r) => (r, true),
             Err(_) => (IoUring::new(entries)?, false),
         };

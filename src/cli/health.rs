@@ -1,0 +1,381 @@
+//! `driveprobe health`: one drive's health, verdict and endurance estimate.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use serde::Serialize;
+
+use super::Failure;
+use crate::health::endurance::{self, Endurance, Rating};
+use crate::health::model::{assess, Assessment, HealthReport, Source, Verdict};
+use crate::health::{self, nvme, smartctl, ReadOptions};
+use crate::units;
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: 0 when the verdict is ok (or unknown, e.g. a sleeping disk), 3 when it is warning, 4 when failing; 1 when the drive could not be read, 2 for bad usage."
+)]
+pub struct HealthArgs {
+    /// The drive: an NVMe namespace or controller (/dev/nvme0n1, /dev/nvme0) or a SATA/SAS disk (/dev/sda).
+    #[arg(value_name = "DEV", required_unless_present_any = ["from_smartctl_json", "from_nvme_log"])]
+    device: Option<PathBuf>,
+    /// Read saved `smartctl --json` output instead of a live device.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["device", "from_nvme_log"])]
+    from_smartctl_json: Option<PathBuf>,
+    /// Read a saved 512-byte NVMe SMART / Health log page (`nvme smart-log -b`).
+    #[arg(long, value_name = "FILE", conflicts_with = "device")]
+    from_nvme_log: Option<PathBuf>,
+    /// With --from-nvme-log: the Identify Controller data (`nvme id-ctrl -b`, 4096 bytes).
+    #[arg(long, value_name = "FILE", requires = "from_nvme_log")]
+    nvme_id_ctrl: Option<PathBuf>,
+    /// With --from-nvme-log: the Identify Namespace data (`nvme id-ns -b`, 4096 bytes).
+    #[arg(long, value_name = "FILE", requires = "from_nvme_log")]
+    nvme_id_ns: Option<PathBuf>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Rated endurance in bytes written (3.5PB, 600TB).
+    #[arg(long, value_name = "SIZE")]
+    rated_tbw: Option<String>,
+    /// Rated drive writes per day (with --warranty-years).
+    #[arg(long, value_name = "N")]
+    rated_dwpd: Option<f64>,
+    /// Warranty period in years.
+    #[arg(long, value_name = "YEARS")]
+    warranty_years: Option<f64>,
+    /// Rated MTBF in hours (gives the annual failure rate).
+    #[arg(long, value_name = "HOURS")]
+    mtbf_hours: Option<f64>,
+    /// Read NVMe drives through smartctl rather than the admin ioctl.
+    #[arg(long)]
+    via_smartctl: bool,
+    /// Give up on smartctl after this long.
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    smartctl_timeout: String,
+}
+
+/// What `health --json` prints.
+#[derive(Serialize)]
+pub struct HealthOutput<'a> {
+    pub device: String,
+    pub health: &'a HealthReport,
+    pub assessment: &'a Assessment,
+    pub endurance: &'a Endurance,
+}
+
+fn positive(flag: &str, v: Option<f64>) -> Result<Option<f64>, Failure> {
+    match v {
+        Some(x) if !(x.is_finite() && x > 0.0) => Err(Failure::usage(format!(
+            "--{flag}: {x} is not a positive number"
+        ))),
+        v => Ok(v),
+    }
+}
+
+fn read_file(p: &PathBuf) -> Result<Vec<u8>, Failure> {
+    std::fs::read(p).map_err(|e| Failure::runtime(format!("{}: {e}", p.display())))
+}
+
+pub fn run(a: HealthArgs) -> Result<u8, Failure> {
+    let rating = Rating {
+        tbw_bytes: a
+            .rated_tbw
+            .as_deref()
+            .map(|t| {
+                units::parse_size(t)
+                    .map(|b| b as f64)
+                    .map_err(|e| Failure::usage(format!("--rated-tbw: {e}")))
+            })
+            .transpose()?,
+        dwpd: positive("rated-dwpd", a.rated_dwpd)?,
+        warranty_years: positive("warranty-years", a.warranty_years)?,
+        mtbf_hours: positive("mtbf-hours", a.mtbf_hours)?,
+    };
+    if rating.dwpd.is_some() && rating.warranty_years.is_none() && rating.tbw_bytes.is_none() {
+        return Err(Failure::usage("--rated-dwpd needs --warranty-years"));
+    }
+    let timeout = units::parse_duration(&a.smartctl_timeout)
+        .map_err(|e| Failure::usage(format!("--smartctl-timeout: {e}")))?;
+    let (device, report) = if let Some(p) = &a.from_smartctl_json {
+        let text = String::from_utf8(read_file(p)?).map_err(|_| {
+            Failure::runtime(format!(
+                "{}: not UTF-8 text, so not smartctl JSON output",
+                p.display()
+            ))
+        })?;
+        let r = smartctl::parse(&text)
+            .map_err(|e| Failure::runtime(format!("{}: {e}", p.display())))?;
+        (p.display().to_string(), r)
+    } else if let Some(p) = &a.from_nvme_log {
+        let smart = nvme::parse_smart_log(&read_file(p)?)
+            .map_err(|e| Failure::runtime(format!("{}: {e}", p.display())))?;
+        let ctrl = match &a.nvme_id_ctrl {
+            Some(f) => Some(
+                nvme::parse_id_ctrl(&read_file(f)?)
+                    .map_err(|e| Failure::runtime(format!("{}: {e}", f.display())))?,
+            ),
+            None => None,
+        };
+        let ns = match &a.nvme_id_ns {
+            Some(f) => Some(
+                nvme::parse_id_ns(&read_file(f)?)
+                    .map_err(|e| Failure::runtime(format!("{}: {e}", f.display())))?,
+            ),
+            None => None,
+        };
+        (
+            p.display().to_string(),
+            nvme::report(
+                &smart,
+                ctrl.as_ref(),
+                ns.as_ref(),
+                None,
+                Source::NvmeLogFile,
+            ),
+        )
+    } else {
+        let dev = a
+            .device
+            .clone()
+            .ok_or_else(|| Failure::usage("give a device"))?;
+        let opts = ReadOptions {
+            smartctl_timeout: timeout.max(Duration::from_millis(100)),
+            nvme_via_smartctl: a.via_smartctl,
+        };
+        let r = health::read(&dev, &opts).map_err(Failure::runtime)?;
+        (dev.display().to_string(), r)
+    };
+    let assessment = assess(&report);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let endurance = endurance::estimate(&report, &rating, now, &[], None);
+    if a.json {
+        let out = HealthOutput {
+            device: device.clone(),
+            health: &report,
+            assessment: &assessment,
+            endurance: &endurance,
+        };
+        let json = serde_json::to_string_pretty(&out)
+            .map_err(|e| Failure::runtime(format!("could not encode the result: {e}")))?;
+        println!("{json}");
+    } else {
+        print!("{}", text(&device, &report, &assessment, &endurance, now));
+    }
+    Ok(match assessment.verdict {
+        Verdict::Ok | Verdict::Unknown => 0,
+        Verdict::Warning => 3,
+        Verdict::Failing => 4,
+    })
+}
+
+fn bytes(v: f64) -> String {
+    const U: [&str; 6] = ["B", "kB", "MB", "GB", "TB", "PB"];
+    let mut v = v;
+    let mut i = 0;
+    while v >= 1000.0 && i + 1 < U.len() {
+        v /= 1000.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{v:.0} B")
+    } else {
+        format!("{v:.2} {}", U[i])
+    }
+}
+
+fn date(unix: f64) -> String {
+    // Civil date from days since the epoch (Howard Hinnant's algorithm), UTC.
+    let days = (unix / 86_400.0).floor() as i64;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    format!("{:04}-{:02}-{:02}", if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+fn text(device: &str, r: &HealthReport, a: &Assessment, e: &Endurance, now: f64) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let id = &r.identity;
+    let unknown = "?".to_string();
+    let _ = writeln!(
+        o,
+        "{device}: {} ({}), serial {}, firmware {}{}",
+        id.model.as_ref().unwrap_or(&unknown),
+        id.transport.name(),
+        id.serial.as_ref().unwrap_or(&unknown),
+        id.firmware.as_ref().unwrap_or(&unknown),
+        id.capacity_bytes
+            .map(|c| format!(", {}", bytes(c as f64)))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(o, "verdict: {}", a.verdict.name().to_uppercase());
+    for reason in &a.reasons {
+        let _ = writeln!(o, "  - {reason}");
+    }
+    let mut line = |k: &str, v: Option<String>| {
+        if let Some(v) = v {
+            let _ = writeln!(o, "  {k:<22} {v}");
+        }
+    };
+    line(
+        "power state",
+        Some(format!("{:?}", r.power_state).to_lowercase()),
+    );
+    line(
+        "SMART overall",
+        r.smart_passed
+            .map(|p| if p { "PASSED".into() } else { "FAILED".into() }),
+    );
+    line(
+        "temperature",
+        r.temperature_celsius.map(|t| {
+            let mut s = format!("{t:.0} °C");
+            if let Some(w) = r.temperature_warning_celsius {
+                s += &format!(" (warning {w:.0} °C");
+                if let Some(c) = r.temperature_critical_celsius {
+                    s += &format!(", critical {c:.0} °C");
+                }
+                s += ")";
+            }
+            s
+        }),
+    );
+    line(
+        "available spare",
+        r.available_spare_ratio.map(|s| {
+            format!(
+                "{:.0}%{}",
+                s * 100.0,
+                r.available_spare_threshold_ratio
+                    .map(|t| format!(" (threshold {:.0}%)", t * 100.0))
+                    .unwrap_or_default()
+            )
+        }),
+    );
+    line(
+        "percentage used",
+        r.percentage_used_ratio
+            .map(|u| format!("{:.0}%", u * 100.0)),
+    );
+    line(
+        "critical warning",
+        r.critical_warning.map(|w| {
+            let names = r.critical_flags.map(|f| f.names()).unwrap_or_default();
+            if names.is_empty() {
+                format!("0x{w:02x}")
+            } else {
+                format!("0x{w:02x}: {}", names.join(", "))
+            }
+        }),
+    );
+    line("media errors", r.media_errors.map(|v| v.to_string()));
+    line(
+        "error log entries",
+        r.error_log_entries.map(|v| v.to_string()),
+    );
+    line(
+        "reallocated sectors",
+        r.reallocated_sectors.map(|v| v.to_string()),
+    );
+    line("pending sectors", r.pending_sectors.map(|v| v.to_string()));
+    line(
+        "offline uncorrectable",
+        r.offline_uncorrectable.map(|v| v.to_string()),
+    );
+    line("CRC errors", r.crc_errors.map(|v| v.to_string()));
+    line(
+        "host written",
+        r.host_written_bytes.map(|b| bytes(b as f64)),
+    );
+    line("host read", r.host_read_bytes.map(|b| bytes(b as f64)));
+    line(
+        "media written",
+        r.media_written_bytes.map(|b| bytes(b as f64)),
+    );
+    line(
+        "power on",
+        r.power_on_seconds
+            .map(|s| format!("{} h ({:.1} days)", s / 3600, s as f64 / 86_400.0)),
+    );
+    line("power cycles", r.power_cycles.map(|v| v.to_string()));
+    line(
+        "unsafe shutdowns",
+        r.unsafe_shutdowns.map(|v| v.to_string()),
+    );
+    let _ = writeln!(o, "endurance:");
+    let mut eline = |k: &str, v: Option<String>| {
+        if let Some(v) = v {
+            let _ = writeln!(o, "  {k:<22} {v}");
+        }
+    };
+    eline(
+        "used",
+        e.used_ratio.map(|u| {
+            format!(
+                "{:.1}% (by {})",
+                u * 100.0,
+                match e.used_basis {
+                    Some(endurance::Basis::HostWrites) => "host writes against the rating",
+                    _ => "the drive's own estimate",
+                }
+            )
+        }),
+    );
+    eline("rated", e.rated_bytes.map(bytes));
+    eline("remaining", e.remaining_bytes.map(bytes));
+    eline(
+        "drive writes per day",
+        e.drive_writes_per_day.map(|d| {
+            format!(
+                "{d:.3}{}",
+                e.rated_drive_writes_per_day
+                    .map(|r| format!(" (rated {r:.2})"))
+                    .unwrap_or_default()
+            )
+        }),
+    );
+    eline(
+        "projected wear-out",
+        e.projected_wearout_unix_seconds.map(|t| {
+            format!(
+                "{} ({:.0} days)",
+                date(t),
+                e.days_left.unwrap_or((t - now) / 86_400.0)
+            )
+        }),
+    );
+    eline(
+        "write amplification",
+        e.write_amplification.map(|w| format!("{w:.2}")),
+    );
+    eline(
+        "annual failure rate",
+        e.annual_failure_rate.map(|f| format!("{:.2}%", f * 100.0)),
+    );
+    for n in r.notes.iter().chain(e.notes.iter()) {
+        let _ = writeln!(o, "  note: {n}");
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(date(0.0), "1970-01-01");
+        assert_eq!(date(951_782_400.0), "2000-02-29");
+        assert_eq!(date(1_796_083_200.0), "2026-12-01");
+    }
+}
