@@ -1,0 +1,159 @@
+//! `driveprobe health` end to end on saved data (the live devices are in vm_health.rs):
+//! NVMe log pages captured from QEMU, smartctl JSON from real drives, and bad input.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn fixture(p: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(p)
+        .display()
+        .to_string()
+}
+
+fn health(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_driveprobe"))
+        .arg("health")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn one_line_error(out: &Output, status: i32, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(status), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("driveprobe: error: "), "{err}");
+    assert!(err.contains(needle), "{err}");
+    assert!(!err.contains("panicked"));
+}
+
+#[test]
+fn nvme_log_with_identify_data_from_qemu() {
+    let out = health(&[
+        "--from-nvme-log",
+        &fixture("nvme/qemu-smart-log-after-64MiB.bin"),
+        "--nvme-id-ctrl",
+        &fixture("nvme/qemu-id-ctrl.bin"),
+        "--nvme-id-ns",
+        &fixture("nvme/qemu-id-ns.bin"),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    let h = &v["health"];
+    assert_eq!(h["identity"]["serial"], "TESTSN01");
+    assert_eq!(h["identity"]["model"], "QEMU NVMe Ctrl");
+    assert_eq!(h["identity"]["transport"], "nvme");
+    assert_eq!(h["identity"]["capacity_bytes"], 1u64 << 30);
+    assert_eq!(h["identity"]["logical_block_size"], 512);
+    assert_eq!(h["host_written_bytes"], 132 * 512_000);
+    assert_eq!(h["critical_warning"], 0);
+    assert!((h["temperature_celsius"].as_f64().unwrap() - 49.85).abs() < 1e-9);
+    assert_eq!(h["source"], "nvme-log-file");
+    assert_eq!(v["assessment"]["verdict"], "ok");
+}
+
+#[test]
+fn nvme_log_with_critical_warning_is_failing_with_status_4() {
+    let out = health(&["--from-nvme-log", &fixture("nvme/qemu-smart-log-critical-0x4.bin")]);
+    assert_eq!(out.status.code(), Some(4));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("verdict: FAILING"), "{text}");
+    assert!(text.contains("reliability degraded"), "{text}");
+    // A log page alone does not say who the drive is: unknown, not made up.
+    assert!(text.contains("?"), "{text}");
+}
+
+#[test]
+fn smartctl_json_with_a_rating_gives_an_endurance_estimate() {
+    let out = health(&[
+        "--from-smartctl-json",
+        &fixture("smartctl/smart-nvme.json"),
+        "--rated-tbw",
+        "200TB",
+        "--warranty-years",
+        "5",
+        "--mtbf-hours",
+        "1600000",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    let e = &v["endurance"];
+    assert_eq!(e["rated_bytes"], 2e14);
+    let written = v["health"]["host_written_bytes"].as_f64().unwrap();
+    let used = e["used_ratio"].as_f64().unwrap();
+    assert!((used - written / 2e14).abs() < 1e-12, "{used}");
+    assert_eq!(e["used_basis"], "host_writes");
+    assert!(e["projected_wearout_unix_seconds"].as_f64().unwrap() > 1.7e9);
+    let afr = e["annual_failure_rate"].as_f64().unwrap();
+    assert!((afr - (1.0 - (-8766.0f64 / 1.6e6).exp())).abs() < 1e-12);
+}
+
+#[test]
+fn failing_sata_drive_exits_4_and_says_why() {
+    let out = health(&["--from-smartctl-json", &fixture("smartctl/smart-fail2.json")]);
+    assert_eq!(out.status.code(), Some(4));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("SMART self-assessment says FAILED"), "{text}");
+}
+
+#[test]
+fn bad_input_is_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.json");
+    std::fs::write(&garbage, "this is not json {").unwrap();
+    one_line_error(
+        &health(&["--from-smartctl-json", garbage.to_str().unwrap()]),
+        1,
+        "garbage.json",
+    );
+    let short = dir.path().join("short.bin");
+    std::fs::write(&short, [0u8; 100]).unwrap();
+    one_line_error(
+        &health(&["--from-nvme-log", short.to_str().unwrap()]),
+        1,
+        "truncated",
+    );
+    let file = dir.path().join("plain-file");
+    std::fs::write(&file, "x").unwrap();
+    one_line_error(&health(&[file.to_str().unwrap()]), 1, "not a disk");
+    one_line_error(&health(&["/nonexistent/dev"]), 1, "/nonexistent/dev");
+    one_line_error(
+        &health(&["--from-nvme-log", &fixture("nvme/qemu-smart-log.bin"), "--rated-dwpd", "3"]),
+        2,
+        "--warranty-years",
+    );
+    one_line_error(
+        &health(&["--from-nvme-log", &fixture("nvme/qemu-smart-log.bin"), "--rated-tbw", "lots"]),
+        2,
+        "--rated-tbw",
+    );
+}
+
+#[test]
+fn empty_smartctl_document_is_unknown_not_made_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, "{}").unwrap();
+    let out = health(&["--from-smartctl-json", empty.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v = json(&out);
+    assert_eq!(v["assessment"]["verdict"], "unknown");
+    assert_eq!(v["health"]["temperature_celsius"], Value::Null);
+    assert_eq!(v["health"]["host_written_bytes"], Value::Null);
+}
