@@ -9,6 +9,8 @@ pub mod cli;
 pub mod device;
 pub mod engine;
 pub mod health;
+pub mod protocol;
+pub mod report;
 pub mod safety;
 #[allow(unsafe_code)]
 pub mod sys;

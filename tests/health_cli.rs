@@ -52,7 +52,11 @@ fn nvme_log_with_identify_data_from_qemu() {
         &fixture("nvme/qemu-id-ns.bin"),
         "--json",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v = json(&out);
     let h = &v["health"];
     assert_eq!(h["identity"]["serial"], "TESTSN01");
@@ -69,7 +73,10 @@ fn nvme_log_with_identify_data_from_qemu() {
 
 #[test]
 fn nvme_log_with_critical_warning_is_failing_with_status_4() {
-    let out = health(&["--from-nvme-log", &fixture("nvme/qemu-smart-log-critical-0x4.bin")]);
+    let out = health(&[
+        "--from-nvme-log",
+        &fixture("nvme/qemu-smart-log-critical-0x4.bin"),
+    ]);
     assert_eq!(out.status.code(), Some(4));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("verdict: FAILING"), "{text}");
@@ -91,7 +98,11 @@ fn smartctl_json_with_a_rating_gives_an_endurance_estimate() {
         "1600000",
         "--json",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v = json(&out);
     let e = &v["endurance"];
     assert_eq!(e["rated_bytes"], 2e14);
@@ -106,7 +117,10 @@ fn smartctl_json_with_a_rating_gives_an_endurance_estimate() {
 
 #[test]
 fn failing_sata_drive_exits_4_and_says_why() {
-    let out = health(&["--from-smartctl-json", &fixture("smartctl/smart-fail2.json")]);
+    let out = health(&[
+        "--from-smartctl-json",
+        &fixture("smartctl/smart-fail2.json"),
+    ]);
     assert_eq!(out.status.code(), Some(4));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("SMART self-assessment says FAILED"), "{text}");
@@ -134,12 +148,22 @@ fn bad_input_is_one_clear_line() {
     one_line_error(&health(&[file.to_str().unwrap()]), 1, "not a disk");
     one_line_error(&health(&["/nonexistent/dev"]), 1, "/nonexistent/dev");
     one_line_error(
-        &health(&["--from-nvme-log", &fixture("nvme/qemu-smart-log.bin"), "--rated-dwpd", "3"]),
+        &health(&[
+            "--from-nvme-log",
+            &fixture("nvme/qemu-smart-log.bin"),
+            "--rated-dwpd",
+            "3",
+        ]),
         2,
         "--warranty-years",
     );
     one_line_error(
-        &health(&["--from-nvme-log", &fixture("nvme/qemu-smart-log.bin"), "--rated-tbw", "lots"]),
+        &health(&[
+            "--from-nvme-log",
+            &fixture("nvme/qemu-smart-log.bin"),
+            "--rated-tbw",
+            "lots",
+        ]),
         2,
         "--rated-tbw",
     );

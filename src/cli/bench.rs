@@ -60,8 +60,8 @@ Exit status: 0 when the run completed without I/O errors or verify mismatches, 1
 )]
 pub struct BenchArgs {
     /// The file or block device to test.
-    #[arg(value_name = "TARGET", required_unless_present = "filename")]
-    target: Option<PathBuf>,
+    #[arg(value_name = "TARGET", required_unless_present_any = ["filename", "list_suites"])]
+    pub(super) target: Option<PathBuf>,
     /// The file or block device to test (fio's name for TARGET).
     #[arg(long, value_name = "PATH", conflicts_with = "target")]
     filename: Option<PathBuf>,
@@ -102,10 +102,10 @@ pub struct BenchArgs {
     ramp_time: Option<String>,
     /// Region length (bytes or % of the target); also the size of a file that is created.
     #[arg(long, value_name = "SIZE|PCT")]
-    size: Option<String>,
+    pub(super) size: Option<String>,
     /// Region start (bytes or % of the target).
     #[arg(long, value_name = "SIZE|PCT")]
-    offset: Option<String>,
+    pub(super) offset: Option<String>,
     /// Stop after each worker has moved this many bytes, instead of after a run time (fio's io_size).
     #[arg(
         long = "io-size",
@@ -125,6 +125,13 @@ pub struct BenchArgs {
         default_value = "linear"
     )]
     rate_process: RateProcess,
+    /// Share of I/Os at random offsets, the rest sequential (default: 100 for rand*, 0 otherwise).
+    #[arg(
+        long = "percentage-random",
+        alias = "percentage_random",
+        value_name = "PCT"
+    )]
+    percentage_random: Option<u32>,
     /// uniform (or random), or zoned:ACCESS/SIZE:... such as zoned:50/5:30/15:20/80.
     #[arg(
         long = "random-distribution",
@@ -134,17 +141,17 @@ pub struct BenchArgs {
     random_distribution: String,
     /// O_DIRECT (the default): bypass the page cache. --direct=0 is --buffered.
     #[arg(long, value_name = "0|1", num_args = 0..=1, default_missing_value = "1")]
-    direct: Option<u8>,
+    pub(super) direct: Option<u8>,
     /// Go through the page cache.
     #[arg(long, conflicts_with = "direct")]
-    buffered: bool,
+    pub(super) buffered: bool,
     /// Stamp written blocks with a header (offset, sequence, checksum) and check it on reads.
     /// A value (crc32c, md5, ...) is accepted for fio compatibility; driveprobe always uses its header.
     #[arg(long, value_name = "KIND", num_args = 0..=1, default_missing_value = "1")]
     verify: Option<String>,
     /// I/O backend.
     #[arg(long, value_enum, default_value = "auto")]
-    ioengine: IoEngine,
+    pub(super) ioengine: IoEngine,
     /// Result format on stdout.
     #[arg(
         long = "output-format",
@@ -152,10 +159,10 @@ pub struct BenchArgs {
         value_enum,
         default_value = "text"
     )]
-    output_format: OutputFormat,
+    pub(super) output_format: OutputFormat,
     /// Also write the JSON result to this file.
     #[arg(long, value_name = "FILE")]
-    output: Option<PathBuf>,
+    pub(super) output: Option<PathBuf>,
     /// Length of each interval snapshot.
     #[arg(
         long,
@@ -169,29 +176,72 @@ pub struct BenchArgs {
     error_limit: u64,
     /// Allow writes to a block device (its data is destroyed).
     #[arg(long = "allow-destructive")]
-    allow_destructive: bool,
+    pub(super) allow_destructive: bool,
     /// The serial number the block device must have for writes.
     #[arg(long = "expect-serial", value_name = "SERIAL")]
-    expect_serial: Option<String>,
+    pub(super) expect_serial: Option<String>,
     /// The WWN the block device must have for writes.
     #[arg(long = "expect-wwn", value_name = "WWN")]
-    expect_wwn: Option<String>,
+    pub(super) expect_wwn: Option<String>,
     /// Seed of the offset and data generators (runs with the same seed issue the same I/O).
     #[arg(long, value_name = "N")]
-    seed: Option<u64>,
+    pub(super) seed: Option<u64>,
+    /// Run a named suite of the drive test protocol instead of one workload.
+    #[arg(long, value_name = "NAME", help_heading = "Suites")]
+    pub(super) suite: Option<String>,
+    /// List the suites and what each runs.
+    #[arg(long = "list-suites", help_heading = "Suites")]
+    pub(super) list_suites: bool,
+    /// How long a suite takes: quick (a minute on a small file), standard or full (hours).
+    #[arg(
+        long,
+        default_value = "standard",
+        value_name = "SCALE",
+        help_heading = "Suites"
+    )]
+    pub(super) scale: String,
+    /// Length of one round (overrides the scale's).
+    #[arg(long = "round-time", value_name = "DURATION", help_heading = "Suites")]
+    pub(super) round_time: Option<String>,
+    /// Most rounds a steady-state phase takes before giving up (overrides the scale's).
+    #[arg(long = "max-rounds", value_name = "N", help_heading = "Suites")]
+    pub(super) max_rounds: Option<u32>,
+    /// Workload-independent preconditioning passes (overrides the scale's).
+    #[arg(
+        long = "precondition-passes",
+        value_name = "N",
+        help_heading = "Suites"
+    )]
+    pub(super) precondition_passes: Option<u32>,
+    /// Rated 4K random read IOPS, to set measured against the datasheet in reports.
+    #[arg(long = "rated-read-iops", value_name = "IOPS", help_heading = "Suites")]
+    pub(super) rated_read_iops: Option<f64>,
+    /// Rated 4K random write IOPS.
+    #[arg(
+        long = "rated-write-iops",
+        value_name = "IOPS",
+        help_heading = "Suites"
+    )]
+    pub(super) rated_write_iops: Option<f64>,
+    /// Rated sequential read bandwidth (bytes per second, e.g. 3.2GB).
+    #[arg(long = "rated-seq-read", value_name = "SIZE", help_heading = "Suites")]
+    pub(super) rated_seq_read: Option<String>,
+    /// Rated sequential write bandwidth (bytes per second).
+    #[arg(long = "rated-seq-write", value_name = "SIZE", help_heading = "Suites")]
+    pub(super) rated_seq_write: Option<String>,
     /// Job name, shown in the output (fio habit).
     #[arg(long, value_name = "NAME")]
-    name: Option<String>,
+    pub(super) name: Option<String>,
 }
 
 /// Size or percentage, as fio's --size and --offset take.
 #[derive(Debug, Clone, Copy)]
-enum Amount {
+pub(super) enum Amount {
     Bytes(u64),
     Fraction(f64),
 }
 
-fn amount(flag: &str, text: &str) -> Result<Amount, Failure> {
+pub(super) fn amount(flag: &str, text: &str) -> Result<Amount, Failure> {
     if text.trim().ends_with('%') {
         units::parse_percent(text)
             .map(Amount::Fraction)
@@ -203,7 +253,7 @@ fn amount(flag: &str, text: &str) -> Result<Amount, Failure> {
     }
 }
 
-fn duration(flag: &str, text: &str) -> Result<Duration, Failure> {
+pub(super) fn duration(flag: &str, text: &str) -> Result<Duration, Failure> {
     units::parse_duration(text).map_err(|e| Failure::usage(format!("--{flag}: {e}")))
 }
 
@@ -315,6 +365,7 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
     let mut spec = JobSpec {
         region,
         pattern,
+        random_pct: a.percentage_random,
         sizes,
         read_pct,
         distribution,
@@ -375,14 +426,20 @@ struct TargetInfo<'a> {
     alignment_bytes: u64,
 }
 
-pub fn run(a: BenchArgs) -> Result<u8, Failure> {
+/// The target path, created when missing and its size is known, then opened through the
+/// one gate for writes: read-only unless `writes`, and then only with a permit.
+pub(super) fn prepare_target(
+    a: &BenchArgs,
+    size: Option<Amount>,
+    offset: Option<Amount>,
+    writes: bool,
+    direct: bool,
+) -> Result<Target, Failure> {
     let path = a
         .target
         .clone()
         .or_else(|| a.filename.clone())
         .ok_or_else(|| Failure::usage("give a target: a file or block device"))?;
-    let (job, size, offset) = build_job(&a)?;
-
     // A missing file target is created when its size is known.
     let exists = std::fs::symlink_metadata(&path).is_ok();
     if !exists {
@@ -418,7 +475,7 @@ pub fn run(a: BenchArgs) -> Result<u8, Failure> {
     // The one gate for writes.
     let meta = std::fs::metadata(&path)
         .map_err(|_| Failure::runtime(target::TargetError::NotFound(path.clone())))?;
-    let permit = if job.writes() {
+    let permit = if writes {
         if std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type()) {
             let info = device::inspect(&path).map_err(Failure::runtime)?;
             let req = WriteRequest {
@@ -433,22 +490,41 @@ pub fn run(a: BenchArgs) -> Result<u8, Failure> {
     } else {
         None
     };
-    let target = Target::open(&path, job.direct(), permit.as_ref()).map_err(Failure::runtime)?;
+    Target::open(&path, direct, permit.as_ref()).map_err(Failure::runtime)
+}
+
+/// Stops the run on SIGINT and SIGTERM (the result is still written).
+pub(super) fn stop_on_signals() -> RunControl {
+    let control = RunControl::new();
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, control.flag());
+    }
+    control
+}
+
+pub fn run(a: BenchArgs) -> Result<u8, Failure> {
+    if a.list_suites {
+        print!("{}", super::suite::list());
+        return Ok(0);
+    }
+    if a.suite.is_some() {
+        return super::suite::run(&a);
+    }
+    let (job, size, offset) = build_job(&a)?;
+    let target = prepare_target(&a, size, offset, job.writes(), job.direct())?;
+    let path = target.path().to_path_buf();
 
     // Without --runtime or --io-size: one pass over the region per worker (as fio does).
     let job = if a.runtime.is_none() && a.io_size.is_none() {
         let region = target.resolve(&job).map_err(Failure::runtime)?;
-        let mut spec = job_to_spec(&job);
+        let mut spec = job.to_spec();
         spec.stop = Stop::Bytes(region.len * job.workers() as u64);
         spec.validate().map_err(Failure::usage)?
     } else {
         job
     };
 
-    let control = RunControl::new();
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register(sig, control.flag());
-    }
+    let control = stop_on_signals();
     let progress = Progress::new(&job);
     let mut on_interval = |i: &IntervalSummary| progress.update(i);
     let result = engine::run(&job, &target, &control, &mut on_interval);
@@ -503,27 +579,6 @@ pub fn run(a: BenchArgs) -> Result<u8, Failure> {
 impl BenchArgs {
     fn output_format_is_json(&self) -> bool {
         self.output_format == OutputFormat::Json
-    }
-}
-
-fn job_to_spec(job: &Job) -> JobSpec {
-    JobSpec {
-        region: job.region(),
-        pattern: job.pattern(),
-        sizes: job.sizes().clone(),
-        read_pct: job.read_pct(),
-        distribution: job.distribution.clone(),
-        depth: job.depth(),
-        workers: job.workers(),
-        stop: job.stop(),
-        ramp: job.ramp(),
-        rate: job.rate(),
-        direct: job.direct(),
-        verify: job.verify(),
-        interval: job.interval(),
-        error_limit: job.error_limit,
-        seed: job.seed,
-        backend: job.backend,
     }
 }
 

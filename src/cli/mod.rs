@@ -3,6 +3,8 @@
 
 mod bench;
 mod health;
+mod report;
+mod suite;
 
 use std::process::ExitCode;
 
@@ -28,6 +30,9 @@ enum Command {
     /// Read one drive's health (NVMe by ioctl, SATA/SAS through smartctl): verdict,
     /// SMART data and an endurance estimate.
     Health(Box<health::HealthArgs>),
+    /// Write one self-contained HTML page with the charts of one or more suite result
+    /// documents (several are compared side by side).
+    Report(Box<report::ReportArgs>),
 }
 
 /// An error with the exit status it deserves.
@@ -71,6 +76,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(args) => bench::run(*args),
         Command::Health(args) => health::run(*args),
+        Command::Report(args) => report::run(*args),
     };
     match result {
         Ok(status) => ExitCode::from(status),

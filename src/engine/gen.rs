@@ -1,7 +1,9 @@
 //! Where the next I/O goes, how big it is and which way: a per-worker generator with no
 //! allocation and no shared state (the hot path calls [`OpGen::next`] once per I/O).
 
-use super::job::{Distribution, Job, Pattern, SizeMix};
+#[cfg(test)]
+use super::job::Pattern;
+use super::job::{Distribution, Job, SizeMix};
 
 /// xoshiro256++ (Blackman and Vigna): fast, 256 bits of state, passes BigCrush.
 #[derive(Debug, Clone)]
@@ -82,7 +84,9 @@ pub struct OpGen {
     start: u64,
     len: u64,
     align: u64,
-    pattern: Pattern,
+    /// I/Os go to a random offset when `rng.below(10_000) < random_threshold`, else to
+    /// the next sequential one.
+    random_threshold: u64,
     /// Cumulative weights, and sizes, of the transfer size mix.
     size_cum: [u64; MAX_SIZES],
     sizes: [u32; MAX_SIZES],
@@ -170,7 +174,7 @@ impl OpGen {
             start,
             len,
             align,
-            pattern: job.pattern,
+            random_threshold: job.random_pct as u64 * 100,
             size_cum,
             sizes,
             n_sizes: mix.entries().len(),
@@ -228,8 +232,13 @@ impl OpGen {
         let len = self.next_size();
         let read = self.next_dir();
         let l = len as u64;
-        let rel = match self.pattern {
-            Pattern::Sequential => {
+        let random = match self.random_threshold {
+            10_000 => true,
+            0 => false,
+            t => self.rng.below(10_000) < t,
+        };
+        let rel = match random {
+            false => {
                 if self.cursor + l > self.len {
                     self.cursor = 0;
                 }
@@ -237,8 +246,8 @@ impl OpGen {
                 self.cursor += l;
                 o
             }
-            Pattern::Random if self.n_zones == 0 => self.offset_in(0, self.len, l),
-            Pattern::Random => {
+            true if self.n_zones == 0 => self.offset_in(0, self.len, l),
+            true => {
                 let r = self.rng.below(self.zone_cum[self.n_zones - 1]);
                 let mut i = 0;
                 while i + 1 < self.n_zones && r >= self.zone_cum[i] {
@@ -337,6 +346,28 @@ mod tests {
         let mut g = OpGen::new(&j, 0, 3 * 4096, 4096, 4096, 0).unwrap();
         let offs: Vec<u64> = (0..5).map(|_| g.next_op().offset).collect();
         assert_eq!(offs, vec![4096, 8192, 0, 4096, 8192]);
+    }
+
+    #[test]
+    fn random_share_mixes_sequential_runs_in() {
+        let j = job(|s| {
+            s.random_pct = Some(25);
+            s.sizes = SizeMix::single(4096).unwrap();
+        });
+        let mut g = OpGen::new(&j, 0, 1 << 30, 4096, 0, 11).unwrap();
+        // A sequential op lands right after the previous sequential one; count them.
+        let n = 200_000;
+        let mut seq = 0;
+        let mut cursor = 0u64;
+        for _ in 0..n {
+            let o = g.next_op().offset;
+            if o == cursor {
+                seq += 1;
+                cursor = o + 4096;
+            }
+        }
+        let share = seq as f64 / n as f64 * 100.0;
+        assert!((share - 75.0).abs() < 1.0, "sequential share {share}");
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub enum JobError {
     Distribution(String),
     #[error("read share {0}% is out of range: give 0 to 100")]
     ReadShare(u32),
+    #[error("random share {0}% is out of range: give 0 to 100")]
+    RandomShare(u32),
     #[error("{what} must be more than 0")]
     Zero { what: &'static str },
     #[error("block size {0} is not a multiple of 512 bytes")]
@@ -272,6 +274,9 @@ pub enum BackendChoice {
 pub struct JobSpec {
     pub region: RegionSpec,
     pub pattern: Pattern,
+    /// Share of I/Os at random offsets, the rest sequential (fio's percentage_random);
+    /// None: 100 for a random pattern, 0 for a sequential one.
+    pub random_pct: Option<u32>,
     pub sizes: SizeMix,
     pub read_pct: u32,
     pub distribution: Distribution,
@@ -293,6 +298,7 @@ impl Default for JobSpec {
         JobSpec {
             region: RegionSpec::Whole,
             pattern: Pattern::Random,
+            random_pct: None,
             sizes: SizeMix {
                 entries: vec![(4096, 1)],
             },
@@ -318,6 +324,8 @@ impl Default for JobSpec {
 pub struct Job {
     pub(crate) region: RegionSpec,
     pub(crate) pattern: Pattern,
+    #[serde(rename = "percentage_random")]
+    pub(crate) random_pct: u32,
     #[serde(rename = "bs")]
     pub(crate) sizes: SizeMix,
     #[serde(rename = "rwmixread")]
@@ -347,6 +355,12 @@ impl JobSpec {
         if self.read_pct > 100 {
             return Err(JobError::ReadShare(self.read_pct));
         }
+        let random_pct = match (self.random_pct, self.pattern) {
+            (Some(r), _) if r > 100 => return Err(JobError::RandomShare(r)),
+            (Some(r), _) => r,
+            (None, Pattern::Random) => 100,
+            (None, Pattern::Sequential) => 0,
+        };
         if self.depth == 0 {
             return Err(JobError::Zero {
                 what: "queue depth (--iodepth)",
@@ -384,6 +398,7 @@ impl JobSpec {
         Ok(Job {
             region: self.region,
             pattern: self.pattern,
+            random_pct,
             sizes: self.sizes,
             read_pct: self.read_pct,
             distribution: self.distribution,
@@ -403,6 +418,29 @@ impl JobSpec {
 }
 
 impl Job {
+    /// The spec this job was validated from, to change and validate again.
+    pub fn to_spec(&self) -> JobSpec {
+        JobSpec {
+            region: self.region,
+            pattern: self.pattern,
+            random_pct: Some(self.random_pct),
+            sizes: self.sizes.clone(),
+            read_pct: self.read_pct,
+            distribution: self.distribution.clone(),
+            depth: self.depth,
+            workers: self.workers,
+            stop: self.stop,
+            ramp: self.ramp,
+            rate: self.rate,
+            direct: self.direct,
+            verify: self.verify,
+            interval: self.interval,
+            error_limit: self.error_limit,
+            seed: self.seed,
+            backend: self.backend,
+        }
+    }
+
     /// True when the job writes at all.
     pub fn writes(&self) -> bool {
         self.read_pct < 100
@@ -427,6 +465,9 @@ impl Job {
     }
     pub fn pattern(&self) -> Pattern {
         self.pattern
+    }
+    pub fn random_pct(&self) -> u32 {
+        self.random_pct
     }
     pub fn rate(&self) -> Option<RateLimit> {
         self.rate

@@ -93,21 +93,36 @@ pub fn probe_io_uring() -> Result<(), String> {
 #[derive(Debug, Clone, Default)]
 pub struct RunControl {
     stop: Arc<AtomicBool>,
+    parent: Option<Arc<AtomicBool>>,
 }
 
 impl RunControl {
     pub fn new() -> Self {
         Self::default()
     }
+    /// A control for one part of a larger run: stopping it stops only the part;
+    /// stopping `self` stops the part too.
+    pub fn child(&self) -> RunControl {
+        RunControl {
+            stop: Arc::new(AtomicBool::new(false)),
+            parent: Some(self.stop.clone()),
+        }
+    }
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
+    }
+    /// True when the enclosing run (not just this part) was stopped.
+    pub fn parent_stopped(&self) -> bool {
+        self.parent
+            .as_ref()
+            .is_some_and(|p| p.load(Ordering::Relaxed))
     }
     /// The flag itself, for a signal handler to set.
     pub fn flag(&self) -> Arc<AtomicBool> {
         self.stop.clone()
     }
     pub fn is_stopped(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
+        self.stop.load(Ordering::Relaxed) || self.parent_stopped()
     }
 }
 
@@ -217,6 +232,7 @@ pub fn run(
 
     let shared = Shared {
         stop: control.stop.clone(),
+        parent_stop: control.parent.clone(),
         errors: AtomicU64::new(0),
         error_limit: job.error_limit,
     };

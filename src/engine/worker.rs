@@ -79,6 +79,8 @@ pub struct WorkerOutcome {
 /// stop requests) or with relaxed loads once per loop.
 pub struct Shared {
     pub stop: Arc<AtomicBool>,
+    /// The stop flag of an enclosing run (a suite's Ctrl-C), when there is one.
+    pub parent_stop: Option<Arc<AtomicBool>>,
     pub errors: AtomicU64,
     pub error_limit: u64,
 }
@@ -96,6 +98,17 @@ struct GateState {
     ready: usize,
     t0: Option<u64>,
     aborted: bool,
+}
+
+impl Shared {
+    #[inline]
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+            || self
+                .parent_stop
+                .as_ref()
+                .is_some_and(|p| p.load(Ordering::Relaxed))
+    }
 }
 
 impl StartGate {
@@ -205,6 +218,11 @@ struct Core {
 
 impl Core {
     fn new(s: WorkerSetup, t0: u64) -> Core {
+        if s.rate.is_some() {
+            // Open loop sleeps between I/Os: wake on time, not up to 50 us late (the
+            // default timer slack), or the schedule drifts at high rates.
+            let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
+        }
         let (gap, arrival) = match s.rate {
             Some((iops, arr)) => (1e9 / iops, Some(arr)),
             None => (0.0, None),
@@ -267,9 +285,7 @@ impl Core {
     #[inline]
     fn check_stop(&mut self, now: u64, shared: &Shared) {
         if !self.stopping
-            && (now >= self.tl.end
-                || self.issued_bytes >= self.byte_budget
-                || shared.stop.load(Ordering::Relaxed))
+            && (now >= self.tl.end || self.issued_bytes >= self.byte_budget || shared.stopped())
         {
             self.stopping = true;
         }

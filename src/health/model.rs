@@ -1,9 +1,10 @@
 //! One health model across transports (NVMe, SATA, SAS). Every field is an `Option`:
 //! unknown is `None`, never a made-up zero. Parsers fill it; [`assess`] gives the verdict.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Transport {
     Nvme,
@@ -29,7 +30,7 @@ impl Transport {
 }
 
 /// Who the drive is.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
 pub struct Identity {
     pub model: Option<String>,
     pub serial: Option<String>,

@@ -122,3 +122,60 @@ pub fn namespace_id(file: &File) -> io::Result<u32> {
         Ok(rc as u32)
     }
 }
+
+// --- Purge: Format NVM and Sanitize (these destroy data; see `protocol::purge`). ---
+
+const OPC_FORMAT_NVM: u8 = 0x80;
+const OPC_SANITIZE: u8 = 0x84;
+
+/// An admin command that transfers no data, with its own timeout (Format NVM can take
+/// minutes to hours; the kernel resets the controller when a command outlives it).
+fn admin_no_data(file: &File, mut cmd: PassthruCmd, timeout_ms: u32) -> Result<u32, AdminError> {
+    cmd.addr = 0;
+    cmd.data_len = 0;
+    cmd.timeout_ms = timeout_ms;
+    // SAFETY: `cmd` is a properly laid out `nvme_passthru_cmd` (size asserted above) that
+    // lives across the call; with `addr` 0 and `data_len` 0 the kernel maps no user buffer
+    // and writes only `cmd.result`. The fd is valid for the borrow of `file`.
+    let rc = unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            NVME_IOCTL_ADMIN_CMD,
+            &mut cmd as *mut PassthruCmd,
+        )
+    };
+    if rc < 0 {
+        return Err(AdminError::Os(io::Error::last_os_error()));
+    }
+    if rc > 0 {
+        return Err(AdminError::Status(rc));
+    }
+    Ok(cmd.result)
+}
+
+/// Format NVM (opcode 80h) of namespace `nsid` with command dword 10 `cdw10` (LBAF, MSET,
+/// PI, PIL, SES, LBAFU). Destroys the namespace's data (or, when the controller's FNA says
+/// so, every namespace's). Blocks until the controller completes it or `timeout_ms` passes.
+pub fn format_nvm(file: &File, nsid: u32, cdw10: u32, timeout_ms: u32) -> Result<(), AdminError> {
+    let cmd = PassthruCmd {
+        opcode: OPC_FORMAT_NVM,
+        nsid,
+        cdw10,
+        ..Default::default()
+    };
+    admin_no_data(file, cmd, timeout_ms).map(|_| ())
+}
+
+/// Sanitize (opcode 84h) with command dword 10 `cdw10` (SANACT, AUSE, OWPASS, OIPBP, NDAS)
+/// and 11 `cdw11` (overwrite pattern). Acts on the whole NVM subsystem. Returns when the
+/// controller has accepted it; the operation runs on in the background (poll the Sanitize
+/// Status log, 81h).
+pub fn sanitize(file: &File, cdw10: u32, cdw11: u32) -> Result<(), AdminError> {
+    let cmd = PassthruCmd {
+        opcode: OPC_SANITIZE,
+        cdw10,
+        cdw11,
+        ..Default::default()
+    };
+    admin_no_data(file, cmd, 60_000).map(|_| ())
+}

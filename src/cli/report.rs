@@ -1,0 +1,34 @@
+//! `driveprobe report`: one self-contained HTML page from suite result documents.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::Failure;
+use crate::report;
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "The page needs no network and no JavaScript: the charts are inline SVG. Several documents are overlaid in the same charts, one colour each, named by drive model and serial (or file name)."
+)]
+pub struct ReportArgs {
+    /// Result documents of suite runs (JSON, as a suite writes them).
+    #[arg(value_name = "RESULT.json", required = true)]
+    results: Vec<PathBuf>,
+    /// The HTML file to write.
+    #[arg(short, long, value_name = "FILE", default_value = "report.html")]
+    output: PathBuf,
+}
+
+pub fn run(a: ReportArgs) -> Result<u8, Failure> {
+    let mut docs = Vec::with_capacity(a.results.len());
+    for path in a.results {
+        let doc = report::load(&path).map_err(Failure::runtime)?;
+        docs.push((path, doc));
+    }
+    let html = report::render(&report::label_documents(docs));
+    std::fs::write(&a.output, html)
+        .map_err(|e| Failure::runtime(format!("{}: {e}", a.output.display())))?;
+    println!("{}", a.output.display());
+    Ok(0)
+}

@@ -1,0 +1,352 @@
+//! `driveprobe bench --suite NAME`: a whole suite of the drive test protocol, with a
+//! progress bar per phase, a summary table at the end, and the result document.
+
+use std::io::{IsTerminal, Write};
+
+use super::bench::{self, Amount, BenchArgs, OutputFormat};
+use super::Failure;
+use crate::health::model::{Identity, Transport};
+use crate::protocol::result::{Phase, Rated, Round, SuiteResult};
+use crate::protocol::steady::Check;
+use crate::protocol::suite::{self, Observer, Scale, SuiteOptions};
+use crate::target::{Target, TargetKind};
+use crate::units;
+
+/// `--list-suites`.
+pub fn list() -> String {
+    let mut out = String::new();
+    for s in suite::suites() {
+        out.push_str(&format!("{}\n  {}\n", s.name, s.about));
+        for step in s.describe_steps() {
+            out.push_str(&format!("    - {step}\n"));
+        }
+    }
+    out.push_str("\nScales (--scale): quick (0.5 s rounds, at most 10: about a minute on a 256 MiB file), standard (10 s rounds, at most 25), full (60 s rounds, at most 25, as SNIA PTS).\n");
+    out
+}
+
+fn scale(a: &BenchArgs) -> Result<Scale, Failure> {
+    let mut s = Scale::named(&a.scale).map_err(Failure::usage)?;
+    if let Some(r) = &a.round_time {
+        s.round = bench::duration("round-time", r)?;
+        if s.round.is_zero() {
+            return Err(Failure::usage("--round-time: must be more than 0"));
+        }
+    }
+    if let Some(m) = a.max_rounds {
+        if (m as usize) < s.rule.window {
+            return Err(Failure::usage(format!(
+                "--max-rounds: at least {} (the steady-state window)",
+                s.rule.window
+            )));
+        }
+        s.rule.max_rounds = m as usize;
+    }
+    if let Some(p) = a.precondition_passes {
+        s.precondition_passes = p;
+    }
+    Ok(s)
+}
+
+fn rated(a: &BenchArgs) -> Result<Option<Rated>, Failure> {
+    let bw = |flag: &str, v: &Option<String>| -> Result<Option<f64>, Failure> {
+        v.as_deref()
+            .map(|t| {
+                units::parse_size(t)
+                    .map(|b| b as f64)
+                    .map_err(|e| Failure::usage(format!("--{flag}: {e}")))
+            })
+            .transpose()
+    };
+    let r = Rated {
+        read_iops_4k: a.rated_read_iops,
+        write_iops_4k: a.rated_write_iops,
+        seq_read_bytes_per_second: bw("rated-seq-read", &a.rated_seq_read)?,
+        seq_write_bytes_per_second: bw("rated-seq-write", &a.rated_seq_write)?,
+    };
+    Ok((r != Rated::default()).then_some(r))
+}
+
+fn identity(target: &Target) -> Option<Identity> {
+    match target.kind() {
+        TargetKind::BlockDevice { device: info } => Some(Identity {
+            model: info.identity.model.clone(),
+            serial: info.identity.serial.clone(),
+            wwn: info.identity.wwn.clone(),
+            transport: if info.name.starts_with("nvme") {
+                Transport::Nvme
+            } else {
+                Transport::Unknown
+            },
+            capacity_bytes: Some(info.size_bytes),
+            logical_block_size: Some(info.logical_block_size),
+            ..Default::default()
+        }),
+        TargetKind::File => None,
+    }
+}
+
+/// Progress on stderr: a bar per phase on a terminal, a line per phase otherwise.
+struct Progress {
+    tty: bool,
+    quiet: bool,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Observer for Progress {
+    fn phase(&mut self, index: usize, total: usize, what: &str, max_rounds: u32) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+        if self.quiet {
+            return;
+        }
+        let head = format!("[{}/{}] {what}", index + 1, total);
+        if self.tty && max_rounds > 0 {
+            let bar = indicatif::ProgressBar::with_draw_target(
+                Some(max_rounds as u64),
+                indicatif::ProgressDrawTarget::stderr(),
+            );
+            if let Ok(s) = indicatif::ProgressStyle::with_template(
+                "{prefix} [{bar:20}] round {pos}/{len} (at most) {msg} eta {eta}",
+            ) {
+                bar.set_style(s.progress_chars("=> "));
+            }
+            bar.set_prefix(head);
+            bar.enable_steady_tick(std::time::Duration::from_millis(250));
+            self.bar = Some(bar);
+        } else {
+            eprintln!("driveprobe: {head}");
+        }
+    }
+
+    fn round(&mut self, round: &Round, steady: Option<&Check>) {
+        if let Some(b) = &self.bar {
+            b.inc(1);
+            let mut msg = format!("{:.0} IOPS, avg {}", round.iops, ms(round.lat_mean_ns));
+            if let Some(c) = steady {
+                msg += &format!(
+                    ", window range {:.0}% slope {:.0}%{}",
+                    c.range_ratio * 100.0,
+                    c.excursion_ratio * 100.0,
+                    if c.steady { " STEADY" } else { "" }
+                );
+            }
+            b.set_message(msg);
+        }
+    }
+}
+
+fn ms(ns: f64) -> String {
+    if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{:.1} us", ns / 1e3)
+    }
+}
+
+pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
+    let name = a.suite.as_deref().unwrap_or_default();
+    let suite = suite::find(name).map_err(Failure::usage)?;
+    if a.offset.is_some() {
+        return Err(Failure::usage(
+            "--offset does not apply to suites: they use the whole target (give a file or device of the size to test)",
+        ));
+    }
+    let scale = scale(a)?;
+    let rated = rated(a)?;
+    let size = a
+        .size
+        .as_deref()
+        .map(|s| bench::amount("size", s))
+        .transpose()?;
+    if matches!(size, Some(Amount::Fraction(_))) {
+        return Err(Failure::usage(
+            "--size with a suite is the size of a file to create, in bytes",
+        ));
+    }
+    let direct = !(a.buffered || a.direct == Some(0));
+    let target = bench::prepare_target(a, size, None, true, direct)?;
+    let opts = SuiteOptions {
+        scale,
+        drive: identity(&target),
+        rated,
+        seed: a.seed,
+    };
+    let control = bench::stop_on_signals();
+    let json = a.output_format == OutputFormat::Json;
+    let mut progress = Progress {
+        tty: std::io::stderr().is_terminal(),
+        quiet: json,
+        bar: None,
+    };
+    let (result, error) = suite::run_suite(&suite, &target, &opts, &control, &mut progress);
+    if let Some(b) = progress.bar.take() {
+        b.finish_and_clear();
+    }
+    let doc = serde_json::to_string_pretty(&result)
+        .map_err(|e| Failure::runtime(format!("could not encode the result: {e}")))?;
+    if let Some(out) = &a.output {
+        std::fs::write(out, format!("{doc}\n")).map_err(|e| {
+            Failure::runtime(format!("{}: cannot write the result: {e}", out.display()))
+        })?;
+    }
+    let mut stdout = std::io::stdout().lock();
+    let printed = if json {
+        writeln!(stdout, "{doc}")
+    } else {
+        write!(stdout, "{}", summary(&result))
+    };
+    if let Err(e) = printed {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(Failure::runtime(format!("cannot write to stdout: {e}")));
+        }
+    }
+    match error {
+        Some(e) => Err(Failure::runtime(e)),
+        None if !result.complete => Err(Failure::runtime(format!(
+            "suite {} incomplete: {}",
+            result.suite,
+            result.incomplete_reason.as_deref().unwrap_or("stopped")
+        ))),
+        None => Ok(0),
+    }
+}
+
+/// The summary table printed at the end.
+pub fn summary(r: &SuiteResult) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "suite {} ({} scale) on {}, engine {}, {:.0} s{}",
+        r.suite,
+        r.scale,
+        r.target,
+        r.engine,
+        r.ended_unix_seconds - r.started_unix_seconds,
+        if r.complete { "" } else { ", INCOMPLETE" }
+    );
+    let mut steady_rows = Vec::new();
+    for p in &r.phases {
+        match p {
+            Phase::Purge { method, seconds } => {
+                let _ = writeln!(o, "  purge: {method} ({seconds:.1} s)");
+            }
+            Phase::Precondition {
+                passes,
+                bytes,
+                seconds,
+            } => {
+                let _ = writeln!(
+                    o,
+                    "  precondition: {passes} pass(es), {} written ({seconds:.1} s)",
+                    units::format_size(*bytes)
+                );
+            }
+            Phase::Fill { bytes, seconds } => {
+                let _ = writeln!(
+                    o,
+                    "  fill: {} written ({seconds:.1} s)",
+                    units::format_size(*bytes)
+                );
+            }
+            Phase::SteadyState {
+                workload,
+                steady,
+                rounds,
+                burst,
+                steady_figures,
+            } => steady_rows.push(format!(
+                "  {:<14} {:>10.0} {:>10.0} {:>10} {:>10} {:>10} {:>10}  {}",
+                workload.name,
+                burst.iops,
+                steady_figures.iops,
+                ms(steady_figures.lat_mean_ns),
+                ms(steady_figures.lat_max_ns as f64),
+                ms(steady_figures.lat_stddev_ns),
+                rounds.len(),
+                match steady.steady_round {
+                    Some(s) => format!("steady at round {}", s + 1),
+                    None => "NOT steady".to_string(),
+                }
+            )),
+            Phase::Sweep { workload, points } => {
+                let _ = writeln!(o, "  sweep of {}:", workload.name);
+                for pt in points {
+                    let _ = writeln!(
+                        o,
+                        "    {:>6} {:>10.0} IOPS  avg {:>10}  max {:>10}",
+                        format!("{}T{}Q", pt.workers, pt.depth),
+                        pt.round.iops,
+                        ms(pt.round.lat_mean_ns),
+                        ms(pt.round.lat_max_ns as f64)
+                    );
+                }
+            }
+            Phase::RateCurve {
+                workload,
+                max_iops,
+                points,
+            } => {
+                let at = |f: f64| {
+                    points
+                        .iter()
+                        .find(|p| (p.fraction - f).abs() < 1e-9)
+                        .map(|p| ms(p.round.lat_mean_ns))
+                        .unwrap_or_else(|| "-".into())
+                };
+                let _ = writeln!(
+                    o,
+                    "  curve {:<26} max {:>10.0} IOPS; avg latency at 10% {}, 50% {}, 100% {}, 120% {}",
+                    workload.name,
+                    max_iops,
+                    at(0.1),
+                    at(0.5),
+                    at(1.0),
+                    at(1.2)
+                );
+            }
+            Phase::WriteSaturation {
+                workload,
+                rounds,
+                bytes_written,
+            } => {
+                let _ = writeln!(
+                    o,
+                    "  write saturation {}: {} rounds, {} written, first {:.0} IOPS, last {:.0} IOPS",
+                    workload.name,
+                    rounds.len(),
+                    units::format_size(bytes_written.last().copied().unwrap_or(0)),
+                    rounds.first().map_or(0.0, |r| r.iops),
+                    rounds.last().map_or(0.0, |r| r.iops)
+                );
+            }
+            Phase::Point { workload, round } => {
+                let _ = writeln!(
+                    o,
+                    "  {:<22} {:>10.0} IOPS  avg {:>10}  p99 {:>10}  max {:>10}",
+                    workload.name,
+                    round.iops,
+                    ms(round.lat_mean_ns),
+                    ms(round.read.lat_p99_ns.max(round.write.lat_p99_ns) as f64),
+                    ms(round.lat_max_ns as f64)
+                );
+            }
+        }
+    }
+    if !steady_rows.is_empty() {
+        let _ = writeln!(
+            o,
+            "  {:<14} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "workload", "burst IOPS", "steady", "avg lat", "max lat", "stddev", "rounds"
+        );
+        for row in steady_rows {
+            let _ = writeln!(o, "{row}");
+        }
+    }
+    if let Some(why) = &r.incomplete_reason {
+        let _ = writeln!(o, "  incomplete: {why}");
+    }
+    o
+}

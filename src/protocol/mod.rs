@@ -1,0 +1,9 @@
+//! The drive test protocol (PROTOCOL.md) as suites built on the engine: purge,
+//! preconditioning, steady state, thread/queue sweeps, rate curves, and their result
+//! document.
+
+pub mod purge;
+pub mod result;
+pub mod steady;
+pub mod suite;
+pub mod workloads;

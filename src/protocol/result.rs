@@ -1,0 +1,249 @@
+//! The result document of a suite run (a contract: `driveprobe report` and later tools
+//! read it). One JSON document per run, with a `schema_version`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::engine::IntervalSummary;
+use crate::health::model::Identity;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The JSON Schema of the result document (docs/result.schema.json is this, kept in step
+/// by a test).
+pub fn json_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(SuiteResult)).expect("a schema serializes")
+}
+
+/// One direction of one round (or one sweep or curve point).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DirFigures {
+    pub ops: u64,
+    pub iops: f64,
+    pub bw_bytes: f64,
+    pub lat_mean_ns: f64,
+    pub lat_stddev_ns: f64,
+    pub lat_max_ns: u64,
+    pub lat_p50_ns: u64,
+    pub lat_p99_ns: u64,
+    pub lat_p99_9_ns: u64,
+}
+
+/// One measured round: the four series the reviews plot (throughput, average latency,
+/// maximum latency, latency standard deviation), per direction and combined as the
+/// reviews combine them (IOPS added; mean and stddev averaged over the directions that
+/// ran, weighted by ops; max the larger).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Round {
+    pub index: u32,
+    /// Seconds from the start of the phase to the end of this round.
+    pub end_seconds: f64,
+    pub read: DirFigures,
+    pub write: DirFigures,
+    pub iops: f64,
+    pub lat_mean_ns: f64,
+    pub lat_max_ns: u64,
+    pub lat_stddev_ns: f64,
+}
+
+/// The workload of a phase, in fio's terms.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkloadDesc {
+    /// Short name: `4k-randread`, `8k-70-30`, `sql-90-10`...
+    pub name: String,
+    /// fio's rw name: randread, randwrite, randrw, read, write, rw.
+    pub rw: String,
+    /// Size or size mix (`4k`, `512:4,4k:67,...`).
+    pub bs: String,
+    pub rwmixread: u32,
+    pub workers: u32,
+    pub depth: u32,
+    /// Access distribution (`uniform`, `zoned:...`).
+    pub distribution: String,
+}
+
+/// The steady-state rule used, and whether and when it was met.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SteadyState {
+    pub window_rounds: u32,
+    /// Allowed range (max - min) as a share of the window mean.
+    pub max_range_ratio: f64,
+    /// Allowed excursion of the least-squares line across the window, as a share of the mean.
+    pub max_slope_excursion_ratio: f64,
+    pub max_rounds: u32,
+    pub attained: bool,
+    /// 0-based index of the round that completed the first steady window.
+    pub steady_round: Option<u32>,
+    /// Figures of the measurement window (the last `window_rounds` rounds).
+    pub window_mean_iops: f64,
+    pub window_range_ratio: f64,
+    pub window_slope_excursion_ratio: f64,
+}
+
+/// One point of a thread/queue sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SweepPoint {
+    pub workers: u32,
+    pub depth: u32,
+    pub round: Round,
+}
+
+/// One point of a rate curve.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CurvePoint {
+    /// Share of the maximum rate asked for (0.1 ... 1.2).
+    pub fraction: f64,
+    pub target_iops: f64,
+    pub round: Round,
+}
+
+/// What a phase did.
+// A document type, built once per phase and serialized: the size gap between variants
+// costs nothing worth boxing for.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Phase {
+    /// Purge: what was done (`nvme-format`, `blksecdiscard`, `blkdiscard`,
+    /// `overwrite`, `punch-hole`).
+    Purge { method: String, seconds: f64 },
+    /// Workload-independent preconditioning: sequential 128 KiB writes over the region.
+    Precondition {
+        passes: u32,
+        bytes: u64,
+        seconds: f64,
+    },
+    /// Fill the whole target once (sequential 128 KiB writes).
+    Fill { bytes: u64, seconds: f64 },
+    /// Precondition to steady state with the measured workload; every round recorded
+    /// from burst to steady.
+    SteadyState {
+        workload: WorkloadDesc,
+        steady: SteadyState,
+        rounds: Vec<Round>,
+        /// The first round (fresh drive).
+        burst: Round,
+        /// Averages over the steady window (or the last window when never steady).
+        steady_figures: Round,
+    },
+    /// The thread/queue matrix, one measured round per point.
+    Sweep {
+        workload: WorkloadDesc,
+        points: Vec<SweepPoint>,
+    },
+    /// Latency against load: the maximum rate, then fractions of it.
+    RateCurve {
+        workload: WorkloadDesc,
+        max_iops: f64,
+        points: Vec<CurvePoint>,
+    },
+    /// Write saturation: IOPS against time and against bytes written.
+    WriteSaturation {
+        workload: WorkloadDesc,
+        rounds: Vec<Round>,
+        /// Cumulative bytes written at the end of each round.
+        bytes_written: Vec<u64>,
+    },
+    /// One measured round of a fixed workload (latency and IOPS matrix points).
+    Point {
+        workload: WorkloadDesc,
+        round: Round,
+    },
+}
+
+/// Rated figures from the datasheet, when the user gave them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Rated {
+    pub read_iops_4k: Option<f64>,
+    pub write_iops_4k: Option<f64>,
+    pub seq_read_bytes_per_second: Option<f64>,
+    pub seq_write_bytes_per_second: Option<f64>,
+}
+
+/// The whole result of one suite run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SuiteResult {
+    pub schema_version: u32,
+    pub driveprobe_version: String,
+    pub suite: String,
+    /// quick, standard or full (or custom).
+    pub scale: String,
+    pub target: String,
+    pub target_bytes: u64,
+    /// Identity of the drive, when known.
+    pub drive: Option<Identity>,
+    pub engine: String,
+    pub started_unix_seconds: f64,
+    pub ended_unix_seconds: f64,
+    /// False when the run was stopped (Ctrl-C) or failed part-way.
+    pub complete: bool,
+    pub incomplete_reason: Option<String>,
+    pub rated: Option<Rated>,
+    pub phases: Vec<Phase>,
+}
+
+fn dir(d: &crate::engine::IntervalDir) -> DirFigures {
+    DirFigures {
+        ops: d.ops,
+        iops: d.iops,
+        bw_bytes: d.bw_bytes,
+        lat_mean_ns: d.lat_ns.mean,
+        lat_stddev_ns: d.lat_ns.stddev,
+        lat_max_ns: d.lat_ns.max,
+        lat_p50_ns: d.lat_ns.p50,
+        lat_p99_ns: d.lat_ns.p99,
+        lat_p99_9_ns: d.lat_ns.p99_9,
+    }
+}
+
+impl Round {
+    /// A round from one engine interval.
+    pub fn from_interval(index: u32, end_seconds: f64, i: &IntervalSummary) -> Round {
+        let read = dir(&i.read);
+        let write = dir(&i.write);
+        let ops = read.ops + write.ops;
+        let w = |r: f64, wv: f64| {
+            if ops == 0 {
+                0.0
+            } else {
+                (r * read.ops as f64 + wv * write.ops as f64) / ops as f64
+            }
+        };
+        Round {
+            index,
+            end_seconds,
+            iops: read.iops + write.iops,
+            lat_mean_ns: w(read.lat_mean_ns, write.lat_mean_ns),
+            lat_stddev_ns: w(read.lat_stddev_ns, write.lat_stddev_ns),
+            lat_max_ns: read.lat_max_ns.max(write.lat_max_ns),
+            read,
+            write,
+        }
+    }
+
+    /// The average of several rounds (steady window figures); max is the largest.
+    pub fn average(rounds: &[Round]) -> Round {
+        let n = rounds.len().max(1) as f64;
+        let avg_dir = |f: &dyn Fn(&Round) -> &DirFigures| DirFigures {
+            ops: rounds.iter().map(|r| f(r).ops).sum(),
+            iops: rounds.iter().map(|r| f(r).iops).sum::<f64>() / n,
+            bw_bytes: rounds.iter().map(|r| f(r).bw_bytes).sum::<f64>() / n,
+            lat_mean_ns: rounds.iter().map(|r| f(r).lat_mean_ns).sum::<f64>() / n,
+            lat_stddev_ns: rounds.iter().map(|r| f(r).lat_stddev_ns).sum::<f64>() / n,
+            lat_max_ns: rounds.iter().map(|r| f(r).lat_max_ns).max().unwrap_or(0),
+            lat_p50_ns: (rounds.iter().map(|r| f(r).lat_p50_ns as f64).sum::<f64>() / n) as u64,
+            lat_p99_ns: (rounds.iter().map(|r| f(r).lat_p99_ns as f64).sum::<f64>() / n) as u64,
+            lat_p99_9_ns: (rounds.iter().map(|r| f(r).lat_p99_9_ns as f64).sum::<f64>() / n) as u64,
+        };
+        Round {
+            index: rounds.last().map_or(0, |r| r.index),
+            end_seconds: rounds.last().map_or(0.0, |r| r.end_seconds),
+            read: avg_dir(&|r| &r.read),
+            write: avg_dir(&|r| &r.write),
+            iops: rounds.iter().map(|r| r.iops).sum::<f64>() / n,
+            lat_mean_ns: rounds.iter().map(|r| r.lat_mean_ns).sum::<f64>() / n,
+            lat_max_ns: rounds.iter().map(|r| r.lat_max_ns).max().unwrap_or(0),
+            lat_stddev_ns: rounds.iter().map(|r| r.lat_stddev_ns).sum::<f64>() / n,
+        }
+    }
+}

@@ -1,0 +1,827 @@
+//! Suites: named sequences of protocol steps, and the runner that executes them on the
+//! engine and writes the result document. The daemon's scheduled runs call the same
+//! runner.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use super::purge;
+use super::result::{
+    CurvePoint, DirFigures, Phase, Rated, Round, SteadyState, SuiteResult, SweepPoint,
+    SCHEMA_VERSION,
+};
+use super::steady::{self, Rule};
+use super::workloads::{self as w, Workload};
+use crate::engine::{
+    self, Arrival, DirSummary, EngineError, JobError, RateLimit, RegionSpec, RunControl, RunResult,
+    Stop,
+};
+use crate::health::model::Identity;
+use crate::target::{Region, Target};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SuiteError {
+    #[error("no suite named '{0}': see driveprobe bench --list-suites")]
+    Unknown(String),
+    #[error("'{0}' is not a scale: give quick, standard or full")]
+    Scale(String),
+    #[error("suite {suite}, {phase}: {source}")]
+    Engine {
+        suite: String,
+        phase: String,
+        source: EngineError,
+    },
+    #[error("suite {suite}, {phase}: {source}")]
+    Job {
+        suite: String,
+        phase: String,
+        source: JobError,
+    },
+    #[error("suite {suite}, {phase}: {source}")]
+    Purge {
+        suite: String,
+        phase: String,
+        source: purge::PurgeError,
+    },
+    #[error("suite {0}: the target is read-only, and every suite writes: it needs a write permit")]
+    ReadOnly(String),
+}
+
+/// How long things take: the same suite runs in a minute on a small file for tests and
+/// demos, and for hours on a real drive.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Scale {
+    pub name: &'static str,
+    /// Length of one measured round.
+    #[serde(with = "secs")]
+    pub round: Duration,
+    /// Unmeasured warm-up before each sweep, curve and matrix point.
+    #[serde(with = "secs")]
+    pub ramp: Duration,
+    /// Steady-state rule (window, tolerances, give-up round count).
+    pub rule: Rule,
+    /// Workload-independent preconditioning passes over the region (SNIA: 2).
+    pub precondition_passes: u32,
+    /// Write saturation stops after this many rounds if 4x the region was not written.
+    pub wsat_max_rounds: u32,
+}
+
+mod secs {
+    pub fn serialize<S: serde::Serializer>(
+        d: &std::time::Duration,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+}
+
+impl Scale {
+    pub fn named(name: &str) -> Result<Scale, SuiteError> {
+        let rule = Rule::default();
+        Ok(match name {
+            "quick" => Scale {
+                name: "quick",
+                round: Duration::from_millis(500),
+                ramp: Duration::from_millis(100),
+                rule: Rule {
+                    max_rounds: 10,
+                    ..rule
+                },
+                precondition_passes: 1,
+                wsat_max_rounds: 20,
+            },
+            "standard" => Scale {
+                name: "standard",
+                round: Duration::from_secs(10),
+                ramp: Duration::from_secs(2),
+                rule,
+                precondition_passes: 2,
+                wsat_max_rounds: 360,
+            },
+            "full" => Scale {
+                name: "full",
+                round: Duration::from_secs(60),
+                ramp: Duration::from_secs(5),
+                rule,
+                precondition_passes: 2,
+                wsat_max_rounds: 1440,
+            },
+            other => return Err(SuiteError::Scale(other.to_string())),
+        })
+    }
+}
+
+/// One step of a suite.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    Purge,
+    Precondition,
+    Fill,
+    /// Test only the first share of the target from here on.
+    Region(f64),
+    SteadyState(Workload),
+    Sweep(Workload, &'static [u32], &'static [u32]),
+    RateCurve(Workload),
+    WriteSaturation(Workload),
+    Point(Workload),
+}
+
+impl Step {
+    fn describe(&self) -> String {
+        match self {
+            Step::Purge => "purge".into(),
+            Step::Precondition => "workload-independent preconditioning".into(),
+            Step::Fill => "fill the whole target".into(),
+            Step::Region(f) => format!("use the first {:.0}% as the test region", f * 100.0),
+            Step::SteadyState(w) => {
+                format!("{} to steady state at {}x{}", w.name, w.workers, w.depth)
+            }
+            Step::Sweep(w, ws, ds) => {
+                format!("{} sweep, workers {:?} x depth {:?}", w.name, ws, ds)
+            }
+            Step::RateCurve(w) => format!(
+                "{} rate curve, {} outstanding: max rate, then 10%..120%",
+                w.name,
+                w.workers * w.depth
+            ),
+            Step::WriteSaturation(w) => format!("{} until 4x the region is written", w.name),
+            Step::Point(w) => format!("{} one round at {}x{}", w.name, w.workers, w.depth),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Suite {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub steps: Vec<Step>,
+}
+
+impl Suite {
+    /// One line per step, for `--list-suites`.
+    pub fn describe_steps(&self) -> Vec<String> {
+        // Long runs of points are summarised.
+        let points = self
+            .steps
+            .iter()
+            .filter(|s| matches!(s, Step::Point(_)))
+            .count();
+        let mut out: Vec<String> = self
+            .steps
+            .iter()
+            .filter(|s| points <= 4 || !matches!(s, Step::Point(_)))
+            .map(Step::describe)
+            .collect();
+        if points > 4 {
+            out.push(format!("{points} one-round points (the matrix)"));
+        }
+        out
+    }
+}
+
+const SWEEP: &[u32] = &[2, 4, 8, 16];
+
+/// SNIA IOPS matrix: read/write mixes x transfer sizes.
+const SNIA_MIXES: [(u32, &str); 7] = [
+    (100, "100-0"),
+    (95, "95-5"),
+    (65, "65-35"),
+    (50, "50-50"),
+    (35, "35-65"),
+    (5, "5-95"),
+    (0, "0-100"),
+];
+const SNIA_SIZES: [&str; 8] = ["1m", "128k", "64k", "32k", "16k", "8k", "4k", "512"];
+
+fn leak(s: String) -> &'static str {
+    // Suite tables are built once per process; their names live as long as it does.
+    Box::leak(s.into_boxed_str())
+}
+
+fn point(name: String, bs: &'static str, read_pct: u32, workers: u32, depth: u32) -> Step {
+    Step::Point(Workload {
+        name: leak(name),
+        pattern: crate::engine::Pattern::Random,
+        random_pct: None,
+        bs,
+        read_pct,
+        distribution: "uniform",
+        workers,
+        depth,
+    })
+}
+
+/// Every suite driveprobe knows.
+pub fn suites() -> Vec<Suite> {
+    let mut snia = vec![
+        Step::Purge,
+        Step::Precondition,
+        Step::SteadyState(w::RAND_WRITE_4K.with(4, 16)),
+    ];
+    for bs in SNIA_SIZES {
+        for (r, mix) in SNIA_MIXES {
+            snia.push(point(format!("{bs}-{mix}"), bs, r, 4, 16));
+        }
+    }
+    let mut latency = vec![
+        Step::Purge,
+        Step::Precondition,
+        Step::SteadyState(w::RAND_WRITE_4K.with(1, 1)),
+    ];
+    for bs in ["512", "4k", "8k"] {
+        for (r, mix) in [(100, "100-0"), (65, "65-35"), (0, "0-100")] {
+            latency.push(point(format!("{bs}-{mix}-qd1"), bs, r, 1, 1));
+        }
+    }
+    let mut curves = vec![
+        Step::Fill,
+        Step::Region(0.25),
+        Step::RateCurve(w::CURVE_4K_READ),
+        Step::RateCurve(w::CURVE_4K_WRITE),
+        Step::RateCurve(w::CURVE_64K_READ),
+        Step::RateCurve(w::CURVE_64K_WRITE),
+    ];
+    curves.extend(w::APP_MIXES.iter().cloned().map(Step::RateCurve));
+    vec![
+        Suite {
+            name: "enterprise",
+            about: "the review protocol: purge, precondition, seven profiles to steady state at 16x16 (burst and steady figures), then the 2T2Q-16T16Q sweep of 8K 70/30",
+            steps: vec![
+                Step::Purge,
+                Step::Precondition,
+                Step::SteadyState(w::RAND_READ_4K),
+                Step::SteadyState(w::RAND_WRITE_4K),
+                Step::SteadyState(w::MIX_70_30_8K),
+                Step::SteadyState(w::RAND_READ_8K),
+                Step::SteadyState(w::RAND_WRITE_8K),
+                Step::SteadyState(w::SEQ_READ_128K),
+                Step::SteadyState(w::SEQ_WRITE_128K),
+                Step::Sweep(w::MIX_70_30_8K, SWEEP, SWEEP),
+            ],
+        },
+        Suite {
+            name: "curves",
+            about: "vdbench-style: fill, then on the first 25%, latency against load (max rate, then 10%..120% of it) for 4K/64K read and write and our SQL, Oracle and VDI approximations",
+            steps: curves,
+        },
+        Suite {
+            name: "snia-iops",
+            about: "the SNIA IOPS matrix: 7 read/write mixes x 8 sizes (1M..512B), after steady state on 4K random write",
+            steps: snia,
+        },
+        Suite {
+            name: "latency",
+            about: "the SNIA latency test at 1 worker x QD1: 512B, 4K, 8K x 100/0, 65/35, 0/100",
+            steps: latency,
+        },
+        Suite {
+            name: "wsat",
+            about: "write saturation: 4K random write from purged until 4x the region is written (or the scale's time limit)",
+            steps: vec![Step::Purge, Step::WriteSaturation(w::RAND_WRITE_4K.with(4, 16))],
+        },
+        Suite {
+            name: "jesd219",
+            about: "the JEDEC JESD219 enterprise endurance workload (its size mix and 50/5:30/15:20/80 skew), to steady state",
+            steps: vec![
+                Step::Purge,
+                Step::Precondition,
+                Step::SteadyState(w::JESD219),
+            ],
+        },
+    ]
+}
+
+pub fn find(name: &str) -> Result<Suite, SuiteError> {
+    suites()
+        .into_iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| SuiteError::Unknown(name.to_string()))
+}
+
+/// What the runner tells its caller as it goes (progress bars, logs).
+pub trait Observer {
+    /// A phase begins; `max_rounds` is how many rounds it may take at most.
+    fn phase(&mut self, index: usize, total: usize, what: &str, max_rounds: u32);
+    /// A round ended; `steady` has the current window's figures in steady-state phases.
+    fn round(&mut self, round: &Round, steady: Option<&steady::Check>);
+}
+
+/// An observer that says nothing.
+pub struct Quiet;
+impl Observer for Quiet {
+    fn phase(&mut self, _: usize, _: usize, _: &str, _: u32) {}
+    fn round(&mut self, _: &Round, _: Option<&steady::Check>) {}
+}
+
+/// Everything a suite run needs besides the target.
+#[derive(Debug, Clone)]
+pub struct SuiteOptions {
+    pub scale: Scale,
+    pub drive: Option<Identity>,
+    pub rated: Option<Rated>,
+    /// Seed of the generators (runs with the same seed issue the same I/O).
+    pub seed: Option<u64>,
+}
+
+fn now_unix() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn dir_from_summary(d: &DirSummary) -> DirFigures {
+    let p = |k: &str| d.lat_ns.percentiles.get(k).copied().unwrap_or(0);
+    DirFigures {
+        ops: d.ops,
+        iops: d.iops,
+        bw_bytes: d.bw_bytes,
+        lat_mean_ns: d.lat_ns.mean,
+        lat_stddev_ns: d.lat_ns.stddev,
+        lat_max_ns: d.lat_ns.max,
+        lat_p50_ns: p("50"),
+        lat_p99_ns: p("99"),
+        lat_p99_9_ns: p("99.9"),
+    }
+}
+
+/// A round from a whole (one-round) run's totals.
+pub fn round_from_result(index: u32, r: &RunResult) -> Round {
+    let read = dir_from_summary(&r.read);
+    let write = dir_from_summary(&r.write);
+    let ops = read.ops + write.ops;
+    let wavg = |a: f64, b: f64| {
+        if ops == 0 {
+            0.0
+        } else {
+            (a * read.ops as f64 + b * write.ops as f64) / ops as f64
+        }
+    };
+    Round {
+        index,
+        end_seconds: r.runtime_seconds,
+        iops: read.iops + write.iops,
+        lat_mean_ns: wavg(read.lat_mean_ns, write.lat_mean_ns),
+        lat_stddev_ns: wavg(read.lat_stddev_ns, write.lat_stddev_ns),
+        lat_max_ns: read.lat_max_ns.max(write.lat_max_ns),
+        read,
+        write,
+    }
+}
+
+struct Runner<'a> {
+    suite: &'a Suite,
+    target: &'a Target,
+    opts: &'a SuiteOptions,
+    control: &'a RunControl,
+    observer: &'a mut dyn Observer,
+    region: RegionSpec,
+    engine_name: Option<String>,
+}
+
+impl Runner<'_> {
+    fn job(
+        &self,
+        wl: &Workload,
+        phase: &str,
+        stop: Stop,
+        ramp: Duration,
+    ) -> Result<engine::Job, SuiteError> {
+        let mut spec = wl.spec().map_err(|e| self.job_err(phase, e))?;
+        spec.region = self.region;
+        spec.stop = stop;
+        spec.ramp = ramp;
+        spec.interval = self.opts.scale.round;
+        if let Some(seed) = self.opts.seed {
+            spec.seed = seed;
+        }
+        // Transfer sizes below the target's O_DIRECT alignment cannot be issued: drop
+        // them from a mix (JESD219's 512 B entries on a 4Kn drive), keep the rest.
+        let align = self.target.align() as u32;
+        if align > 512 {
+            let kept: Vec<(u32, u32)> = spec
+                .sizes
+                .entries()
+                .iter()
+                .copied()
+                .filter(|&(s, _)| s % align == 0)
+                .collect();
+            if !kept.is_empty() && kept.len() < spec.sizes.entries().len() {
+                spec.sizes =
+                    crate::engine::SizeMix::new(kept).map_err(|e| self.job_err(phase, e))?;
+            }
+        }
+        spec.validate().map_err(|e| self.job_err(phase, e))
+    }
+
+    fn job_err(&self, phase: &str, e: JobError) -> SuiteError {
+        SuiteError::Job {
+            suite: self.suite.name.to_string(),
+            phase: phase.to_string(),
+            source: e,
+        }
+    }
+
+    fn run(
+        &mut self,
+        job: &engine::Job,
+        phase: &str,
+        control: &RunControl,
+        on_interval: &mut dyn FnMut(&engine::IntervalSummary),
+    ) -> Result<RunResult, SuiteError> {
+        let r = engine::run(job, self.target, control, on_interval).map_err(|e| {
+            SuiteError::Engine {
+                suite: self.suite.name.to_string(),
+                phase: phase.to_string(),
+                source: e,
+            }
+        })?;
+        self.engine_name
+            .get_or_insert_with(|| r.engine.name().to_string());
+        Ok(r)
+    }
+
+    fn resolved_region(&self) -> Region {
+        let probe = engine::JobSpec {
+            region: self.region,
+            sizes: crate::engine::SizeMix::single(self.target.align().max(512) as u32)
+                .unwrap_or_else(|_| crate::engine::SizeMix::single(4096).expect("4k is valid")),
+            ..engine::JobSpec::default()
+        }
+        .validate()
+        .expect("a probe job is valid");
+        self.target.resolve(&probe).unwrap_or(Region {
+            start: 0,
+            len: self.target.size(),
+        })
+    }
+
+    fn steady_state(&mut self, wl: &Workload) -> Result<Phase, SuiteError> {
+        let scale = self.opts.scale;
+        let rule = scale.rule;
+        let job = self.job(
+            wl,
+            wl.name,
+            Stop::Time(scale.round * rule.max_rounds as u32),
+            Duration::ZERO,
+        )?;
+        let phase_control = self.control.child();
+        let mut rounds: Vec<Round> = Vec::new();
+        let mut steady_round = None;
+        {
+            let observer = &mut *self.observer;
+            let pc = phase_control.clone();
+            let mut on_interval = |i: &engine::IntervalSummary| {
+                let r = Round::from_interval(rounds.len() as u32, i.end_seconds, i);
+                rounds.push(r);
+                let series: Vec<f64> = rounds.iter().map(|r| r.iops).collect();
+                let n = series.len();
+                let check =
+                    (n >= rule.window).then(|| steady::check(&series[n - rule.window..], &rule));
+                observer.round(rounds.last().expect("just pushed"), check.as_ref());
+                if check.is_some_and(|c| c.steady) && steady_round.is_none() {
+                    steady_round = Some(n as u32 - 1);
+                    pc.stop();
+                }
+            };
+            let target = self.target;
+            let r = engine::run(&job, target, &phase_control, &mut on_interval).map_err(|e| {
+                SuiteError::Engine {
+                    suite: self.suite.name.to_string(),
+                    phase: wl.name.to_string(),
+                    source: e,
+                }
+            })?;
+            self.engine_name
+                .get_or_insert_with(|| r.engine.name().to_string());
+        }
+        // A round cut short by the stop is not a whole round: drop it.
+        if let Some(s) = steady_round {
+            rounds.truncate(s as usize + 1);
+        } else if let Some(last) = rounds.last() {
+            let want = scale.round.as_secs_f64() * rounds.len() as f64;
+            if (last.end_seconds - want).abs() > scale.round.as_secs_f64() * 0.5 {
+                rounds.pop();
+            }
+        }
+        let n = rounds.len();
+        let window = rule.window.min(n);
+        let iops: Vec<f64> = rounds.iter().map(|r| r.iops).collect();
+        let check = steady::check(&iops[n - window..], &rule);
+        let steady_figures = Round::average(&rounds[n - window..]);
+        Ok(Phase::SteadyState {
+            workload: wl.desc(),
+            steady: SteadyState {
+                window_rounds: rule.window as u32,
+                max_range_ratio: rule.max_range,
+                max_slope_excursion_ratio: rule.max_excursion,
+                max_rounds: rule.max_rounds as u32,
+                attained: steady_round.is_some(),
+                steady_round,
+                window_mean_iops: check.mean,
+                window_range_ratio: check.range_ratio,
+                window_slope_excursion_ratio: check.excursion_ratio,
+            },
+            burst: rounds.first().cloned().unwrap_or_default(),
+            steady_figures,
+            rounds,
+        })
+    }
+
+    /// One measured round of `wl` (after the scale's ramp), optionally rate limited.
+    fn one_round(
+        &mut self,
+        wl: &Workload,
+        index: u32,
+        rate: Option<f64>,
+    ) -> Result<Round, SuiteError> {
+        let scale = self.opts.scale;
+        let mut job = self.job(wl, wl.name, Stop::Time(scale.round), scale.ramp)?;
+        if let Some(iops) = rate {
+            let mut spec = job.to_spec();
+            spec.rate = Some(RateLimit {
+                iops: iops.max(1.0),
+                arrival: Arrival::Linear,
+            });
+            job = spec.validate().map_err(|e| self.job_err(wl.name, e))?;
+        }
+        let control = self.control.child();
+        let r = self.run(&job, wl.name, &control, &mut |_| {})?;
+        let round = round_from_result(index, &r);
+        self.observer.round(&round, None);
+        Ok(round)
+    }
+
+    fn sweep(&mut self, wl: &Workload, ws: &[u32], ds: &[u32]) -> Result<Phase, SuiteError> {
+        let mut points = Vec::new();
+        for &workers in ws {
+            for &depth in ds {
+                if self.control.is_stopped() {
+                    break;
+                }
+                let round = self.one_round(&wl.with(workers, depth), points.len() as u32, None)?;
+                points.push(SweepPoint {
+                    workers,
+                    depth,
+                    round,
+                });
+            }
+        }
+        Ok(Phase::Sweep {
+            workload: wl.desc(),
+            points,
+        })
+    }
+
+    fn rate_curve(&mut self, wl: &Workload) -> Result<Phase, SuiteError> {
+        let max = self.one_round(wl, 0, None)?;
+        let max_iops = max.iops;
+        let mut points = Vec::new();
+        let fractions = (1..=12).map(|i| i as f64 / 10.0);
+        for (i, f) in fractions.enumerate() {
+            if self.control.is_stopped() {
+                break;
+            }
+            let target_iops = max_iops * f;
+            let round = self.one_round(wl, i as u32 + 1, Some(target_iops))?;
+            points.push(CurvePoint {
+                fraction: f,
+                target_iops,
+                round,
+            });
+        }
+        Ok(Phase::RateCurve {
+            workload: wl.desc(),
+            max_iops,
+            points,
+        })
+    }
+
+    fn write_saturation(&mut self, wl: &Workload) -> Result<Phase, SuiteError> {
+        let scale = self.opts.scale;
+        let region = self.resolved_region();
+        let goal = region.len.saturating_mul(4);
+        let job = self.job(
+            wl,
+            wl.name,
+            Stop::Time(scale.round * scale.wsat_max_rounds),
+            Duration::ZERO,
+        )?;
+        let control = self.control.child();
+        let mut rounds = Vec::new();
+        let mut bytes_written = Vec::new();
+        let mut total = 0u64;
+        {
+            let observer = &mut *self.observer;
+            let c = control.clone();
+            let mut on_interval = |i: &engine::IntervalSummary| {
+                total += i.write.bytes;
+                let r = Round::from_interval(rounds.len() as u32, i.end_seconds, i);
+                observer.round(&r, None);
+                rounds.push(r);
+                bytes_written.push(total);
+                if total >= goal {
+                    c.stop();
+                }
+            };
+            let r = engine::run(&job, self.target, &control, &mut on_interval).map_err(|e| {
+                SuiteError::Engine {
+                    suite: self.suite.name.to_string(),
+                    phase: wl.name.to_string(),
+                    source: e,
+                }
+            })?;
+            self.engine_name
+                .get_or_insert_with(|| r.engine.name().to_string());
+        }
+        Ok(Phase::WriteSaturation {
+            workload: wl.desc(),
+            rounds,
+            bytes_written,
+        })
+    }
+
+    fn purge_err(&self, phase: &str, e: purge::PurgeError) -> SuiteError {
+        SuiteError::Purge {
+            suite: self.suite.name.to_string(),
+            phase: phase.to_string(),
+            source: e,
+        }
+    }
+
+    fn step(&mut self, step: &Step) -> Result<Option<Phase>, SuiteError> {
+        Ok(Some(match step {
+            Step::Purge => {
+                let region = self.resolved_region();
+                let o =
+                    purge::purge(self.target, region).map_err(|e| self.purge_err("purge", e))?;
+                Phase::Purge {
+                    method: o.method.name().to_string(),
+                    seconds: o.seconds,
+                }
+            }
+            Step::Precondition if self.opts.scale.precondition_passes == 0 => return Ok(None),
+            Step::Precondition => {
+                let region = self.resolved_region();
+                let o = purge::precondition(
+                    self.target,
+                    region,
+                    self.opts.scale.precondition_passes,
+                    self.control,
+                )
+                .map_err(|e| self.purge_err("precondition", e))?;
+                Phase::Precondition {
+                    passes: o.passes,
+                    bytes: o.bytes,
+                    seconds: o.seconds,
+                }
+            }
+            Step::Fill => {
+                let o = purge::fill(self.target, self.control)
+                    .map_err(|e| self.purge_err("fill", e))?;
+                Phase::Fill {
+                    bytes: o.bytes,
+                    seconds: o.seconds,
+                }
+            }
+            Step::Region(f) => {
+                self.region = RegionSpec::Percent {
+                    start: 0.0,
+                    end: *f,
+                };
+                return Ok(None);
+            }
+            Step::SteadyState(wl) => self.steady_state(wl)?,
+            Step::Sweep(wl, ws, ds) => self.sweep(wl, ws, ds)?,
+            Step::RateCurve(wl) => self.rate_curve(wl)?,
+            Step::WriteSaturation(wl) => self.write_saturation(wl)?,
+            Step::Point(wl) => Phase::Point {
+                workload: wl.desc(),
+                round: self.one_round(wl, 0, None)?,
+            },
+        }))
+    }
+}
+
+/// Runs `suite` on `target`. Always returns a result document: when a phase fails or
+/// the run is stopped, the document holds what was done and says why it is incomplete;
+/// the error, if any, comes with it.
+pub fn run_suite(
+    suite: &Suite,
+    target: &Target,
+    opts: &SuiteOptions,
+    control: &RunControl,
+    observer: &mut dyn Observer,
+) -> (SuiteResult, Option<SuiteError>) {
+    let started = now_unix();
+    let mut result = SuiteResult {
+        schema_version: SCHEMA_VERSION,
+        driveprobe_version: env!("CARGO_PKG_VERSION").to_string(),
+        suite: suite.name.to_string(),
+        scale: opts.scale.name.to_string(),
+        target: target.path().display().to_string(),
+        target_bytes: target.size(),
+        drive: opts.drive.clone(),
+        engine: String::new(),
+        started_unix_seconds: started,
+        ended_unix_seconds: started,
+        complete: false,
+        incomplete_reason: None,
+        rated: opts.rated.clone(),
+        phases: Vec::new(),
+    };
+    if !target.writable() {
+        let e = SuiteError::ReadOnly(suite.name.to_string());
+        result.incomplete_reason = Some(e.to_string());
+        return (result, Some(e));
+    }
+    let mut runner = Runner {
+        suite,
+        target,
+        opts,
+        control,
+        observer,
+        region: RegionSpec::Whole,
+        engine_name: None,
+    };
+    let mut error = None;
+    let total = suite.steps.len();
+    for (i, step) in suite.steps.iter().enumerate() {
+        if control.is_stopped() {
+            break;
+        }
+        let max_rounds = match step {
+            Step::SteadyState(_) => opts.scale.rule.max_rounds as u32,
+            Step::Sweep(_, ws, ds) => (ws.len() * ds.len()) as u32,
+            Step::RateCurve(_) => 13,
+            Step::WriteSaturation(_) => opts.scale.wsat_max_rounds,
+            Step::Point(_) => 1,
+            _ => 0,
+        };
+        runner
+            .observer
+            .phase(i, total, &step.describe(), max_rounds);
+        match runner.step(step) {
+            Ok(Some(p)) => result.phases.push(p),
+            Ok(None) => {}
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    result.engine = runner.engine_name.unwrap_or_default();
+    result.ended_unix_seconds = now_unix();
+    if let Some(e) = &error {
+        result.incomplete_reason = Some(e.to_string());
+    } else if control.is_stopped() {
+        result.incomplete_reason = Some("stopped by request (SIGINT/SIGTERM)".to_string());
+    } else {
+        result.complete = true;
+    }
+    (result, error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_suite_is_listed_with_steps() {
+        let names: Vec<&str> = suites().iter().map(|s| s.name).collect();
+        assert_eq!(
+            names,
+            [
+                "enterprise",
+                "curves",
+                "snia-iops",
+                "latency",
+                "wsat",
+                "jesd219"
+            ]
+        );
+        for s in suites() {
+            assert!(!s.describe_steps().is_empty());
+        }
+        let snia = find("snia-iops").unwrap();
+        assert_eq!(
+            snia.steps
+                .iter()
+                .filter(|s| matches!(s, Step::Point(_)))
+                .count(),
+            56
+        );
+        let curves = find("curves").unwrap();
+        assert_eq!(
+            curves
+                .steps
+                .iter()
+                .filter(|s| matches!(s, Step::RateCurve(_)))
+                .count(),
+            16
+        );
+        assert!(find("nope").is_err());
+        assert!(Scale::named("huge").is_err());
+    }
+}

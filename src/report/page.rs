@@ -1,0 +1,1399 @@
+//! The HTML page: a summary of the runs, then one section per measured workload, in the
+//! order the suites ran them, with every document's figures overlaid.
+
+use std::collections::HashSet;
+use std::fmt::Write;
+
+use super::chart::{color, Axis, Band, Chart, Mark, Pt, Quantity, Series, XAxis};
+use super::fmt::{self as f, esc};
+use crate::protocol::result::{
+    CurvePoint, DirFigures, Phase, Round, SteadyState, SuiteResult, SweepPoint, WorkloadDesc,
+};
+
+const STYLE: &str = r#"
+*{box-sizing:border-box}
+body{margin:0;background:#eceff4;color:#1d2430;font:14px/1.45 "DejaVu Sans","Segoe UI",Roboto,Helvetica,Arial,sans-serif}
+main{max-width:1260px;margin:0 auto;padding:18px 20px 8px}
+header{margin:4px 0 16px}
+h1{font-size:24px;margin:0 0 2px}
+h2{font-size:18px;margin:0 0 4px}
+h3{font-size:15px;margin:16px 0 4px}
+.sub{color:#5b6576;margin:0}
+.card{background:#fff;border:1px solid #d7dce5;border-radius:6px;padding:16px 20px 18px;margin:0 0 18px;overflow-x:auto}
+.meta{color:#5b6576;margin:0 0 8px}
+.grid{display:grid;grid-template-columns:repeat(2,minmax(0,1fr));gap:12px 18px;margin-top:8px}
+svg.chart{width:100%;height:auto;display:block;border:1px solid #edf0f4;border-radius:4px}
+svg.chart text{font-family:inherit}
+svg.chart circle.pt:hover{stroke:#111;stroke-width:2}
+table{border-collapse:collapse;font-size:13px;margin-top:10px;width:100%}
+th,td{padding:4px 9px;border-bottom:1px solid #e3e7ee;text-align:right;vertical-align:top;font-variant-numeric:tabular-nums;white-space:nowrap}
+th[colspan]{text-align:center}
+td.phases,td.wrap{white-space:normal}
+th{background:#f5f7fa;font-weight:600;color:#333b48}
+th.l,td.l{text-align:left}
+td.phases{font-size:12px;color:#333b48}
+.sw{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:6px;vertical-align:-1px}
+.ok{color:#067647;font-weight:600}
+.bad{color:#b42318;font-weight:600}
+.dim{color:#6b7280}
+ul.status{list-style:none;margin:4px 0 0;padding:0}
+ul.status li{margin:2px 0}
+footer{color:#6b7280;font-size:12px;margin:0 0 18px}
+"#;
+
+/// One document: its index (colour), label and contents.
+struct Doc<'a> {
+    i: usize,
+    label: &'a str,
+    r: &'a SuiteResult,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Steady,
+    Sweep,
+    Rate,
+    WriteSat,
+}
+
+/// The same workload's phase of one kind from every document.
+struct Group<'a> {
+    kind: Kind,
+    name: String,
+    nth: usize,
+    slug: String,
+    members: Vec<(usize, &'a Phase)>,
+}
+
+enum Section {
+    Group(usize),
+    Rate,
+    Points,
+}
+
+fn workload(p: &Phase) -> Option<(Kind, &WorkloadDesc)> {
+    match p {
+        Phase::SteadyState { workload, .. } => Some((Kind::Steady, workload)),
+        Phase::Sweep { workload, .. } => Some((Kind::Sweep, workload)),
+        Phase::RateCurve { workload, .. } => Some((Kind::Rate, workload)),
+        Phase::WriteSaturation { workload, .. } => Some((Kind::WriteSat, workload)),
+        _ => None,
+    }
+}
+
+/// Lowercase letters, digits and dashes, for element ids.
+fn slug(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    let t = out.trim_matches('-');
+    if t.is_empty() {
+        "workload".to_string()
+    } else {
+        t.to_string()
+    }
+}
+
+/// Renders the page for `docs` (label, document), in that order and colour.
+pub fn render(docs: &[(String, SuiteResult)]) -> String {
+    let docs: Vec<Doc> = docs
+        .iter()
+        .enumerate()
+        .map(|(i, (label, r))| Doc { i, label, r })
+        .collect();
+
+    // Group phases by kind and workload across the documents, in order of appearance.
+    let mut groups: Vec<Group> = Vec::new();
+    let mut sections: Vec<Section> = Vec::new();
+    let mut used_ids: HashSet<String> = HashSet::new();
+    for d in &docs {
+        let mut seen: Vec<(Kind, &str)> = Vec::new();
+        for p in &d.r.phases {
+            if matches!(p, Phase::Point { .. })
+                && !sections.iter().any(|s| matches!(s, Section::Points))
+            {
+                sections.push(Section::Points);
+            }
+            let Some((kind, w)) = workload(p) else {
+                continue;
+            };
+            let nth = seen
+                .iter()
+                .filter(|&&(k, n)| k == kind && n == w.name)
+                .count();
+            seen.push((kind, &w.name));
+            if let Some(g) = groups
+                .iter_mut()
+                .find(|g| g.kind == kind && g.name == w.name && g.nth == nth)
+            {
+                g.members.push((d.i, p));
+                continue;
+            }
+            let prefix = match kind {
+                Kind::Steady => "steady",
+                Kind::Sweep => "sweep",
+                Kind::Rate => "rate",
+                Kind::WriteSat => "wsat",
+            };
+            let mut s = format!("{prefix}-{}", slug(&w.name));
+            if nth > 0 {
+                let _ = write!(s, "-{}", nth + 1);
+            }
+            let base = s.clone();
+            let mut k = 2;
+            while !used_ids.insert(s.clone()) {
+                s = format!("{base}-x{k}");
+                k += 1;
+            }
+            groups.push(Group {
+                kind,
+                name: w.name.clone(),
+                nth,
+                slug: s,
+                members: vec![(d.i, p)],
+            });
+            if kind == Kind::Rate {
+                if !sections.iter().any(|s| matches!(s, Section::Rate)) {
+                    sections.push(Section::Rate);
+                }
+            } else {
+                sections.push(Section::Group(groups.len() - 1));
+            }
+        }
+    }
+
+    let mut o = String::new();
+    let title = docs
+        .iter()
+        .map(|d| d.label)
+        .collect::<Vec<_>>()
+        .join(" vs ");
+    let _ = write!(
+        o,
+        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>driveprobe report: {}</title><style>{STYLE}</style></head><body><main>"#,
+        esc(&title)
+    );
+    let suites: Vec<&str> = {
+        let mut v: Vec<&str> = docs.iter().map(|d| d.r.suite.as_str()).collect();
+        v.dedup();
+        v
+    };
+    let _ = write!(
+        o,
+        r#"<header><h1>Drive test report</h1><p class="sub">{} suite · {} result document{}{}</p></header>"#,
+        esc(&suites.join(", ")),
+        docs.len(),
+        if docs.len() == 1 { "" } else { "s" },
+        if docs.len() > 1 {
+            ", overlaid in the charts"
+        } else {
+            ""
+        }
+    );
+    summary(&mut o, &docs);
+    for s in &sections {
+        match s {
+            Section::Group(g) => {
+                let g = &groups[*g];
+                match g.kind {
+                    Kind::Steady => steady_section(&mut o, g, &docs),
+                    Kind::Sweep => sweep_section(&mut o, g, &docs),
+                    Kind::WriteSat => write_sat_section(&mut o, g, &docs),
+                    Kind::Rate => {}
+                }
+            }
+            Section::Rate => rate_section(&mut o, &groups, &docs),
+            Section::Points => points_section(&mut o, &docs),
+        }
+    }
+    let _ = write!(
+        o,
+        r#"<footer>Made by driveprobe {} from {} result document{}. Hover over a point for its figures.</footer></main></body></html>"#,
+        env!("CARGO_PKG_VERSION"),
+        docs.len(),
+        if docs.len() == 1 { "" } else { "s" }
+    );
+    o.push('\n');
+    o
+}
+
+fn swatch(i: usize) -> String {
+    format!(
+        r#"<span class="sw" style="background:{}"></span>"#,
+        color(i)
+    )
+}
+
+fn doc_cell(d: &Doc) -> String {
+    format!("{}{}", swatch(d.i), esc(d.label))
+}
+
+fn workload_text(w: &WorkloadDesc) -> String {
+    let mut parts = vec![format!("{} {}", w.bs, w.rw)];
+    if matches!(w.rw.as_str(), "randrw" | "rw" | "readwrite") {
+        parts.push(format!(
+            "{}% read, {}% write",
+            w.rwmixread,
+            100u32.saturating_sub(w.rwmixread)
+        ));
+    }
+    parts.push(format!(
+        "{} workers × {} queue depth ({} in flight)",
+        w.workers,
+        w.depth,
+        u64::from(w.workers) * u64::from(w.depth)
+    ));
+    parts.push(format!("{} access", w.distribution));
+    parts.join(" · ")
+}
+
+/// The workload line of a section: one line, or one per document when they differ.
+fn workload_meta(o: &mut String, g: &Group, docs: &[Doc]) {
+    let texts: Vec<(usize, String)> = g
+        .members
+        .iter()
+        .filter_map(|(i, p)| workload(p).map(|(_, w)| (*i, workload_text(w))))
+        .collect();
+    if texts.iter().all(|(_, t)| *t == texts[0].1) {
+        let _ = write!(o, r#"<p class="meta">{}</p>"#, esc(&texts[0].1));
+    } else {
+        for (i, t) in texts {
+            let _ = write!(
+                o,
+                r#"<p class="meta">{}: {}</p>"#,
+                doc_cell(&docs[i]),
+                esc(&t)
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------- summary
+
+fn phase_line(p: &Phase) -> String {
+    match p {
+        Phase::Purge { method, seconds } => {
+            format!("purge: {method}, {}", f::duration(*seconds))
+        }
+        Phase::Precondition {
+            passes,
+            bytes,
+            seconds,
+        } => format!(
+            "precondition: {passes} pass{} of sequential writes, {} in {}",
+            if *passes == 1 { "" } else { "es" },
+            f::bytes(*bytes as f64),
+            f::duration(*seconds)
+        ),
+        Phase::Fill { bytes, seconds } => {
+            format!(
+                "fill: {} in {}",
+                f::bytes(*bytes as f64),
+                f::duration(*seconds)
+            )
+        }
+        Phase::SteadyState {
+            workload,
+            steady,
+            rounds,
+            ..
+        } => format!(
+            "steady state {}: {} round{}, {}",
+            workload.name,
+            rounds.len(),
+            if rounds.len() == 1 { "" } else { "s" },
+            match (steady.attained, steady.steady_round) {
+                (true, Some(r)) => format!("steady at round {}", r + 1),
+                (true, None) => "steady".to_string(),
+                _ => "not steady".to_string(),
+            }
+        ),
+        Phase::Sweep { workload, points } => {
+            format!("sweep {}: {} points", workload.name, points.len())
+        }
+        Phase::RateCurve {
+            workload, points, ..
+        } => format!("rate curve {}: {} points", workload.name, points.len()),
+        Phase::WriteSaturation {
+            workload, rounds, ..
+        } => format!(
+            "write saturation {}: {} rounds",
+            workload.name,
+            rounds.len()
+        ),
+        Phase::Point { workload, round } => {
+            format!("point {}: {} IOPS", workload.name, f::iops(round.iops))
+        }
+    }
+}
+
+/// The round measured for a workload: the steady figures when a steady-state phase ran it,
+/// else a fixed point's round.
+fn measured(r: &SuiteResult, pred: impl Fn(&WorkloadDesc) -> bool) -> Option<&Round> {
+    let steady = r.phases.iter().rev().find_map(|p| match p {
+        Phase::SteadyState {
+            workload,
+            steady_figures,
+            ..
+        } if pred(workload) => Some(steady_figures),
+        _ => None,
+    });
+    steady.or_else(|| {
+        r.phases.iter().rev().find_map(|p| match p {
+            Phase::Point { workload, round } if pred(workload) => Some(round),
+            _ => None,
+        })
+    })
+}
+
+fn is_4k(w: &WorkloadDesc, name: &str, rw: &str) -> bool {
+    w.name == name || (w.rw == rw && w.bs.eq_ignore_ascii_case("4k"))
+}
+
+fn is_seq128(w: &WorkloadDesc, rw: &str) -> bool {
+    w.rw == rw && w.bs.eq_ignore_ascii_case("128k")
+}
+
+type RatedRow = (
+    &'static str,
+    fn(&crate::protocol::result::Rated) -> Option<f64>,
+    fn(&SuiteResult) -> Option<f64>,
+    fn(f64) -> String,
+);
+
+fn iops_text(v: f64) -> String {
+    format!("{} IOPS", f::iops(v))
+}
+
+fn summary(o: &mut String, docs: &[Doc]) {
+    o.push_str(r#"<section class="card" id="summary"><h2>Summary</h2><table class="summary"><thead><tr><th class="l"></th>"#);
+    for d in docs {
+        let _ = write!(o, r#"<th class="l">{}</th>"#, doc_cell(d));
+    }
+    o.push_str("</tr></thead><tbody>");
+    let row = |o: &mut String, name: &str, cells: Vec<String>| {
+        let _ = write!(o, r#"<tr><th class="l">{}</th>"#, esc(name));
+        for c in cells {
+            let _ = write!(o, r#"<td class="l">{c}</td>"#);
+        }
+        o.push_str("</tr>");
+    };
+    let each = |fun: &dyn Fn(&SuiteResult) -> String| -> Vec<String> {
+        docs.iter().map(|d| fun(d.r)).collect()
+    };
+    let drive_field = |fun: &dyn Fn(&crate::health::model::Identity) -> Option<String>| {
+        let cells: Vec<Option<String>> = docs
+            .iter()
+            .map(|d| {
+                d.r.drive
+                    .as_ref()
+                    .and_then(fun)
+                    .filter(|s| !s.trim().is_empty())
+            })
+            .collect();
+        if cells.iter().all(Option::is_none) {
+            None
+        } else {
+            Some(
+                cells
+                    .into_iter()
+                    .map(|c| c.map_or_else(|| "-".to_string(), |s| esc(&s)))
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    row(
+        o,
+        "Suite",
+        each(&|r| {
+            format!(
+                "{} <span class=\"dim\">({} scale)</span>",
+                esc(&r.suite),
+                esc(&r.scale)
+            )
+        }),
+    );
+    row(
+        o,
+        "Target",
+        each(&|r| {
+            format!(
+                "{} <span class=\"dim\">({})</span>",
+                esc(&r.target),
+                f::bytes(r.target_bytes as f64)
+            )
+        }),
+    );
+    if let Some(c) = drive_field(&|d| d.model.clone()) {
+        row(o, "Model", c);
+    }
+    if let Some(c) = drive_field(&|d| d.serial.clone()) {
+        row(o, "Serial", c);
+    }
+    if let Some(c) = drive_field(&|d| d.firmware.clone()) {
+        row(o, "Firmware", c);
+    }
+    if let Some(c) = drive_field(&|d| {
+        let mut parts = vec![d.transport.name().to_string()];
+        if let Some(b) = d.capacity_bytes {
+            parts.push(f::bytes(b as f64));
+        }
+        if let Some(l) = d.logical_block_size {
+            parts.push(format!("{l} B sectors"));
+        }
+        match d.rotation_rpm {
+            Some(0) => parts.push("solid state".to_string()),
+            Some(rpm) => parts.push(format!("{rpm} rpm")),
+            None => {}
+        }
+        Some(parts.join(", "))
+    }) {
+        row(o, "Interface", c);
+    }
+    row(o, "Engine", each(&|r| esc(&r.engine)));
+    row(o, "driveprobe", each(&|r| esc(&r.driveprobe_version)));
+    row(o, "Started", each(&|r| f::utc(r.started_unix_seconds)));
+    row(
+        o,
+        "Ended",
+        each(&|r| {
+            format!(
+                "{} <span class=\"dim\">({})</span>",
+                f::utc(r.ended_unix_seconds),
+                f::duration(r.ended_unix_seconds - r.started_unix_seconds)
+            )
+        }),
+    );
+    row(
+        o,
+        "Run",
+        each(&|r| {
+            if r.complete {
+                r#"<span class="ok">complete</span>"#.to_string()
+            } else {
+                format!(
+                    r#"<span class="bad">incomplete</span>: {}"#,
+                    esc(r
+                        .incomplete_reason
+                        .as_deref()
+                        .unwrap_or("no reason recorded"))
+                )
+            }
+        }),
+    );
+    o.push_str(r#"<tr><th class="l">Phases</th>"#);
+    for d in docs {
+        let lines: Vec<String> = d.r.phases.iter().map(|p| esc(&phase_line(p))).collect();
+        let _ = write!(o, r#"<td class="l phases">{}</td>"#, lines.join("<br>"));
+    }
+    o.push_str("</tr></tbody></table>");
+
+    let rows: [RatedRow; 4] = [
+        (
+            "4K random read",
+            |r| r.read_iops_4k,
+            |d| measured(d, |w| is_4k(w, "4k-randread", "randread")).map(|r| r.read.iops),
+            iops_text,
+        ),
+        (
+            "4K random write",
+            |r| r.write_iops_4k,
+            |d| measured(d, |w| is_4k(w, "4k-randwrite", "randwrite")).map(|r| r.write.iops),
+            iops_text,
+        ),
+        (
+            "Sequential read (128K)",
+            |r| r.seq_read_bytes_per_second,
+            |d| measured(d, |w| is_seq128(w, "read")).map(|r| r.read.bw_bytes),
+            f::bandwidth,
+        ),
+        (
+            "Sequential write (128K)",
+            |r| r.seq_write_bytes_per_second,
+            |d| measured(d, |w| is_seq128(w, "write")).map(|r| r.write.bw_bytes),
+            f::bandwidth,
+        ),
+    ];
+    let rated_of = |d: &Doc, get: fn(&crate::protocol::result::Rated) -> Option<f64>| {
+        d.r.rated.as_ref().and_then(get)
+    };
+    let shown: Vec<&RatedRow> = rows
+        .iter()
+        .filter(|(_, get, _, _)| docs.iter().any(|d| rated_of(d, *get).is_some()))
+        .collect();
+    if !shown.is_empty() {
+        o.push_str(r#"<h3>Measured against rated</h3><p class="meta">Steady-state figures (or the fixed point when the workload had no steady-state phase) against the datasheet.</p><table class="rated"><thead><tr><th class="l"></th>"#);
+        for d in docs {
+            let _ = write!(o, r#"<th class="l">{}</th>"#, doc_cell(d));
+        }
+        o.push_str("</tr></thead><tbody>");
+        for (name, get_rated, get_measured, show) in shown {
+            let _ = write!(o, r#"<tr><th class="l">{}</th>"#, esc(name));
+            for d in docs {
+                let m = get_measured(d.r).filter(|v| v.is_finite());
+                let r = rated_of(d, *get_rated).filter(|v| v.is_finite() && *v > 0.0);
+                let cell = match (m, r) {
+                    (Some(m), Some(r)) => {
+                        let share = m / r;
+                        let class = if share >= 0.95 { "ok" } else { "bad" };
+                        format!(
+                            r#"{} <span class="dim">rated {}</span> <span class="{class}">{}</span>"#,
+                            show(m),
+                            show(r),
+                            f::percent((share * 100.0).round() / 100.0)
+                        )
+                    }
+                    (Some(m), None) => format!(r#"{} <span class="dim">no rating</span>"#, show(m)),
+                    (None, Some(r)) => format!(
+                        r#"<span class="dim">not measured; rated {}</span>"#,
+                        show(r)
+                    ),
+                    (None, None) => "-".to_string(),
+                };
+                let _ = write!(o, r#"<td class="l">{cell}</td>"#);
+            }
+            o.push_str("</tr>");
+        }
+        o.push_str("</tbody></table>");
+    }
+    o.push_str("</section>");
+}
+
+// ---------------------------------------------------------------- round metrics
+
+struct Metric {
+    id: &'static str,
+    title: &'static str,
+    axis: &'static str,
+    q: Quantity,
+    get: fn(&Round) -> f64,
+}
+
+const METRICS: [Metric; 4] = [
+    Metric {
+        id: "iops",
+        title: "Throughput",
+        axis: "throughput",
+        q: Quantity::Iops,
+        get: |r| r.iops,
+    },
+    Metric {
+        id: "lat-mean",
+        title: "Average latency",
+        axis: "average latency",
+        q: Quantity::Latency,
+        get: |r| r.lat_mean_ns,
+    },
+    Metric {
+        id: "lat-max",
+        title: "Maximum latency",
+        axis: "maximum latency",
+        q: Quantity::Latency,
+        get: |r| r.lat_max_ns as f64,
+    },
+    Metric {
+        id: "lat-sd",
+        title: "Latency standard deviation",
+        axis: "latency standard deviation",
+        q: Quantity::Latency,
+        get: |r| r.lat_stddev_ns,
+    },
+];
+
+/// All the figures of a round, for hover text.
+fn round_tip(r: &Round) -> String {
+    format!(
+        "{}, average {}, maximum {}, std dev {}",
+        iops_text(r.iops),
+        f::latency(r.lat_mean_ns),
+        f::latency(r.lat_max_ns as f64),
+        f::latency(r.lat_stddev_ns)
+    )
+}
+
+// ---------------------------------------------------------------- steady state
+
+struct SteadyMember<'a> {
+    doc: usize,
+    steady: &'a SteadyState,
+    rounds: &'a [Round],
+    burst: &'a Round,
+    figures: &'a Round,
+}
+
+fn steady_window(m: &SteadyMember) -> Option<(usize, usize)> {
+    let n = m.rounds.len();
+    if n == 0 {
+        return None;
+    }
+    let last = match (m.steady.attained, m.steady.steady_round) {
+        (true, Some(s)) => m.rounds.iter().position(|r| r.index == s).unwrap_or(n - 1),
+        _ => n - 1,
+    };
+    let w = (m.steady.window_rounds as usize).max(1);
+    Some(((last + 1).saturating_sub(w), last))
+}
+
+fn steady_status(m: &SteadyMember) -> String {
+    let s = m.steady;
+    let rule = format!(
+        "range {} (allowed {}), line excursion {} (allowed {})",
+        f::percent(s.window_range_ratio),
+        f::percent(s.max_range_ratio),
+        f::percent(s.window_slope_excursion_ratio),
+        f::percent(s.max_slope_excursion_ratio)
+    );
+    match (s.attained, s.steady_round) {
+        (true, r) => format!(
+            "<span class=\"ok\">steady</span> at round {} of {}: the last {} rounds average {} with {rule}",
+            r.map_or_else(|| "?".to_string(), |r| (r + 1).to_string()),
+            m.rounds.len(),
+            s.window_rounds,
+            iops_text(s.window_mean_iops),
+        ),
+        (false, _) => format!(
+            "<span class=\"bad\">not steady</span> after {} rounds (limit {}): the last {} rounds average {} with {rule}; the figures below are of that last window",
+            m.rounds.len(),
+            s.max_rounds,
+            s.window_rounds,
+            iops_text(s.window_mean_iops),
+        ),
+    }
+}
+
+fn steady_section(o: &mut String, g: &Group, docs: &[Doc]) {
+    let members: Vec<SteadyMember> = g
+        .members
+        .iter()
+        .filter_map(|(i, p)| match p {
+            Phase::SteadyState {
+                steady,
+                rounds,
+                burst,
+                steady_figures,
+                ..
+            } => Some(SteadyMember {
+                doc: *i,
+                steady,
+                rounds,
+                burst,
+                figures: steady_figures,
+            }),
+            _ => None,
+        })
+        .collect();
+    let _ = write!(
+        o,
+        r#"<section class="card" id="{}"><h2>Preconditioning to steady state: {}</h2>"#,
+        esc(&g.slug),
+        esc(&g.name)
+    );
+    workload_meta(o, g, docs);
+    o.push_str(r#"<ul class="status">"#);
+    for m in &members {
+        let _ = write!(
+            o,
+            "<li>{}: {}</li>",
+            doc_cell(&docs[m.doc]),
+            steady_status(m)
+        );
+    }
+    o.push_str("</ul>");
+
+    // x: seconds from the phase start when the rounds carry them, else round numbers.
+    let by_time = members.iter().all(|m| {
+        m.rounds.iter().all(|r| r.end_seconds.is_finite())
+            && m.rounds
+                .windows(2)
+                .all(|w| w[1].end_seconds > w[0].end_seconds)
+            && m.rounds.first().is_none_or(|r| r.end_seconds > 0.0)
+    });
+    let x_of = |rounds: &[Round], k: usize| -> f64 {
+        if by_time {
+            rounds[k].end_seconds
+        } else {
+            (k + 1) as f64
+        }
+    };
+    let x_axis = if by_time {
+        XAxis::Linear(Axis::new("time", Quantity::Seconds))
+    } else {
+        XAxis::Linear(Axis::new("round", Quantity::Count))
+    };
+
+    o.push_str(r#"<div class="grid">"#);
+    for metric in &METRICS {
+        let mut chart = Chart {
+            id: format!("chart-{}-{}", g.slug, metric.id),
+            title: metric.title.to_string(),
+            x: x_axis.clone(),
+            y: Axis::new(metric.axis, metric.q),
+            series: Vec::new(),
+            bands: Vec::new(),
+            marks: Vec::new(),
+        };
+        for m in &members {
+            let d = &docs[m.doc];
+            let steady = m.steady.attained;
+            chart.series.push(Series {
+                name: if steady {
+                    d.label.to_string()
+                } else {
+                    format!("{} (not steady)", d.label)
+                },
+                doc: m.doc,
+                points: m
+                    .rounds
+                    .iter()
+                    .enumerate()
+                    .map(|(k, r)| Pt {
+                        x: x_of(m.rounds, k),
+                        y: (metric.get)(r),
+                        tip: format!(
+                            "round {}, {}: {}",
+                            r.index + 1,
+                            f::duration(r.end_seconds),
+                            round_tip(r)
+                        ),
+                        label: None,
+                    })
+                    .collect(),
+            });
+            if let Some((first, last)) = steady_window(m) {
+                let (x0, x1) = if by_time {
+                    let start = if first == 0 {
+                        0.0
+                    } else {
+                        m.rounds[first - 1].end_seconds
+                    };
+                    (start, m.rounds[last].end_seconds)
+                } else {
+                    (first as f64 + 0.5, last as f64 + 1.5)
+                };
+                chart.bands.push(Band {
+                    x0,
+                    x1,
+                    doc: m.doc,
+                    label: if steady {
+                        "steady window".to_string()
+                    } else {
+                        "last window, not steady".to_string()
+                    },
+                    dashed: !steady,
+                });
+            }
+            // The burst: the first round, as recorded.
+            let burst_x = match m.rounds.first() {
+                Some(_) => x_of(m.rounds, 0),
+                None if by_time => m.burst.end_seconds,
+                None => 1.0,
+            };
+            if !m.rounds.is_empty() || m.burst.iops > 0.0 {
+                chart.marks.push(Mark {
+                    x: burst_x,
+                    y: (metric.get)(m.burst),
+                    doc: m.doc,
+                    label: "burst".to_string(),
+                });
+            }
+        }
+        o.push_str(&chart.svg());
+    }
+    o.push_str("</div>");
+
+    // Burst against steady, per direction.
+    o.push_str(r#"<table class="steady"><thead><tr><th class="l" rowspan="2">Document</th><th class="l" rowspan="2">Direction</th><th colspan="2">IOPS</th><th colspan="2">Bandwidth</th><th colspan="2">Average latency</th><th colspan="2">Maximum latency</th><th colspan="2">Latency std dev</th></tr><tr>"#);
+    for _ in 0..5 {
+        o.push_str("<th>burst</th><th>steady</th>");
+    }
+    o.push_str("</tr></thead><tbody>");
+    for m in &members {
+        type Pick = fn(&Round) -> DirFigures;
+        let mut rows: Vec<(&str, DirFigures, DirFigures)> = Vec::new();
+        let dirs: [(&str, Pick); 2] =
+            [("read", |r| r.read.clone()), ("write", |r| r.write.clone())];
+        for (name, pick) in dirs {
+            let (b, s) = (pick(m.burst), pick(m.figures));
+            if b.ops > 0 || s.ops > 0 || b.iops > 0.0 || s.iops > 0.0 {
+                rows.push((name, b, s));
+            }
+        }
+        if rows.len() > 1 {
+            let all = |r: &Round| DirFigures {
+                ops: r.read.ops + r.write.ops,
+                iops: r.iops,
+                bw_bytes: r.read.bw_bytes + r.write.bw_bytes,
+                lat_mean_ns: r.lat_mean_ns,
+                lat_stddev_ns: r.lat_stddev_ns,
+                lat_max_ns: r.lat_max_ns,
+                ..DirFigures::default()
+            };
+            rows.push(("combined", all(m.burst), all(m.figures)));
+        }
+        for (k, (name, b, s)) in rows.iter().enumerate() {
+            o.push_str("<tr>");
+            if k == 0 {
+                let _ = write!(
+                    o,
+                    r#"<td class="l" rowspan="{}">{}</td>"#,
+                    rows.len(),
+                    doc_cell(&docs[m.doc])
+                );
+            }
+            let _ = write!(
+                o,
+                r#"<td class="l">{name}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+                f::iops(b.iops),
+                f::iops(s.iops),
+                f::bandwidth(b.bw_bytes),
+                f::bandwidth(s.bw_bytes),
+                f::latency(b.lat_mean_ns),
+                f::latency(s.lat_mean_ns),
+                f::latency(b.lat_max_ns as f64),
+                f::latency(s.lat_max_ns as f64),
+                f::latency(b.lat_stddev_ns),
+                f::latency(s.lat_stddev_ns),
+            );
+        }
+    }
+    o.push_str("</tbody></table></section>");
+}
+
+// ---------------------------------------------------------------- sweep
+
+fn sweep_section(o: &mut String, g: &Group, docs: &[Doc]) {
+    let members: Vec<(usize, &[SweepPoint])> = g
+        .members
+        .iter()
+        .filter_map(|(i, p)| match p {
+            Phase::Sweep { points, .. } => Some((*i, points.as_slice())),
+            _ => None,
+        })
+        .collect();
+    let mut cats: Vec<(u32, u32)> = members
+        .iter()
+        .flat_map(|(_, ps)| ps.iter().map(|p| (p.workers, p.depth)))
+        .collect();
+    cats.sort_unstable();
+    cats.dedup();
+    let labels: Vec<String> = cats.iter().map(|(w, d)| format!("{w}T{d}Q")).collect();
+    let _ = write!(
+        o,
+        r#"<section class="card" id="{}"><h2>Thread and queue sweep: {}</h2>"#,
+        esc(&g.slug),
+        esc(&g.name)
+    );
+    workload_meta(o, g, docs);
+    o.push_str(r#"<ul class="status">"#);
+    for (i, ps) in &members {
+        let Some(peak) = ps
+            .iter()
+            .max_by(|a, b| a.round.iops.total_cmp(&b.round.iops))
+        else {
+            continue;
+        };
+        let heaviest = ps
+            .iter()
+            .max_by_key(|p| (u64::from(p.workers) * u64::from(p.depth), p.workers))
+            .unwrap_or(peak);
+        let at_peak = format!(
+            "peak {} at {}T{}Q",
+            iops_text(peak.round.iops),
+            peak.workers,
+            peak.depth
+        );
+        let at_heaviest = format!(
+            "average {}, maximum {}",
+            f::latency(heaviest.round.lat_mean_ns),
+            f::latency(heaviest.round.lat_max_ns as f64)
+        );
+        let text = if std::ptr::eq(peak, heaviest) {
+            format!("{at_peak} ({at_heaviest})")
+        } else {
+            format!(
+                "{at_peak}; at {}T{}Q {}, {at_heaviest}",
+                heaviest.workers,
+                heaviest.depth,
+                iops_text(heaviest.round.iops)
+            )
+        };
+        let _ = write!(o, "<li>{}: {}</li>", doc_cell(&docs[*i]), esc(&text));
+    }
+    o.push_str(r#"</ul><div class="grid">"#);
+    for metric in &METRICS {
+        let chart = Chart {
+            id: format!("chart-{}-{}", g.slug, metric.id),
+            title: metric.title.to_string(),
+            x: XAxis::Category {
+                name: "workers (T) × queue depth per worker (Q)".to_string(),
+                labels: labels.clone(),
+                breaks: (1..cats.len())
+                    .filter(|&k| cats[k].0 != cats[k - 1].0)
+                    .collect(),
+            },
+            y: Axis::new(metric.axis, metric.q),
+            series: members
+                .iter()
+                .map(|(i, ps)| {
+                    let mut pts: Vec<(usize, &SweepPoint)> = ps
+                        .iter()
+                        .map(|p| {
+                            let c = cats
+                                .iter()
+                                .position(|&c| c == (p.workers, p.depth))
+                                .unwrap_or(0);
+                            (c, p)
+                        })
+                        .collect();
+                    pts.sort_by_key(|(c, _)| *c);
+                    Series {
+                        name: docs[*i].label.to_string(),
+                        doc: *i,
+                        points: pts
+                            .into_iter()
+                            .map(|(c, p)| Pt {
+                                x: c as f64,
+                                y: (metric.get)(&p.round),
+                                tip: format!("{}T{}Q: {}", p.workers, p.depth, round_tip(&p.round)),
+                                label: None,
+                            })
+                            .collect(),
+                    }
+                })
+                .collect(),
+            bands: Vec::new(),
+            marks: Vec::new(),
+        };
+        o.push_str(&chart.svg());
+    }
+    o.push_str("</div></section>");
+}
+
+// ---------------------------------------------------------------- rate curves
+
+fn rate_section(o: &mut String, groups: &[Group], docs: &[Doc]) {
+    let rate: Vec<&Group> = groups.iter().filter(|g| g.kind == Kind::Rate).collect();
+    o.push_str(r#"<section class="card" id="rate-curves"><h2>Latency against load</h2><p class="meta">Each workload's maximum rate is measured first, then fixed shares of it from 10% up to 120% are asked for: average latency against the IOPS achieved, points labelled with the share asked for.</p><div class="grid">"#);
+    for g in &rate {
+        let series = g
+            .members
+            .iter()
+            .filter_map(|(i, p)| match p {
+                Phase::RateCurve { points, .. } => Some(Series {
+                    name: docs[*i].label.to_string(),
+                    doc: *i,
+                    points: points
+                        .iter()
+                        .map(|c: &CurvePoint| Pt {
+                            x: c.round.iops,
+                            y: c.round.lat_mean_ns,
+                            tip: format!(
+                                "{} of the maximum ({} asked): {}",
+                                f::percent(c.fraction),
+                                iops_text(c.target_iops),
+                                round_tip(&c.round)
+                            ),
+                            label: Some(f::percent(c.fraction)),
+                        })
+                        .collect(),
+                }),
+                _ => None,
+            })
+            .collect();
+        let chart = Chart {
+            id: format!("chart-{}", g.slug),
+            title: format!("{}: latency against load", g.name),
+            x: XAxis::Linear(Axis::new("achieved rate", Quantity::Iops)),
+            y: Axis::new("average latency", Quantity::Latency),
+            series,
+            bands: Vec::new(),
+            marks: Vec::new(),
+        };
+        o.push_str(&chart.svg());
+    }
+    o.push_str(r#"</div><table class="rate"><thead><tr><th class="l">Workload</th><th class="l">Document</th><th>Maximum rate</th><th>Lightest load (IOPS at latency)</th><th>Full rate</th><th>Heaviest load</th></tr></thead><tbody>"#);
+    let at = |c: &CurvePoint| {
+        format!(
+            "{}: {} at {}",
+            f::percent(c.fraction),
+            f::iops(c.round.iops),
+            f::latency(c.round.lat_mean_ns)
+        )
+    };
+    for g in &rate {
+        for (k, (i, p)) in g.members.iter().enumerate() {
+            let Phase::RateCurve {
+                max_iops, points, ..
+            } = p
+            else {
+                continue;
+            };
+            o.push_str("<tr>");
+            if k == 0 {
+                let _ = write!(
+                    o,
+                    r#"<td class="l" rowspan="{}">{}</td>"#,
+                    g.members.len(),
+                    esc(&g.name)
+                );
+            }
+            let lightest = points
+                .iter()
+                .min_by(|a, b| a.fraction.total_cmp(&b.fraction));
+            let heaviest = points
+                .iter()
+                .max_by(|a, b| a.fraction.total_cmp(&b.fraction));
+            let full = points.iter().find(|c| (c.fraction - 1.0).abs() < 1e-6);
+            let _ = write!(
+                o,
+                r#"<td class="l">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+                doc_cell(&docs[*i]),
+                iops_text(*max_iops),
+                lightest.map_or_else(|| "-".to_string(), at),
+                full.map_or_else(|| "-".to_string(), at),
+                heaviest.map_or_else(|| "-".to_string(), at),
+            );
+        }
+    }
+    o.push_str("</tbody></table></section>");
+}
+
+// ---------------------------------------------------------------- write saturation
+
+fn write_sat_section(o: &mut String, g: &Group, docs: &[Doc]) {
+    let members: Vec<(usize, &[Round], &[u64])> = g
+        .members
+        .iter()
+        .filter_map(|(i, p)| match p {
+            Phase::WriteSaturation {
+                rounds,
+                bytes_written,
+                ..
+            } => Some((*i, rounds.as_slice(), bytes_written.as_slice())),
+            _ => None,
+        })
+        .collect();
+    let _ = write!(
+        o,
+        r#"<section class="card" id="{}"><h2>Write saturation: {}</h2>"#,
+        esc(&g.slug),
+        esc(&g.name)
+    );
+    workload_meta(o, g, docs);
+    o.push_str(r#"<ul class="status">"#);
+    for (i, rounds, bytes) in &members {
+        let (Some(first), Some(last)) = (rounds.first(), rounds.last()) else {
+            continue;
+        };
+        let min = rounds.iter().map(|r| r.iops).fold(f64::INFINITY, f64::min);
+        let _ = write!(
+            o,
+            "<li>{}: {} written in {}; {} in the first round, {} in the last (lowest {})</li>",
+            doc_cell(&docs[*i]),
+            f::bytes(bytes.last().copied().unwrap_or(0) as f64),
+            f::duration(last.end_seconds),
+            iops_text(first.iops),
+            iops_text(last.iops),
+            iops_text(min)
+        );
+    }
+    o.push_str(r#"</ul><div class="grid">"#);
+    let tip = |r: &Round, b: Option<u64>| {
+        format!(
+            "round {}, {}{}: {}",
+            r.index + 1,
+            f::duration(r.end_seconds),
+            b.map_or_else(String::new, |b| format!(", {} written", f::bytes(b as f64))),
+            round_tip(r)
+        )
+    };
+    let by_time = Chart {
+        id: format!("chart-{}-time", g.slug),
+        title: "Throughput over time".to_string(),
+        x: XAxis::Linear(Axis::new("time", Quantity::Seconds)),
+        y: Axis::new("throughput", Quantity::Iops),
+        series: members
+            .iter()
+            .map(|(i, rounds, bytes)| Series {
+                name: docs[*i].label.to_string(),
+                doc: *i,
+                points: rounds
+                    .iter()
+                    .enumerate()
+                    .map(|(k, r)| Pt {
+                        x: r.end_seconds,
+                        y: r.iops,
+                        tip: tip(r, bytes.get(k).copied()),
+                        label: None,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        bands: Vec::new(),
+        marks: Vec::new(),
+    };
+    let by_bytes = Chart {
+        id: format!("chart-{}-bytes", g.slug),
+        title: "Throughput against data written".to_string(),
+        x: XAxis::Linear(Axis::new("data written", Quantity::Bytes)),
+        y: Axis::new("throughput", Quantity::Iops),
+        series: members
+            .iter()
+            .map(|(i, rounds, bytes)| Series {
+                name: docs[*i].label.to_string(),
+                doc: *i,
+                points: rounds
+                    .iter()
+                    .zip(bytes.iter())
+                    .map(|(r, b)| Pt {
+                        x: *b as f64,
+                        y: r.iops,
+                        tip: tip(r, Some(*b)),
+                        label: None,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        bands: Vec::new(),
+        marks: Vec::new(),
+    };
+    o.push_str(&by_time.svg());
+    o.push_str(&by_bytes.svg());
+    o.push_str("</div></section>");
+}
+
+// ---------------------------------------------------------------- fixed points
+
+fn p99_text(r: &Round) -> String {
+    let dirs: Vec<(&str, &DirFigures)> = [("read", &r.read), ("write", &r.write)]
+        .into_iter()
+        .filter(|(_, d)| d.ops > 0 || d.iops > 0.0)
+        .collect();
+    match dirs.as_slice() {
+        [] => "-".to_string(),
+        [(_, d)] => f::latency(d.lat_p99_ns as f64),
+        _ => dirs
+            .iter()
+            .map(|(n, d)| format!("{n} {}", f::latency(d.lat_p99_ns as f64)))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+fn points_section(o: &mut String, docs: &[Doc]) {
+    // Workload names in order of appearance, each with every document's points.
+    let mut names: Vec<&str> = Vec::new();
+    for d in docs {
+        for p in &d.r.phases {
+            if let Phase::Point { workload, .. } = p {
+                if !names.contains(&workload.name.as_str()) {
+                    names.push(&workload.name);
+                }
+            }
+        }
+    }
+    o.push_str(r#"<section class="card" id="points"><h2>Fixed workloads</h2><p class="meta">One measured round per workload.</p><table class="points"><thead><tr><th class="l">Workload</th><th class="l">Pattern</th><th class="l">Document</th><th>IOPS</th><th>Bandwidth</th><th>Average latency</th><th>99th percentile</th><th>Maximum latency</th></tr></thead><tbody>"#);
+    for name in names {
+        let rows: Vec<(&Doc, &WorkloadDesc, &Round)> = docs
+            .iter()
+            .flat_map(|d| {
+                d.r.phases.iter().filter_map(move |p| match p {
+                    Phase::Point { workload, round } if workload.name == name => {
+                        Some((d, workload, round))
+                    }
+                    _ => None,
+                })
+            })
+            .collect();
+        for (k, (d, w, r)) in rows.iter().enumerate() {
+            o.push_str("<tr>");
+            if k == 0 {
+                let _ = write!(
+                    o,
+                    r#"<td class="l" rowspan="{}">{}</td>"#,
+                    rows.len(),
+                    esc(name)
+                );
+            }
+            let mut pattern = format!("{} {}", w.bs, w.rw);
+            if matches!(w.rw.as_str(), "randrw" | "rw" | "readwrite") {
+                let _ = write!(
+                    pattern,
+                    " {}/{}",
+                    w.rwmixread,
+                    100u32.saturating_sub(w.rwmixread)
+                );
+            }
+            let _ = write!(pattern, ", {}T{}Q", w.workers, w.depth);
+            let _ = write!(
+                o,
+                r#"<td class="l">{}</td><td class="l">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+                esc(&pattern),
+                doc_cell(d),
+                f::iops(r.iops),
+                f::bandwidth(r.read.bw_bytes + r.write.bw_bytes),
+                f::latency(r.lat_mean_ns),
+                p99_text(r),
+                f::latency(r.lat_max_ns as f64)
+            );
+        }
+    }
+    o.push_str("</tbody></table></section>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::result::{Rated, SCHEMA_VERSION};
+
+    fn rnd(index: u32, end: f64, iops: f64) -> Round {
+        let d = DirFigures {
+            ops: iops as u64,
+            iops,
+            bw_bytes: iops * 4096.0,
+            lat_mean_ns: 256.0 / iops * 1e9,
+            lat_stddev_ns: 1e5,
+            lat_max_ns: 9_000_000,
+            ..DirFigures::default()
+        };
+        Round {
+            index,
+            end_seconds: end,
+            iops,
+            lat_mean_ns: d.lat_mean_ns,
+            lat_max_ns: d.lat_max_ns,
+            lat_stddev_ns: d.lat_stddev_ns,
+            write: d,
+            read: DirFigures::default(),
+        }
+    }
+
+    fn wd(name: &str, rw: &str, bs: &str) -> WorkloadDesc {
+        WorkloadDesc {
+            name: name.into(),
+            rw: rw.into(),
+            bs: bs.into(),
+            rwmixread: 0,
+            workers: 16,
+            depth: 16,
+            distribution: "uniform".into(),
+        }
+    }
+
+    fn doc(phases: Vec<Phase>) -> SuiteResult {
+        SuiteResult {
+            schema_version: SCHEMA_VERSION,
+            driveprobe_version: "0.1.0".into(),
+            suite: "quick".into(),
+            scale: "quick".into(),
+            target: "/tmp/f".into(),
+            target_bytes: 1 << 30,
+            drive: None,
+            engine: "psync".into(),
+            started_unix_seconds: 0.0,
+            ended_unix_seconds: 0.0,
+            complete: true,
+            incomplete_reason: None,
+            rated: Some(Rated {
+                write_iops_4k: Some(50_000.0),
+                ..Rated::default()
+            }),
+            phases,
+        }
+    }
+
+    fn steady(rounds: Vec<Round>, attained: bool) -> Phase {
+        let n = rounds.len() as u32;
+        Phase::SteadyState {
+            workload: wd("4k-randwrite", "randwrite", "4k"),
+            steady: SteadyState {
+                window_rounds: 3,
+                max_range_ratio: 0.2,
+                max_slope_excursion_ratio: 0.1,
+                max_rounds: 10,
+                attained,
+                steady_round: attained.then_some(n - 1),
+                window_mean_iops: 40_000.0,
+                window_range_ratio: 0.05,
+                window_slope_excursion_ratio: 0.02,
+            },
+            burst: rounds[0].clone(),
+            steady_figures: Round::average(&rounds[rounds.len() - 3..]),
+            rounds,
+        }
+    }
+
+    #[test]
+    fn slugs() {
+        assert_eq!(slug("4k-randread"), "4k-randread");
+        assert_eq!(slug("SQL 90/10"), "sql-90-10");
+        assert_eq!(slug("<>"), "workload");
+    }
+
+    #[test]
+    fn rounds_without_times_are_numbered() {
+        let rounds: Vec<Round> = (0..5)
+            .map(|i| rnd(i, 0.0, 60_000.0 - f64::from(i) * 4000.0))
+            .collect();
+        let html = render(&[("a".into(), doc(vec![steady(rounds, false)]))]);
+        assert!(html.contains(">round<"), "x axis in rounds");
+        assert!(html.contains("last window, not steady"));
+        assert!(html.contains("not steady</span> after 5 rounds (limit 10)"));
+        assert_eq!(html.matches(r#"<circle class="pt s0""#).count(), 20);
+    }
+
+    #[test]
+    fn rated_compares_steady_figures_before_points() {
+        let rounds: Vec<Round> = (0..4)
+            .map(|i| rnd(i, f64::from(i + 1) * 30.0, 40_000.0))
+            .collect();
+        let phases = vec![
+            Phase::Point {
+                workload: wd("4k-randwrite", "randwrite", "4k"),
+                round: rnd(0, 60.0, 10_000.0),
+            },
+            steady(rounds, true),
+        ];
+        let html = render(&[("a".into(), doc(phases))]);
+        assert!(
+            html.contains(
+                r#"40,000 IOPS <span class="dim">rated 50,000 IOPS</span> <span class="bad">80%</span>"#
+            ),
+            "{html}"
+        );
+        assert!(html.contains(">time (s)<"));
+        assert!(html.contains(">steady window<"));
+    }
+
+    #[test]
+    fn sweep_lines_break_between_thread_counts() {
+        let points = [(2, 2), (2, 4), (4, 2), (4, 4)]
+            .iter()
+            .map(|&(workers, depth)| SweepPoint {
+                workers,
+                depth,
+                round: rnd(0, 60.0, f64::from(workers * depth) * 1000.0),
+            })
+            .collect();
+        let html = render(&[(
+            "a".into(),
+            doc(vec![Phase::Sweep {
+                workload: wd("8k-70-30", "randrw", "8k"),
+                points,
+            }]),
+        )]);
+        let svg = &html[html.find(r#"id="chart-sweep-8k-70-30-iops""#).unwrap()..];
+        let svg = &svg[..svg.find("</svg>").unwrap()];
+        let path = svg.split(r#"<path class="ln s0" d=""#).nth(1).unwrap();
+        let path = &path[..path.find('"').unwrap()];
+        assert_eq!(path.matches('M').count(), 2, "{path}");
+        for label in [">2T2Q<", ">2T4Q<", ">4T2Q<", ">4T4Q<"] {
+            assert!(svg.contains(label));
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! Every suite end to end at quick scale (with short rounds) on a file in /dev/shm,
+//! through the real binary: the result document is checked against its JSON Schema,
+//! every closed-loop point obeys Little's law, and each suite has the phases it promises.
+
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+/// The suites are CPU-heavy (up to 256 I/Os in flight): one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+struct Scratch(String);
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn schema() -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/result.schema.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn run_suite(name: &str, extra: &[&str]) -> (Value, Output) {
+    let round = extra
+        .iter()
+        .find(|a| a.starts_with("--round-time"))
+        .copied()
+        .unwrap_or("--round-time=150ms");
+    let extra: Vec<&str> = extra
+        .iter()
+        .copied()
+        .filter(|a| !a.starts_with("--round-time"))
+        .collect();
+    let _guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let f = Scratch(format!(
+        "/dev/shm/dp-test-suite-{}-{name}",
+        std::process::id()
+    ));
+    let out = Command::new(env!("CARGO_BIN_EXE_driveprobe"))
+        .args([
+            "bench",
+            &f.0,
+            "--size=64m",
+            "--suite",
+            name,
+            "--scale=quick",
+        ])
+        .args([round, "--output-format=json"])
+        .args(&extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "suite {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let validator = jsonschema::validator_for(&schema()).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "suite {name} result breaks its schema: {errors:#?}"
+    );
+    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["suite"], name);
+    assert_eq!(doc["complete"], true);
+    assert_eq!(doc["engine"], "io_uring");
+    (doc, out)
+}
+
+/// IOPS x mean latency = I/Os in flight, within `tol` plus twice the share of the
+/// round one I/O takes (I/Os that straddle the round's edges are not counted in it).
+fn little(round: &Value, in_flight: f64, tol: f64, what: &str) {
+    let iops = round["iops"].as_f64().unwrap();
+    let mean = round["lat_mean_ns"].as_f64().unwrap() / 1e9;
+    let secs = round["end_seconds"].as_f64().unwrap();
+    let l = iops * mean;
+    let tol = tol + 2.0 * mean / secs.max(1e-3);
+    assert!(
+        (l - in_flight).abs() / in_flight < tol,
+        "{what}: IOPS {iops:.0} x {mean:.6}s = {l:.1}, expected {in_flight}"
+    );
+}
+
+fn phases<'a>(doc: &'a Value, kind: &str) -> Vec<&'a Value> {
+    doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == kind)
+        .collect()
+}
+
+fn check_steady(p: &Value) {
+    let wl = &p["workload"];
+    let in_flight = (wl["workers"].as_u64().unwrap() * wl["depth"].as_u64().unwrap()) as f64;
+    let rounds = p["rounds"].as_array().unwrap();
+    assert!(rounds.len() >= 5, "{}: {} rounds", wl["name"], rounds.len());
+    for r in rounds {
+        little(r, in_flight, 0.10, wl["name"].as_str().unwrap());
+    }
+    let s = &p["steady"];
+    if s["attained"] == true {
+        let at = s["steady_round"].as_u64().unwrap() as usize;
+        assert_eq!(
+            at + 1,
+            rounds.len(),
+            "a steady phase ends at its steady round"
+        );
+        assert!(s["window_range_ratio"].as_f64().unwrap() <= 0.20);
+        assert!(s["window_slope_excursion_ratio"].as_f64().unwrap() <= 0.10);
+    }
+    assert_eq!(p["burst"], rounds[0]);
+}
+
+#[test]
+fn enterprise_suite() {
+    let (doc, _) = run_suite("enterprise", &[]);
+    let kinds: Vec<&str> = doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds[0], "purge");
+    assert_eq!(kinds[1], "precondition");
+    let steady = phases(&doc, "steady_state");
+    let names: Vec<&str> = steady
+        .iter()
+        .map(|p| p["workload"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "4k-randread",
+            "4k-randwrite",
+            "8k-70-30",
+            "8k-randread",
+            "8k-randwrite",
+            "128k-seqread",
+            "128k-seqwrite"
+        ]
+    );
+    for p in &steady {
+        assert_eq!(p["workload"]["workers"], 16);
+        assert_eq!(p["workload"]["depth"], 16);
+        check_steady(p);
+    }
+    let sweep = phases(&doc, "sweep");
+    let points = sweep[0]["points"].as_array().unwrap();
+    assert_eq!(points.len(), 16);
+    for pt in points {
+        let n = (pt["workers"].as_u64().unwrap() * pt["depth"].as_u64().unwrap()) as f64;
+        little(
+            &pt["round"],
+            n,
+            0.05,
+            &format!("{}T{}Q", pt["workers"], pt["depth"]),
+        );
+        let r = pt["round"]["read"]["ops"].as_f64().unwrap();
+        let w = pt["round"]["write"]["ops"].as_f64().unwrap();
+        assert!(
+            (r / (r + w) - 0.70).abs() < 0.03,
+            "70/30 mix: {}",
+            r / (r + w)
+        );
+    }
+}
+
+#[test]
+fn curves_suite() {
+    let (doc, _) = run_suite("curves", &["--round-time=100ms"]);
+    assert_eq!(phases(&doc, "fill").len(), 1);
+    let curves = phases(&doc, "rate_curve");
+    assert_eq!(curves.len(), 16);
+    for c in &curves {
+        let max = c["max_iops"].as_f64().unwrap();
+        assert!(max > 0.0);
+        let pts = c["points"].as_array().unwrap();
+        assert_eq!(pts.len(), 12);
+        // Below the maximum the rate asked for is delivered (within 10%: short rounds).
+        for p in pts
+            .iter()
+            .filter(|p| p["fraction"].as_f64().unwrap() <= 0.3)
+        {
+            let want = p["target_iops"].as_f64().unwrap();
+            let got = p["round"]["iops"].as_f64().unwrap();
+            assert!(
+                (got - want).abs() / want < 0.10,
+                "{}: {got} of {want}",
+                c["workload"]["name"]
+            );
+        }
+    }
+}
+
+#[test]
+fn snia_iops_suite() {
+    let (doc, _) = run_suite("snia-iops", &["--round-time=100ms"]);
+    check_steady(phases(&doc, "steady_state")[0]);
+    let points = phases(&doc, "point");
+    assert_eq!(points.len(), 56);
+    for p in points {
+        let n = (p["workload"]["workers"].as_u64().unwrap()
+            * p["workload"]["depth"].as_u64().unwrap()) as f64;
+        little(
+            &p["round"],
+            n,
+            0.05,
+            p["workload"]["name"].as_str().unwrap(),
+        );
+    }
+}
+
+#[test]
+fn latency_suite() {
+    let (doc, _) = run_suite("latency", &[]);
+    let points = phases(&doc, "point");
+    assert_eq!(points.len(), 9);
+    for p in points {
+        assert_eq!(p["workload"]["workers"], 1);
+        assert_eq!(p["workload"]["depth"], 1);
+        little(
+            &p["round"],
+            1.0,
+            0.05,
+            p["workload"]["name"].as_str().unwrap(),
+        );
+    }
+}
+
+#[test]
+fn wsat_suite_writes_four_times_the_region() {
+    let (doc, _) = run_suite("wsat", &[]);
+    let w = phases(&doc, "write_saturation")[0];
+    let written = w["bytes_written"].as_array().unwrap();
+    let last = written.last().unwrap().as_u64().unwrap();
+    assert!(last >= 4 * (64 << 20), "wrote {last}");
+    assert_eq!(written.len(), w["rounds"].as_array().unwrap().len());
+}
+
+#[test]
+fn jesd219_suite() {
+    let (doc, _) = run_suite("jesd219", &[]);
+    let p = phases(&doc, "steady_state")[0];
+    assert_eq!(p["workload"]["distribution"], "zoned:50/5:30/15:20/80");
+    check_steady(p);
+}
+
+#[test]
+fn stopping_a_suite_still_writes_the_result_marked_incomplete() {
+    let _guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let f = Scratch(format!(
+        "/dev/shm/dp-test-suite-{}-stop",
+        std::process::id()
+    ));
+    let out_file = format!("{}.json", f.0);
+    let child = Command::new(env!("CARGO_BIN_EXE_driveprobe"))
+        .args([
+            "bench",
+            &f.0,
+            "--size=64m",
+            "--suite=enterprise",
+            "--scale=standard",
+        ])
+        .args(["--output", &out_file])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let t = std::time::Instant::now();
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let out = child.wait_with_output().unwrap();
+    let took = t.elapsed();
+    let _ = std::fs::remove_file(&out_file);
+    assert!(took.as_secs_f64() < 2.0, "took {took:?} to stop");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("incomplete"), "{err}");
+}
+
+#[test]
+fn unknown_suite_and_bad_scale_are_usage_errors() {
+    for args in [
+        &["--suite=nope"][..],
+        &["--suite=enterprise", "--scale=huge"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_driveprobe"))
+            .args(["bench", "/dev/shm/does-not-matter", "--size=1m"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    let list = Command::new(env!("CARGO_BIN_EXE_driveprobe"))
+        .args(["bench", "--list-suites"])
+        .output()
+        .unwrap();
+    assert!(list.status.success());
+    let text = String::from_utf8_lossy(&list.stdout);
+    for s in [
+        "enterprise",
+        "curves",
+        "snia-iops",
+        "latency",
+        "wsat",
+        "jesd219",
+    ] {
+        assert!(text.contains(s), "{text}");
+    }
+}
+
+#[test]
+fn the_schema_file_is_up_to_date() {
+    let want = driveprobe::protocol::result::json_schema();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/result.schema.json");
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, serde_json::to_string_pretty(&want).unwrap() + "\n").unwrap();
+    }
+    assert_eq!(
+        schema(),
+        want,
+        "docs/result.schema.json is stale: run UPDATE_SNAPSHOTS=1 cargo test --test suites the_schema"
+    );
+}
