@@ -73,14 +73,15 @@ fn run_suite(name: &str, extra: &[&str]) -> (Value, Output) {
     (doc, out)
 }
 
-/// IOPS x mean latency = I/Os in flight, within `tol` plus twice the share of the
-/// round one I/O takes (I/Os that straddle the round's edges are not counted in it).
+/// IOPS x mean latency = I/Os in flight, within `tol` plus three times the share of the
+/// round one I/O takes: I/Os that straddle the round's edges are not counted in it (one
+/// latency's worth of completions lost at each edge), and the rounds here are short.
 fn little(round: &Value, in_flight: f64, tol: f64, what: &str) {
     let iops = round["iops"].as_f64().unwrap();
     let mean = round["lat_mean_ns"].as_f64().unwrap() / 1e9;
     let secs = round["end_seconds"].as_f64().unwrap();
     let l = iops * mean;
-    let tol = tol + 2.0 * mean / secs.max(1e-3);
+    let tol = tol + 3.0 * mean / secs.max(1e-3);
     assert!(
         (l - in_flight).abs() / in_flight < tol,
         "{what}: IOPS {iops:.0} x {mean:.6}s = {l:.1}, expected {in_flight}"

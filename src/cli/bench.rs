@@ -1,6 +1,6 @@
 //! `driveprobe bench`: one workload from a shell, with fio's option names.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -545,27 +545,12 @@ pub fn run(a: BenchArgs) -> Result<u8, Failure> {
         workload: &job,
         result: &result,
     };
-    let json = serde_json::to_string_pretty(&report)
-        .map_err(|e| Failure::runtime(format!("could not encode the result: {e}")))?;
-    if let Some(out) = &a.output {
-        std::fs::write(out, format!("{json}\n")).map_err(|e| {
-            Failure::runtime(format!("{}: cannot write the result: {e}", out.display()))
-        })?;
-    }
-    let mut stdout = std::io::stdout().lock();
-    let printed = match a.output_format {
-        OutputFormat::Json => writeln!(stdout, "{json}"),
-        OutputFormat::Text => write!(
-            stdout,
-            "{}",
-            text_report(&target, &job, &result, a.name.as_deref())
-        ),
-    };
-    if let Err(e) = printed {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            return Err(Failure::runtime(format!("cannot write to stdout: {e}")));
-        }
-    }
+    super::emit(
+        &report,
+        a.output.as_deref(),
+        a.output_format == OutputFormat::Json,
+        || text_report(&target, &job, &result, a.name.as_deref()),
+    )?;
     let clean = result.errors.count == 0 && result.verify.mismatches == 0;
     if !clean {
         eprintln!(

@@ -57,6 +57,36 @@ impl Failure {
     }
 }
 
+/// Writes a result: the JSON document to `--output FILE` when given, then either the
+/// JSON or the text to stdout (a closed pipe is not an error).
+pub(crate) fn emit<T: serde::Serialize>(
+    doc: &T,
+    output: Option<&std::path::Path>,
+    json_on_stdout: bool,
+    text: impl FnOnce() -> String,
+) -> Result<(), Failure> {
+    use std::io::Write;
+    let json = serde_json::to_string_pretty(doc)
+        .map_err(|e| Failure::runtime(format!("could not encode the result: {e}")))?;
+    if let Some(out) = output {
+        std::fs::write(out, format!("{json}\n")).map_err(|e| {
+            Failure::runtime(format!("{}: cannot write the result: {e}", out.display()))
+        })?;
+    }
+    let mut stdout = std::io::stdout().lock();
+    let printed = if json_on_stdout {
+        writeln!(stdout, "{json}")
+    } else {
+        write!(stdout, "{}", text())
+    };
+    match printed {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Failure::runtime(format!("cannot write to stdout: {e}")))
+        }
+        _ => Ok(()),
+    }
+}
+
 pub fn main() -> ExitCode {
     // Until the daemon exists, a bare `driveprobe` (and `cargo run --release`) shows help.
     if std::env::args_os().len() <= 1 {

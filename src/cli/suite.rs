@@ -1,7 +1,7 @@
 //! `driveprobe bench --suite NAME`: a whole suite of the drive test protocol, with a
 //! progress bar per phase, a summary table at the end, and the result document.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 
 use super::bench::{self, Amount, BenchArgs, OutputFormat};
 use super::Failure;
@@ -184,24 +184,7 @@ pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
     if let Some(b) = progress.bar.take() {
         b.finish_and_clear();
     }
-    let doc = serde_json::to_string_pretty(&result)
-        .map_err(|e| Failure::runtime(format!("could not encode the result: {e}")))?;
-    if let Some(out) = &a.output {
-        std::fs::write(out, format!("{doc}\n")).map_err(|e| {
-            Failure::runtime(format!("{}: cannot write the result: {e}", out.display()))
-        })?;
-    }
-    let mut stdout = std::io::stdout().lock();
-    let printed = if json {
-        writeln!(stdout, "{doc}")
-    } else {
-        write!(stdout, "{}", summary(&result))
-    };
-    if let Err(e) = printed {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            return Err(Failure::runtime(format!("cannot write to stdout: {e}")));
-        }
-    }
+    super::emit(&result, a.output.as_deref(), json, || summary(&result))?;
     match error {
         Some(e) => Err(Failure::runtime(e)),
         None if !result.complete => Err(Failure::runtime(format!(

@@ -486,14 +486,19 @@ impl Job {
     }
     /// fio's `rw` name for this job.
     pub fn rw_name(&self) -> &'static str {
-        match (self.pattern, self.read_pct) {
-            (Pattern::Random, 100) => "randread",
-            (Pattern::Random, 0) => "randwrite",
-            (Pattern::Random, _) => "randrw",
-            (Pattern::Sequential, 100) => "read",
-            (Pattern::Sequential, 0) => "write",
-            (Pattern::Sequential, _) => "rw",
-        }
+        rw_name(self.pattern, self.read_pct)
+    }
+}
+
+/// fio's `rw` name for a pattern and read share.
+pub fn rw_name(pattern: Pattern, read_pct: u32) -> &'static str {
+    match (pattern, read_pct) {
+        (Pattern::Random, 100) => "randread",
+        (Pattern::Random, 0) => "randwrite",
+        (Pattern::Random, _) => "randrw",
+        (Pattern::Sequential, 100) => "read",
+        (Pattern::Sequential, 0) => "write",
+        (Pattern::Sequential, _) => "rw",
     }
 }
 

@@ -196,29 +196,60 @@ fn dir(d: &crate::engine::IntervalDir) -> DirFigures {
     }
 }
 
+impl DirFigures {
+    /// One direction of a whole run's totals.
+    pub fn from_summary(d: &crate::engine::DirSummary) -> DirFigures {
+        let p = |k: &str| d.lat_ns.percentiles.get(k).copied().unwrap_or(0);
+        DirFigures {
+            ops: d.ops,
+            iops: d.iops,
+            bw_bytes: d.bw_bytes,
+            lat_mean_ns: d.lat_ns.mean,
+            lat_stddev_ns: d.lat_ns.stddev,
+            lat_max_ns: d.lat_ns.max,
+            lat_p50_ns: p("50"),
+            lat_p99_ns: p("99"),
+            lat_p99_9_ns: p("99.9"),
+        }
+    }
+}
+
 impl Round {
-    /// A round from one engine interval.
-    pub fn from_interval(index: u32, end_seconds: f64, i: &IntervalSummary) -> Round {
-        let read = dir(&i.read);
-        let write = dir(&i.write);
+    /// A round from its two directions, combined as the reviews combine them.
+    pub fn from_dirs(index: u32, end_seconds: f64, read: DirFigures, write: DirFigures) -> Round {
         let ops = read.ops + write.ops;
-        let w = |r: f64, wv: f64| {
+        let weighted = |r: f64, w: f64| {
             if ops == 0 {
                 0.0
             } else {
-                (r * read.ops as f64 + wv * write.ops as f64) / ops as f64
+                (r * read.ops as f64 + w * write.ops as f64) / ops as f64
             }
         };
         Round {
             index,
             end_seconds,
             iops: read.iops + write.iops,
-            lat_mean_ns: w(read.lat_mean_ns, write.lat_mean_ns),
-            lat_stddev_ns: w(read.lat_stddev_ns, write.lat_stddev_ns),
+            lat_mean_ns: weighted(read.lat_mean_ns, write.lat_mean_ns),
+            lat_stddev_ns: weighted(read.lat_stddev_ns, write.lat_stddev_ns),
             lat_max_ns: read.lat_max_ns.max(write.lat_max_ns),
             read,
             write,
         }
+    }
+
+    /// A round from one engine interval.
+    pub fn from_interval(index: u32, end_seconds: f64, i: &IntervalSummary) -> Round {
+        Round::from_dirs(index, end_seconds, dir(&i.read), dir(&i.write))
+    }
+
+    /// A round from a whole (one-round) run's totals.
+    pub fn from_result(index: u32, r: &crate::engine::RunResult) -> Round {
+        Round::from_dirs(
+            index,
+            r.runtime_seconds,
+            DirFigures::from_summary(&r.read),
+            DirFigures::from_summary(&r.write),
+        )
     }
 
     /// The average of several rounds (steady window figures); max is the largest.

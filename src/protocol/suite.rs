@@ -8,14 +8,12 @@ use serde::Serialize;
 
 use super::purge;
 use super::result::{
-    CurvePoint, DirFigures, Phase, Rated, Round, SteadyState, SuiteResult, SweepPoint,
-    SCHEMA_VERSION,
+    CurvePoint, Phase, Rated, Round, SteadyState, SuiteResult, SweepPoint, SCHEMA_VERSION,
 };
 use super::steady::{self, Rule};
 use super::workloads::{self as w, Workload};
 use crate::engine::{
-    self, Arrival, DirSummary, EngineError, JobError, RateLimit, RegionSpec, RunControl, RunResult,
-    Stop,
+    self, Arrival, EngineError, JobError, RateLimit, RegionSpec, RunControl, RunResult, Stop,
 };
 use crate::health::model::Identity;
 use crate::target::{Region, Target};
@@ -200,16 +198,15 @@ fn leak(s: String) -> &'static str {
 }
 
 fn point(name: String, bs: &'static str, read_pct: u32, workers: u32, depth: u32) -> Step {
-    Step::Point(Workload {
-        name: leak(name),
-        pattern: crate::engine::Pattern::Random,
-        random_pct: None,
+    let random = crate::engine::Pattern::Random;
+    Step::Point(Workload::new(
+        leak(name),
+        random,
         bs,
         read_pct,
-        distribution: "uniform",
         workers,
         depth,
-    })
+    ))
 }
 
 /// Every suite driveprobe knows.
@@ -331,43 +328,20 @@ fn now_unix() -> f64 {
         .unwrap_or(0.0)
 }
 
-fn dir_from_summary(d: &DirSummary) -> DirFigures {
-    let p = |k: &str| d.lat_ns.percentiles.get(k).copied().unwrap_or(0);
-    DirFigures {
-        ops: d.ops,
-        iops: d.iops,
-        bw_bytes: d.bw_bytes,
-        lat_mean_ns: d.lat_ns.mean,
-        lat_stddev_ns: d.lat_ns.stddev,
-        lat_max_ns: d.lat_ns.max,
-        lat_p50_ns: p("50"),
-        lat_p99_ns: p("99"),
-        lat_p99_9_ns: p("99.9"),
-    }
-}
-
-/// A round from a whole (one-round) run's totals.
-pub fn round_from_result(index: u32, r: &RunResult) -> Round {
-    let read = dir_from_summary(&r.read);
-    let write = dir_from_summary(&r.write);
-    let ops = read.ops + write.ops;
-    let wavg = |a: f64, b: f64| {
-        if ops == 0 {
-            0.0
-        } else {
-            (a * read.ops as f64 + b * write.ops as f64) / ops as f64
-        }
-    };
-    Round {
-        index,
-        end_seconds: r.runtime_seconds,
-        iops: read.iops + write.iops,
-        lat_mean_ns: wavg(read.lat_mean_ns, write.lat_mean_ns),
-        lat_stddev_ns: wavg(read.lat_stddev_ns, write.lat_stddev_ns),
-        lat_max_ns: read.lat_max_ns.max(write.lat_max_ns),
-        read,
-        write,
-    }
+/// `engine::run`, its error named by suite and phase.
+fn run_engine(
+    suite: &Suite,
+    target: &Target,
+    phase: &str,
+    job: &engine::Job,
+    control: &RunControl,
+    on_interval: &mut dyn FnMut(&engine::IntervalSummary),
+) -> Result<RunResult, SuiteError> {
+    engine::run(job, target, control, on_interval).map_err(|e| SuiteError::Engine {
+        suite: suite.name.to_string(),
+        phase: phase.to_string(),
+        source: e,
+    })
 }
 
 struct Runner<'a> {
@@ -430,13 +404,7 @@ impl Runner<'_> {
         control: &RunControl,
         on_interval: &mut dyn FnMut(&engine::IntervalSummary),
     ) -> Result<RunResult, SuiteError> {
-        let r = engine::run(job, self.target, control, on_interval).map_err(|e| {
-            SuiteError::Engine {
-                suite: self.suite.name.to_string(),
-                phase: phase.to_string(),
-                source: e,
-            }
-        })?;
+        let r = run_engine(self.suite, self.target, phase, job, control, on_interval)?;
         self.engine_name
             .get_or_insert_with(|| r.engine.name().to_string());
         Ok(r)
@@ -486,13 +454,14 @@ impl Runner<'_> {
                 }
             };
             let target = self.target;
-            let r = engine::run(&job, target, &phase_control, &mut on_interval).map_err(|e| {
-                SuiteError::Engine {
-                    suite: self.suite.name.to_string(),
-                    phase: wl.name.to_string(),
-                    source: e,
-                }
-            })?;
+            let r = run_engine(
+                self.suite,
+                target,
+                wl.name,
+                &job,
+                &phase_control,
+                &mut on_interval,
+            )?;
             self.engine_name
                 .get_or_insert_with(|| r.engine.name().to_string());
         }
@@ -548,7 +517,7 @@ impl Runner<'_> {
         }
         let control = self.control.child();
         let r = self.run(&job, wl.name, &control, &mut |_| {})?;
-        let round = round_from_result(index, &r);
+        let round = Round::from_result(index, &r);
         self.observer.round(&round, None);
         Ok(round)
     }
@@ -625,13 +594,14 @@ impl Runner<'_> {
                     c.stop();
                 }
             };
-            let r = engine::run(&job, self.target, &control, &mut on_interval).map_err(|e| {
-                SuiteError::Engine {
-                    suite: self.suite.name.to_string(),
-                    phase: wl.name.to_string(),
-                    source: e,
-                }
-            })?;
+            let r = run_engine(
+                self.suite,
+                self.target,
+                wl.name,
+                &job,
+                &control,
+                &mut on_interval,
+            )?;
             self.engine_name
                 .get_or_insert_with(|| r.engine.name().to_string());
         }

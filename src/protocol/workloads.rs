@@ -21,7 +21,7 @@ pub struct Workload {
 }
 
 impl Workload {
-    const fn new(
+    pub const fn new(
         name: &'static str,
         pattern: Pattern,
         bs: &'static str,
@@ -64,17 +64,9 @@ impl Workload {
     }
 
     pub fn desc(&self) -> WorkloadDesc {
-        let rw = match (self.pattern, self.read_pct) {
-            (Pattern::Random, 100) => "randread",
-            (Pattern::Random, 0) => "randwrite",
-            (Pattern::Random, _) => "randrw",
-            (Pattern::Sequential, 100) => "read",
-            (Pattern::Sequential, 0) => "write",
-            (Pattern::Sequential, _) => "rw",
-        };
         WorkloadDesc {
             name: self.name.to_string(),
-            rw: rw.to_string(),
+            rw: crate::engine::job::rw_name(self.pattern, self.read_pct).to_string(),
             bs: self.bs.to_string(),
             rwmixread: self.read_pct,
             workers: self.workers,

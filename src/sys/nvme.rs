@@ -57,16 +57,33 @@ impl AdminError {
     }
 }
 
-fn admin(file: &File, mut cmd: PassthruCmd, buf: &mut [u8]) -> Result<u32, AdminError> {
-    cmd.addr = buf.as_mut_ptr() as u64;
-    cmd.data_len =
-        u32::try_from(buf.len()).map_err(|_| AdminError::Os(io::ErrorKind::InvalidInput.into()))?;
-    cmd.timeout_ms = 10_000;
+/// Issues one admin command; `buf` receives the data of a command that returns some
+/// (None for a command that transfers none).
+fn admin(
+    file: &File,
+    mut cmd: PassthruCmd,
+    buf: Option<&mut [u8]>,
+    timeout_ms: u32,
+) -> Result<u32, AdminError> {
+    match buf {
+        Some(buf) => {
+            cmd.addr = buf.as_mut_ptr() as u64;
+            cmd.data_len = u32::try_from(buf.len())
+                .map_err(|_| AdminError::Os(io::ErrorKind::InvalidInput.into()))?;
+        }
+        None => {
+            cmd.addr = 0;
+            cmd.data_len = 0;
+        }
+    }
+    cmd.timeout_ms = timeout_ms;
     // SAFETY: `cmd` is a properly laid out `nvme_passthru_cmd` (size asserted above) that
-    // lives across the call; its `addr`/`data_len` describe `buf`, which is borrowed
-    // mutably for the whole call, so the kernel writes at most `buf.len()` bytes into
-    // memory we own. The commands issued here (Identify, Get Log Page) only transfer
-    // data from the controller to the host. The fd is valid for the borrow of `file`.
+    // lives across the call. With a buffer, `addr`/`data_len` describe it and it is
+    // borrowed mutably for the whole call, so the kernel writes at most `buf.len()` bytes
+    // into memory we own; the data-returning commands issued here (Identify, Get Log Page)
+    // only transfer from the controller to the host. Without one, `addr` and `data_len`
+    // are 0 and the kernel maps no user memory, writing only `cmd.result`. The fd is valid
+    // for the borrow of `file`.
     let rc = unsafe {
         libc::ioctl(
             file.as_raw_fd(),
@@ -83,6 +100,9 @@ fn admin(file: &File, mut cmd: PassthruCmd, buf: &mut [u8]) -> Result<u32, Admin
     Ok(cmd.result)
 }
 
+/// Timeout of the read-only admin commands.
+const READ_TIMEOUT_MS: u32 = 10_000;
+
 /// Identify (CNS `cns`) into a 4096-byte buffer.
 pub fn identify(file: &File, cns: u8, nsid: u32) -> Result<Vec<u8>, AdminError> {
     let mut buf = vec![0u8; 4096];
@@ -92,7 +112,7 @@ pub fn identify(file: &File, cns: u8, nsid: u32) -> Result<Vec<u8>, AdminError> 
         cdw10: cns as u32,
         ..Default::default()
     };
-    admin(file, cmd, &mut buf)?;
+    admin(file, cmd, Some(&mut buf), READ_TIMEOUT_MS)?;
     Ok(buf)
 }
 
@@ -107,7 +127,7 @@ pub fn get_log_page(file: &File, lid: u8, nsid: u32, len: usize) -> Result<Vec<u
         cdw11: numd >> 16,
         ..Default::default()
     };
-    admin(file, cmd, &mut buf)?;
+    admin(file, cmd, Some(&mut buf), READ_TIMEOUT_MS)?;
     Ok(buf)
 }
 
@@ -128,31 +148,6 @@ pub fn namespace_id(file: &File) -> io::Result<u32> {
 const OPC_FORMAT_NVM: u8 = 0x80;
 const OPC_SANITIZE: u8 = 0x84;
 
-/// An admin command that transfers no data, with its own timeout (Format NVM can take
-/// minutes to hours; the kernel resets the controller when a command outlives it).
-fn admin_no_data(file: &File, mut cmd: PassthruCmd, timeout_ms: u32) -> Result<u32, AdminError> {
-    cmd.addr = 0;
-    cmd.data_len = 0;
-    cmd.timeout_ms = timeout_ms;
-    // SAFETY: `cmd` is a properly laid out `nvme_passthru_cmd` (size asserted above) that
-    // lives across the call; with `addr` 0 and `data_len` 0 the kernel maps no user buffer
-    // and writes only `cmd.result`. The fd is valid for the borrow of `file`.
-    let rc = unsafe {
-        libc::ioctl(
-            file.as_raw_fd(),
-            NVME_IOCTL_ADMIN_CMD,
-            &mut cmd as *mut PassthruCmd,
-        )
-    };
-    if rc < 0 {
-        return Err(AdminError::Os(io::Error::last_os_error()));
-    }
-    if rc > 0 {
-        return Err(AdminError::Status(rc));
-    }
-    Ok(cmd.result)
-}
-
 /// Format NVM (opcode 80h) of namespace `nsid` with command dword 10 `cdw10` (LBAF, MSET,
 /// PI, PIL, SES, LBAFU). Destroys the namespace's data (or, when the controller's FNA says
 /// so, every namespace's). Blocks until the controller completes it or `timeout_ms` passes.
@@ -163,7 +158,7 @@ pub fn format_nvm(file: &File, nsid: u32, cdw10: u32, timeout_ms: u32) -> Result
         cdw10,
         ..Default::default()
     };
-    admin_no_data(file, cmd, timeout_ms).map(|_| ())
+    admin(file, cmd, None, timeout_ms).map(|_| ())
 }
 
 /// Sanitize (opcode 84h) with command dword 10 `cdw10` (SANACT, AUSE, OWPASS, OIPBP, NDAS)
@@ -177,5 +172,5 @@ pub fn sanitize(file: &File, cdw10: u32, cdw11: u32) -> Result<(), AdminError> {
         cdw11,
         ..Default::default()
     };
-    admin_no_data(file, cmd, 60_000).map(|_| ())
+    admin(file, cmd, None, 60_000).map(|_| ())
 }
