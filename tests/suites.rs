@@ -163,7 +163,7 @@ fn enterprise_suite() {
         little(
             &pt["round"],
             n,
-            0.05,
+            0.08,
             &format!("{}T{}Q", pt["workers"], pt["depth"]),
         );
         let r = pt["round"]["read"]["ops"].as_f64().unwrap();
@@ -215,7 +215,7 @@ fn snia_iops_suite() {
         little(
             &p["round"],
             n,
-            0.05,
+            0.08,
             p["workload"]["name"].as_str().unwrap(),
         );
     }
@@ -232,7 +232,7 @@ fn latency_suite() {
         little(
             &p["round"],
             1.0,
-            0.05,
+            0.08,
             p["workload"]["name"].as_str().unwrap(),
         );
     }
