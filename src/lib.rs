@@ -6,12 +6,14 @@
 #![deny(unsafe_code)]
 
 pub mod cli;
+pub mod config;
 pub mod device;
 pub mod engine;
 pub mod health;
 pub mod protocol;
 pub mod report;
 pub mod safety;
+pub mod schedule;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod target;

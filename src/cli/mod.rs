@@ -2,6 +2,7 @@
 //! is one line on stderr and a non-zero exit status (2 for bad usage, 1 for the rest).
 
 mod bench;
+mod check_config;
 mod health;
 mod report;
 mod suite;
@@ -33,6 +34,9 @@ enum Command {
     /// Write one self-contained HTML page with the charts of one or more suite result
     /// documents (several are compared side by side).
     Report(Box<report::ReportArgs>),
+    /// Check a daemon config file without starting anything: ok, or what is wrong at
+    /// FILE:LINE:COLUMN.
+    CheckConfig(check_config::CheckConfigArgs),
 }
 
 /// An error with the exit status it deserves.
@@ -107,6 +111,7 @@ pub fn main() -> ExitCode {
         Command::Bench(args) => bench::run(*args),
         Command::Health(args) => health::run(*args),
         Command::Report(args) => report::run(*args),
+        Command::CheckConfig(args) => check_config::run(args),
     };
     match result {
         Ok(status) => ExitCode::from(status),

@@ -1,0 +1,292 @@
+//! The daemon's configuration: a TOML file parsed in two stages. [`raw`] is the document
+//! as written (serde, unknown keys refused, spans kept); [`Config`] is what the rest of
+//! the program takes, every value checked and every cross-reference (probe to drive,
+//! schedule to drive and suite) resolved. Every error carries `FILE:LINE:COLUMN`, what is
+//! wrong and what to do, on one line.
+
+pub mod raw;
+mod validate;
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::engine::{Arrival, Job, JobSpec, Pattern, RateLimit, Stop};
+use crate::health::endurance::Rating;
+use crate::protocol::result::Rated;
+use crate::protocol::suite::Scale;
+
+/// Where the daemon listens when the config does not say.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 39480));
+/// The size of the built-in config's file target.
+pub const DEFAULT_FILE_TARGET_BYTES: u64 = 256 << 20;
+
+/// A refused config. `Invalid` displays as `FILE:LINE:COLUMN: what is wrong; what to do`.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}:{line}:{column}: {message}")]
+    Invalid {
+        file: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{file}: cannot read the config: {source}; check the path and its permissions")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: Server,
+    /// Where the daemon keeps what must survive a restart (and the built-in file target).
+    pub state_dir: PathBuf,
+    /// How often drive health is read.
+    pub health_interval: Duration,
+    pub wear_budget: WearBudget,
+    pub drives: Vec<Drive>,
+    pub probes: Vec<Probe>,
+    pub schedules: Vec<Schedule>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    pub listen: SocketAddr,
+}
+
+/// How much the daemon may write to a drive per day.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WearBudget {
+    /// Share (0..=1, more than 0) of the drive's rated drive writes per day.
+    pub share_of_rated_dwpd: f64,
+    /// Bytes per day for a drive whose rating is not known.
+    pub unrated_bytes_per_day: u64,
+}
+
+impl Default for WearBudget {
+    fn default() -> Self {
+        WearBudget {
+            share_of_rated_dwpd: 0.05,
+            unrated_bytes_per_day: 1 << 30,
+        }
+    }
+}
+
+/// How a drive is recognised, whatever its path today.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    Serial(String),
+    Wwn(String),
+    /// A `/dev/disk/by-id/` path.
+    ById(PathBuf),
+}
+
+/// A preallocated file on the drive's filesystem that probes and runs stay inside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileTarget {
+    pub path: PathBuf,
+    pub size: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Drive {
+    /// The `drive` label on every metric.
+    pub name: String,
+    /// None only for a drive named by its file target alone.
+    pub identity: Option<Identity>,
+    /// Where the device is today (it may move between boots; the identity decides).
+    pub path: Option<PathBuf>,
+    /// Writes to the raw device allowed.
+    pub destructive: bool,
+    pub file_target: Option<FileTarget>,
+    pub rating: Rating,
+    pub rated: Rated,
+}
+
+impl Drive {
+    /// True when a workload that writes may run on this drive (on its file target when
+    /// it has one, else on the raw device, which `destructive` allows).
+    pub fn writable(&self) -> bool {
+        self.destructive || self.file_target.is_some()
+    }
+}
+
+/// A canary: a low, rate-limited workload that runs all the time on the drives it covers.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub name: String,
+    /// The drives it covers, by name (`"*"` already expanded).
+    pub drives: Vec<String>,
+    pub job: Job,
+    /// The window the latency quantiles are taken over.
+    pub window: Duration,
+    pub writes: bool,
+}
+
+/// A full-intensity suite run, on a cron schedule.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    pub name: String,
+    pub drives: Vec<String>,
+    /// A suite name that [`crate::protocol::suite::find`] knows.
+    pub suite: String,
+    pub scale: Scale,
+    /// Five-field cron expression, checked by [`crate::schedule::cron::Cron::parse`] (evaluated in UTC).
+    pub cron: String,
+    pub window: Option<MaintenanceWindow>,
+    pub max_duration: Duration,
+}
+
+/// When a scheduled run may happen: from `start` to `end` (past midnight when `end` is
+/// earlier) on `days` (the day the window starts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MaintenanceWindow {
+    pub start: TimeOfDay,
+    pub end: TimeOfDay,
+    pub days: Vec<Weekday>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TimeOfDay {
+    pub hour: u8,
+    pub minute: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Weekday {
+    Mon,
+    Tue,
+    Wed,
+    Thu,
+    Fri,
+    Sat,
+    Sun,
+}
+
+impl Weekday {
+    pub const ALL: [Weekday; 7] = [
+        Weekday::Mon,
+        Weekday::Tue,
+        Weekday::Wed,
+        Weekday::Thu,
+        Weekday::Fri,
+        Weekday::Sat,
+        Weekday::Sun,
+    ];
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        Config::parse(&text, &file)
+    }
+
+    /// Parses and validates config text; `name` is the file name errors carry.
+    pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
+        validate::parse(text, name)
+    }
+
+    /// The config `driveprobe daemon` runs without one: a 256 MiB file target in
+    /// `state_dir` (drive "default") with one read-only 4 KiB random-read canary at
+    /// 50 IOPS, QD1, listening on 127.0.0.1:39480.
+    pub fn embedded_default(state_dir: &Path) -> Config {
+        let window = Duration::from_secs(60);
+        Config {
+            server: Server {
+                listen: DEFAULT_LISTEN,
+            },
+            state_dir: state_dir.to_path_buf(),
+            health_interval: validate::DEFAULT_HEALTH_INTERVAL,
+            wear_budget: WearBudget::default(),
+            drives: vec![Drive {
+                name: "default".into(),
+                identity: None,
+                path: None,
+                destructive: false,
+                file_target: Some(FileTarget {
+                    path: state_dir.join("canary.dat"),
+                    size: DEFAULT_FILE_TARGET_BYTES,
+                }),
+                rating: Rating::default(),
+                rated: Rated::default(),
+            }],
+            probes: vec![Probe {
+                name: "canary-4k-read".into(),
+                drives: vec!["default".into()],
+                job: canary_job(window),
+                window,
+                writes: false,
+            }],
+            schedules: Vec::new(),
+        }
+    }
+}
+
+/// The built-in canary: 4 KiB random reads, QD1, 50 IOPS.
+fn canary_job(window: Duration) -> Job {
+    let spec = JobSpec {
+        pattern: Pattern::Random,
+        read_pct: 100,
+        depth: 1,
+        workers: 1,
+        stop: Stop::Time(window),
+        rate: Some(RateLimit {
+            iops: validate::DEFAULT_PROBE_IOPS,
+            arrival: Arrival::Poisson,
+        }),
+        ..JobSpec::default()
+    };
+    // Fixed values, valid (a unit test checks): no input reaches this.
+    spec.validate().expect("the built-in canary job is valid")
+}
+
+/// The state directory when the config names none: `/var/lib/driveprobe` as root, else
+/// `$XDG_STATE_HOME/driveprobe`, else `~/.local/state/driveprobe` (else a directory
+/// under the system temporary directory, when not even `$HOME` is set).
+pub fn default_state_dir() -> PathBuf {
+    if rustix::process::geteuid().is_root() {
+        return PathBuf::from("/var/lib/driveprobe");
+    }
+    let abs = |k: &str| {
+        std::env::var_os(k)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    if let Some(x) = abs("XDG_STATE_HOME") {
+        return x.join("driveprobe");
+    }
+    if let Some(h) = abs("HOME") {
+        return h.join(".local/state/driveprobe");
+    }
+    std::env::temp_dir().join("driveprobe")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_is_what_it_says() {
+        let c = Config::embedded_default(Path::new("/tmp/dp"));
+        assert_eq!(c.server.listen.to_string(), "127.0.0.1:39480");
+        assert_eq!(c.drives.len(), 1);
+        let t = c.drives[0].file_target.as_ref().unwrap();
+        assert_eq!(t.path, Path::new("/tmp/dp/canary.dat"));
+        assert_eq!(t.size, 256 << 20);
+        let p = &c.probes[0];
+        assert!(!p.writes && !p.job.writes());
+        assert_eq!(p.job.depth(), 1);
+        assert_eq!(p.job.sizes().entries(), &[(4096, 1)]);
+        assert_eq!(p.job.rate().map(|r| r.iops), Some(50.0));
+    }
+}

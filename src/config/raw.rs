@@ -1,0 +1,158 @@
+//! The first stage: the TOML document as written, with the byte span of every value the
+//! second stage checks. Unknown keys are refused here (`deny_unknown_fields`), with the
+//! position of the key.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// Every key the config accepts, as a dotted path (`[[drive]]` tables are `drive.`).
+/// `config/driveprobe.example.toml` documents exactly these; `tests/config.rs` checks it.
+pub const KEYS: &[&str] = &[
+    "state_dir",
+    "health_interval",
+    "server",
+    "server.listen",
+    "wear_budget",
+    "wear_budget.share_of_rated_dwpd",
+    "wear_budget.unrated_bytes_per_day",
+    "drive",
+    "drive.name",
+    "drive.serial",
+    "drive.wwn",
+    "drive.by_id",
+    "drive.path",
+    "drive.destructive",
+    "drive.file_target",
+    "drive.file_target.path",
+    "drive.file_target.size",
+    "drive.rated_tbw_bytes",
+    "drive.rated_dwpd",
+    "drive.warranty_years",
+    "drive.rated_mtbf_hours",
+    "drive.rated_read_iops_4k",
+    "drive.rated_write_iops_4k",
+    "drive.rated_seq_read_bw",
+    "drive.rated_seq_write_bw",
+    "probe",
+    "probe.name",
+    "probe.drives",
+    "probe.window",
+    "probe.workload",
+    "probe.workload.pattern",
+    "probe.workload.block_size",
+    "probe.workload.read_pct",
+    "probe.workload.depth",
+    "probe.workload.rate_iops",
+    "probe.workload.arrival",
+    "probe.workload.verify",
+    "schedule",
+    "schedule.name",
+    "schedule.drives",
+    "schedule.suite",
+    "schedule.scale",
+    "schedule.cron",
+    "schedule.max_duration",
+    "schedule.window",
+    "schedule.window.start",
+    "schedule.window.end",
+    "schedule.window.days",
+];
+
+pub type S<T> = Spanned<T>;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub state_dir: Option<S<String>>,
+    pub health_interval: Option<S<String>>,
+    pub server: Option<RawServer>,
+    pub wear_budget: Option<RawWearBudget>,
+    #[serde(default)]
+    pub drive: Vec<S<RawDrive>>,
+    #[serde(default)]
+    pub probe: Vec<S<RawProbe>>,
+    #[serde(default)]
+    pub schedule: Vec<S<RawSchedule>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub listen: Option<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWearBudget {
+    pub share_of_rated_dwpd: Option<S<f64>>,
+    pub unrated_bytes_per_day: Option<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDrive {
+    pub name: Option<S<String>>,
+    pub serial: Option<S<String>>,
+    pub wwn: Option<S<String>>,
+    pub by_id: Option<S<String>>,
+    pub path: Option<S<String>>,
+    pub destructive: Option<S<bool>>,
+    pub file_target: Option<S<RawFileTarget>>,
+    pub rated_tbw_bytes: Option<S<String>>,
+    pub rated_dwpd: Option<S<f64>>,
+    pub warranty_years: Option<S<f64>>,
+    pub rated_mtbf_hours: Option<S<f64>>,
+    pub rated_read_iops_4k: Option<S<f64>>,
+    pub rated_write_iops_4k: Option<S<f64>>,
+    pub rated_seq_read_bw: Option<S<String>>,
+    pub rated_seq_write_bw: Option<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFileTarget {
+    pub path: S<String>,
+    pub size: S<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProbe {
+    pub name: S<String>,
+    pub drives: Option<S<Vec<S<String>>>>,
+    pub window: Option<S<String>>,
+    pub workload: S<RawWorkload>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWorkload {
+    pub pattern: Option<S<String>>,
+    pub block_size: Option<S<String>>,
+    pub read_pct: Option<S<i64>>,
+    pub depth: Option<S<i64>>,
+    pub rate_iops: Option<S<f64>>,
+    pub arrival: Option<S<String>>,
+    #[serde(default)]
+    pub verify: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSchedule {
+    pub name: S<String>,
+    pub drives: S<Vec<S<String>>>,
+    pub suite: S<String>,
+    pub scale: Option<S<String>>,
+    pub cron: S<String>,
+    pub max_duration: S<String>,
+    pub window: Option<S<RawWindow>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWindow {
+    pub start: S<String>,
+    pub end: S<String>,
+    pub days: Option<S<Vec<S<String>>>>,
+}

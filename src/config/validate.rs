@@ -1,0 +1,710 @@
+//! The second stage: raw document to [`Config`], every value checked, every error placed.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::raw::{self, RawConfig, S};
+use super::{
+    default_state_dir, Config, ConfigError, Drive, FileTarget, Identity, MaintenanceWindow, Probe,
+    Schedule, Server, TimeOfDay, WearBudget, Weekday, DEFAULT_LISTEN,
+};
+use crate::engine::{Arrival, JobSpec, Pattern, RateLimit, SizeMix, Stop};
+use crate::health::endurance::Rating;
+use crate::protocol::result::Rated;
+use crate::protocol::suite::Scale;
+use crate::units;
+
+pub(super) const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(300);
+pub(super) const DEFAULT_PROBE_IOPS: f64 = 50.0;
+const DEFAULT_PROBE_WINDOW: Duration = Duration::from_secs(60);
+const DEFAULT_SCALE: &str = "standard";
+
+/// Parses and validates; the first problem found is the error.
+pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
+    let cx = Cx { text, file };
+    let raw: RawConfig = toml::from_str(text).map_err(|e| cx.toml(&e))?;
+    cx.config(raw)
+}
+
+/// What errors need to be placed: the text and its file name.
+struct Cx<'a> {
+    text: &'a str,
+    file: &'a str,
+}
+
+type R<T> = Result<T, ConfigError>;
+
+impl Cx<'_> {
+    fn err(&self, span: Range<usize>, message: impl Into<String>) -> ConfigError {
+        let (line, column) = line_col(self.text, span.start);
+        ConfigError::Invalid {
+            file: self.file.to_string(),
+            line,
+            column,
+            message: one_line(&message.into()),
+        }
+    }
+
+    /// toml's own errors (syntax, types, unknown and missing keys), with a hint.
+    fn toml(&self, e: &toml::de::Error) -> ConfigError {
+        let msg = one_line(e.message());
+        let hint = if msg.starts_with("unknown field") {
+            "remove or rename the key (config/driveprobe.example.toml lists every key)"
+        } else if msg.starts_with("missing field") {
+            "add it (config/driveprobe.example.toml shows every key)"
+        } else if msg.starts_with("invalid type") {
+            "write the value with the expected type (sizes and durations are quoted strings, such as \"4GiB\" or \"60s\")"
+        } else if msg.starts_with("duplicate key") {
+            "give each key once per table"
+        } else {
+            "fix the TOML syntax at this place"
+        };
+        self.err(e.span().unwrap_or(0..0), format!("{msg}; {hint}"))
+    }
+
+    fn config(&self, raw: RawConfig) -> R<Config> {
+        let state_dir = match raw.state_dir {
+            Some(s) => self.abs_path(&s, "state_dir")?,
+            None => default_state_dir(),
+        };
+        let health_interval = match raw.health_interval {
+            Some(s) => self.duration(&s, "health_interval", Duration::from_secs(1))?,
+            None => DEFAULT_HEALTH_INTERVAL,
+        };
+        let listen = match raw.server.and_then(|s| s.listen) {
+            Some(l) => l.get_ref().trim().parse::<SocketAddr>().map_err(|_| {
+                self.err(
+                    l.span(),
+                    format!(
+                        "listen address '{}' is not an IP address and port; write one such as \"127.0.0.1:39480\" or \"[::]:39480\"",
+                        l.get_ref()
+                    ),
+                )
+            })?,
+            None => DEFAULT_LISTEN,
+        };
+        let wear_budget = self.wear_budget(raw.wear_budget)?;
+
+        let mut names = Names::default();
+        // Identities and file targets seen so far: two tables must not be one device.
+        let mut devices = Names::default();
+        let mut drives = Vec::with_capacity(raw.drive.len());
+        for d in raw.drive {
+            let r = d.get_ref();
+            let name_span = r
+                .name
+                .as_ref()
+                .or(r.serial.as_ref())
+                .map_or(d.span(), S::span);
+            let ids = [("serial", &r.serial), ("wwn", &r.wwn), ("by_id", &r.by_id)];
+            let mut keys: Vec<(String, Range<usize>)> = ids
+                .into_iter()
+                .filter_map(|(k, v)| {
+                    v.as_ref()
+                        .map(|v| (format!("{k} {}", v.get_ref().trim()), v.span()))
+                })
+                .collect();
+            if let Some(t) = &r.file_target {
+                let path = &t.get_ref().path;
+                keys.push((format!("file_target path {}", path.get_ref()), path.span()));
+            }
+            let drive = self.drive(d.into_inner(), name_span.clone())?;
+            names.add(self, "drive", "name", &drive.name, name_span)?;
+            for (key, span) in keys {
+                devices.add(self, "drive", "", &key, span)?;
+            }
+            drives.push(drive);
+        }
+
+        let mut probes = Vec::with_capacity(raw.probe.len());
+        let mut probe_names = Names::default();
+        for p in raw.probe {
+            let (span, name_span) = (p.span(), p.get_ref().name.span());
+            let probe = self.probe(p.into_inner(), span, &drives)?;
+            probe_names.add(self, "probe", "name", &probe.name, name_span)?;
+            probes.push(probe);
+        }
+
+        let mut schedules = Vec::with_capacity(raw.schedule.len());
+        let mut schedule_names = Names::default();
+        for s in raw.schedule {
+            let name_span = s.get_ref().name.span();
+            let schedule = self.schedule(s.into_inner(), &drives)?;
+            schedule_names.add(self, "schedule", "name", &schedule.name, name_span)?;
+            schedules.push(schedule);
+        }
+
+        Ok(Config {
+            server: Server { listen },
+            state_dir,
+            health_interval,
+            wear_budget,
+            drives,
+            probes,
+            schedules,
+        })
+    }
+
+    fn wear_budget(&self, raw: Option<raw::RawWearBudget>) -> R<WearBudget> {
+        let mut w = WearBudget::default();
+        let Some(raw) = raw else { return Ok(w) };
+        if let Some(s) = raw.share_of_rated_dwpd {
+            let v = *s.get_ref();
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(self.err(
+                    s.span(),
+                    format!("share_of_rated_dwpd {v} is out of range; give a fraction more than 0 and at most 1, such as 0.05 for 5% of the rated drive writes per day"),
+                ));
+            }
+            w.share_of_rated_dwpd = v;
+        }
+        if let Some(s) = raw.unrated_bytes_per_day {
+            w.unrated_bytes_per_day = self.size(&s, "unrated_bytes_per_day")?;
+        }
+        Ok(w)
+    }
+
+    /// One drive; `span` is where to point when the problem is the table as a whole.
+    fn drive(&self, d: raw::RawDrive, span: Range<usize>) -> R<Drive> {
+        const BY_ID: &str = "/dev/disk/by-id/";
+        type Make = fn(String) -> Identity;
+        let ids: [(&str, &Option<S<String>>, Make); 3] = [
+            ("serial", &d.serial, Identity::Serial),
+            ("wwn", &d.wwn, Identity::Wwn),
+            ("by_id", &d.by_id, |v| Identity::ById(PathBuf::from(v))),
+        ];
+        let mut given = ids
+            .iter()
+            .filter_map(|&(key, v, make)| v.as_ref().map(|v| (key, v, make)));
+        let first = given.next();
+        if let Some((key, s, _)) = given.next() {
+            return Err(self.err(
+                s.span(),
+                format!("{key} is a second identity for this drive; give only one of serial, wwn and by_id"),
+            ));
+        }
+        let identity = match first {
+            None => None,
+            Some((key, s, make)) => {
+                let v = s.get_ref().trim();
+                if v.is_empty() || v.chars().any(char::is_whitespace) {
+                    return Err(self.err(
+                        s.span(),
+                        format!("{key} '{}' is empty or has spaces; copy it from `driveprobe health DEV` or ls -l /dev/disk/by-id", s.get_ref()),
+                    ));
+                }
+                if key == "by_id" && !(v.starts_with(BY_ID) && v.len() > BY_ID.len()) {
+                    return Err(self.err(
+                        s.span(),
+                        format!("by_id '{v}' is not under {BY_ID}; give the full path of one of the links there"),
+                    ));
+                }
+                Some(make(v.to_string()))
+            }
+        };
+
+        let name = match (&d.name, &d.serial) {
+            (Some(n), _) => self.name(n, "drive")?,
+            (None, Some(s)) => self.name(s, "drive").map_err(|_| {
+                self.err(
+                    s.span(),
+                    format!("serial '{}' cannot be the drive label (letters, digits, '-', '_', '.', ':' only); add name = \"...\"", s.get_ref()),
+                )
+            })?,
+            (None, None) => {
+                return Err(self.err(
+                    span,
+                    "this drive has no name; add name = \"...\" (the drive label on metrics; the serial is the default)",
+                ))
+            }
+        };
+        let path = d
+            .path
+            .as_ref()
+            .map(|p| self.abs_path(p, "path"))
+            .transpose()?;
+        let file_target = match d.file_target {
+            None => None,
+            Some(t) => {
+                let t = t.into_inner();
+                let size = self.size(&t.size, "file_target size")?;
+                if size % 4096 != 0 {
+                    return Err(self.err(
+                        t.size.span(),
+                        format!("file_target size {size} bytes is not a multiple of 4 KiB (O_DIRECT needs whole blocks); round it, such as \"4GiB\""),
+                    ));
+                }
+                Some(FileTarget {
+                    path: self.abs_path(&t.path, "file_target path")?,
+                    size,
+                })
+            }
+        };
+        let destructive = d.destructive.as_ref().is_some_and(|s| *s.get_ref());
+        if identity.is_none() && file_target.is_none() {
+            return Err(self.err(
+                span,
+                format!("drive '{name}' has no stable identity; add serial, wwn or by_id (device paths move between boots), or a file_target"),
+            ));
+        }
+        if destructive && !matches!(identity, Some(Identity::Serial(_) | Identity::Wwn(_))) {
+            let at = d.destructive.as_ref().map_or(span, |s| s.span());
+            return Err(self.err(
+                at,
+                format!("drive '{name}' is destructive but has no serial or wwn to check the device against before writing; add serial = \"...\" or wwn = \"...\""),
+            ));
+        }
+
+        let positive = |s: &Option<S<f64>>, key: &str| -> R<Option<f64>> {
+            match s {
+                None => Ok(None),
+                Some(s) if s.get_ref().is_finite() && *s.get_ref() > 0.0 => Ok(Some(*s.get_ref())),
+                Some(s) => Err(self.err(
+                    s.span(),
+                    format!(
+                        "{key} {} must be a number more than 0; give the datasheet figure",
+                        s.get_ref()
+                    ),
+                )),
+            }
+        };
+        let size_f = |s: &Option<S<String>>, key: &str| -> R<Option<f64>> {
+            s.as_ref()
+                .map(|s| self.size(s, key).map(|v| v as f64))
+                .transpose()
+        };
+        let rating = Rating {
+            tbw_bytes: size_f(&d.rated_tbw_bytes, "rated_tbw_bytes")?,
+            dwpd: positive(&d.rated_dwpd, "rated_dwpd")?,
+            warranty_years: positive(&d.warranty_years, "warranty_years")?,
+            mtbf_hours: positive(&d.rated_mtbf_hours, "rated_mtbf_hours")?,
+        };
+        if let (Some(s), None) = (&d.rated_dwpd, rating.warranty_years) {
+            return Err(self.err(
+                s.span(),
+                "rated_dwpd needs warranty_years to give rated bytes; add warranty_years = 5 (or what the datasheet says)",
+            ));
+        }
+        let rated = Rated {
+            read_iops_4k: positive(&d.rated_read_iops_4k, "rated_read_iops_4k")?,
+            write_iops_4k: positive(&d.rated_write_iops_4k, "rated_write_iops_4k")?,
+            seq_read_bytes_per_second: size_f(&d.rated_seq_read_bw, "rated_seq_read_bw")?,
+            seq_write_bytes_per_second: size_f(&d.rated_seq_write_bw, "rated_seq_write_bw")?,
+        };
+        Ok(Drive {
+            name,
+            identity,
+            path,
+            destructive,
+            file_target,
+            rating,
+            rated,
+        })
+    }
+
+    fn probe(&self, p: raw::RawProbe, span: Range<usize>, drives: &[Drive]) -> R<Probe> {
+        let name = self.name(&p.name, "probe")?;
+        let window = match &p.window {
+            Some(w) => self.duration(w, "window", Duration::from_secs(1))?,
+            None => DEFAULT_PROBE_WINDOW,
+        };
+        let wl_span = p.workload.span();
+        let w = p.workload.into_inner();
+        let pattern = match &w.pattern {
+            None => Pattern::Random,
+            Some(s) => match s.get_ref().as_str() {
+                "random" => Pattern::Random,
+                "sequential" => Pattern::Sequential,
+                other => {
+                    return Err(self.err(
+                        s.span(),
+                        format!(
+                            "pattern '{other}' is not known; give \"random\" or \"sequential\""
+                        ),
+                    ))
+                }
+            },
+        };
+        let sizes = match &w.block_size {
+            None => SizeMix::single(4096),
+            Some(s) => SizeMix::parse(s.get_ref()),
+        }
+        .map_err(|e| {
+            let at = w.block_size.as_ref().map_or(wl_span.clone(), |s| s.span());
+            self.err(
+                at,
+                format!("block_size: {e}; give a multiple of 512 bytes such as \"4KiB\", or a mix such as \"4k:70,8k:30\""),
+            )
+        })?;
+        let int = |s: &Option<S<i64>>, key: &str, default: u32, lo: u32, hi: u32| -> R<u32> {
+            match s {
+                None => Ok(default),
+                Some(s) => u32::try_from(*s.get_ref())
+                    .ok()
+                    .filter(|v| (lo..=hi).contains(v))
+                    .ok_or_else(|| {
+                        self.err(
+                            s.span(),
+                            format!("{key} {} is out of range; give {lo} to {hi}", s.get_ref()),
+                        )
+                    }),
+            }
+        };
+        let read_pct = int(&w.read_pct, "read_pct", 100, 0, 100)?;
+        let depth = int(&w.depth, "depth", 1, 1, 4096)?;
+        let iops = match &w.rate_iops {
+            None => DEFAULT_PROBE_IOPS,
+            Some(s) if s.get_ref().is_finite() && *s.get_ref() > 0.0 => *s.get_ref(),
+            Some(s) => {
+                return Err(self.err(
+                    s.span(),
+                    format!("rate_iops {} must be more than 0 (probes are rate limited); give the canary's I/O rate, such as 50", s.get_ref()),
+                ))
+            }
+        };
+        let arrival = match &w.arrival {
+            None => Arrival::Poisson,
+            Some(s) => match s.get_ref().as_str() {
+                "poisson" => Arrival::Poisson,
+                "linear" => Arrival::Linear,
+                other => {
+                    return Err(self.err(
+                        s.span(),
+                        format!("arrival '{other}' is not known; give \"poisson\" or \"linear\""),
+                    ))
+                }
+            },
+        };
+        if w.verify && read_pct == 100 {
+            let at = w.read_pct.as_ref().map_or(wl_span.clone(), S::span);
+            return Err(self.err(
+                at,
+                "verify checks data the probe itself wrote, and this probe only reads; give read_pct below 100, or leave verify out",
+            ));
+        }
+        let job = JobSpec {
+            pattern,
+            sizes,
+            read_pct,
+            depth,
+            workers: 1,
+            stop: Stop::Time(window),
+            rate: Some(RateLimit { iops, arrival }),
+            verify: w.verify,
+            ..JobSpec::default()
+        }
+        .validate()
+        .map_err(|e| self.err(wl_span.clone(), format!("workload: {e}")))?;
+        let writes = job.writes();
+
+        let (drive_names, list_span) = match &p.drives {
+            Some(list) => (self.drive_list(list, drives, "probe", &name)?, list.span()),
+            None => (drives.iter().map(|d| d.name.clone()).collect(), span),
+        };
+        // A write refused on drives the probe took by default is the read share's doing.
+        let write_span = match (&p.drives, &w.read_pct) {
+            (None, Some(r)) => r.span(),
+            _ => list_span.clone(),
+        };
+        if drive_names.is_empty() {
+            return Err(self.err(
+                list_span,
+                format!("probe '{name}' covers no drive; add a [[drive]] table"),
+            ));
+        }
+        if writes {
+            if let Some(d) = drives
+                .iter()
+                .find(|d| drive_names.contains(&d.name) && !d.writable())
+            {
+                return Err(self.err(
+                    write_span,
+                    format!(
+                        "probe '{name}' writes (read_pct {read_pct}) but drive '{}' has no file_target and is not destructive; make the probe read-only (read_pct = 100), give the drive a file_target, or set destructive = true on it",
+                        d.name
+                    ),
+                ));
+            }
+        }
+        Ok(Probe {
+            name,
+            drives: drive_names,
+            job,
+            window,
+            writes,
+        })
+    }
+
+    fn schedule(&self, s: raw::RawSchedule, drives: &[Drive]) -> R<Schedule> {
+        let name = self.name(&s.name, "schedule")?;
+        let drive_names = self.drive_list(&s.drives, drives, "schedule", &name)?;
+        if let Some(d) = drives
+            .iter()
+            .find(|d| drive_names.contains(&d.name) && !d.writable())
+        {
+            return Err(self.err(
+                s.drives.span(),
+                format!(
+                    "schedule '{name}' runs a suite, which writes, on drive '{}', which has no file_target and is not destructive; give the drive a file_target or set destructive = true on it",
+                    d.name
+                ),
+            ));
+        }
+        let suite = s.suite.get_ref().trim().to_string();
+        if crate::protocol::suite::find(&suite).is_err() {
+            let known: Vec<&str> = crate::protocol::suite::suites()
+                .iter()
+                .map(|s| s.name)
+                .collect();
+            return Err(self.err(
+                s.suite.span(),
+                format!(
+                    "no suite named '{suite}'; give one of: {}",
+                    known.join(", ")
+                ),
+            ));
+        }
+        let scale = match &s.scale {
+            None => Scale::named(DEFAULT_SCALE),
+            Some(sc) => Scale::named(sc.get_ref().trim()),
+        }
+        .map_err(|e| {
+            let at = s.scale.as_ref().map_or(0..0, |sc| sc.span());
+            self.err(at, format!("scale: {e}"))
+        })?;
+        let cron = s.cron.get_ref().trim().to_string();
+        crate::schedule::cron::Cron::parse(&cron)
+            .map_err(|e| self.err(s.cron.span(), e.to_string()))?;
+        let max_duration =
+            self.duration(&s.max_duration, "max_duration", Duration::from_secs(1))?;
+        let window = s.window.map(|w| self.window(w.into_inner())).transpose()?;
+        Ok(Schedule {
+            name,
+            drives: drive_names,
+            suite,
+            scale,
+            cron,
+            window,
+            max_duration,
+        })
+    }
+
+    fn window(&self, w: raw::RawWindow) -> R<MaintenanceWindow> {
+        let start = self.time_of_day(&w.start, "start")?;
+        let end = self.time_of_day(&w.end, "end")?;
+        if start == end {
+            return Err(self.err(
+                w.end.span(),
+                "the window ends when it starts; give an end time other than the start (an earlier one runs past midnight)",
+            ));
+        }
+        let days = match &w.days {
+            None => Weekday::ALL.to_vec(),
+            Some(list) => {
+                if list.get_ref().is_empty() {
+                    return Err(self.err(list.span(), "days is empty; list days such as [\"SAT\", \"SUN\"], or leave days out for every day"));
+                }
+                let mut days = Vec::new();
+                for d in list.get_ref() {
+                    let i = ["MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"]
+                        .iter()
+                        .position(|n| n.eq_ignore_ascii_case(d.get_ref().trim()))
+                        .ok_or_else(|| {
+                            self.err(
+                                d.span(),
+                                format!(
+                                    "'{}' is not a day; give MON, TUE, WED, THU, FRI, SAT or SUN",
+                                    d.get_ref()
+                                ),
+                            )
+                        })?;
+                    if !days.contains(&Weekday::ALL[i]) {
+                        days.push(Weekday::ALL[i]);
+                    }
+                }
+                days
+            }
+        };
+        Ok(MaintenanceWindow { start, end, days })
+    }
+
+    fn time_of_day(&self, s: &S<String>, key: &str) -> R<TimeOfDay> {
+        let t = s.get_ref().trim();
+        let parsed = t.split_once(':').and_then(|(h, m)| {
+            let ok = |x: &str| x.len() == 2 && x.bytes().all(|b| b.is_ascii_digit());
+            if !(ok(m) && (1..=2).contains(&h.len()) && h.bytes().all(|b| b.is_ascii_digit())) {
+                return None;
+            }
+            let (hour, minute) = (h.parse::<u8>().ok()?, m.parse::<u8>().ok()?);
+            (hour < 24 && minute < 60).then_some(TimeOfDay { hour, minute })
+        });
+        parsed.ok_or_else(|| {
+            self.err(s.span(), format!("window {key} '{t}' is not a time of day; write HH:MM, 24-hour, such as \"02:00\""))
+        })
+    }
+
+    /// Resolves a list of drive names (`"*"` is every drive), refusing unknown ones.
+    fn drive_list(
+        &self,
+        list: &S<Vec<S<String>>>,
+        drives: &[Drive],
+        what: &str,
+        owner: &str,
+    ) -> R<Vec<String>> {
+        if list.get_ref().is_empty() {
+            return Err(self.err(
+                list.span(),
+                format!(
+                    "{what} '{owner}' names no drive; list drive names, or \"*\" for every drive"
+                ),
+            ));
+        }
+        if list.get_ref().iter().any(|n| n.get_ref() == "*") {
+            return Ok(drives.iter().map(|d| d.name.clone()).collect());
+        }
+        let mut out: Vec<String> = Vec::new();
+        for n in list.get_ref() {
+            let name = n.get_ref();
+            if !drives.iter().any(|d| &d.name == name) {
+                let known: Vec<&str> = drives.iter().map(|d| d.name.as_str()).collect();
+                return Err(self.err(
+                    n.span(),
+                    format!(
+                        "{what} '{owner}' names drive '{name}', which no [[drive]] table defines; give one of: {}",
+                        if known.is_empty() { "(none yet: add a [[drive]])".to_string() } else { known.join(", ") }
+                    ),
+                ));
+            }
+            if out.contains(name) {
+                return Err(self.err(
+                    n.span(),
+                    format!("drive '{name}' is listed twice; list it once"),
+                ));
+            }
+            out.push(name.clone());
+        }
+        Ok(out)
+    }
+
+    fn name(&self, s: &S<String>, what: &str) -> R<String> {
+        let n = s.get_ref();
+        let ok = !n.is_empty()
+            && n.len() <= 64
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c));
+        if ok {
+            Ok(n.clone())
+        } else {
+            Err(self.err(
+                s.span(),
+                format!("{what} name '{n}' is not a short label; use 1 to 64 letters, digits, '-', '_', '.' or ':'"),
+            ))
+        }
+    }
+
+    fn size(&self, s: &S<String>, key: &str) -> R<u64> {
+        match units::parse_size(s.get_ref()) {
+            Ok(0) => Err(self.err(
+                s.span(),
+                format!("{key} is 0; give a size more than 0, such as \"4GiB\""),
+            )),
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.err(s.span(), format!("{key}: {e}"))),
+        }
+    }
+
+    fn duration(&self, s: &S<String>, key: &str, min: Duration) -> R<Duration> {
+        match units::parse_duration(s.get_ref()) {
+            Ok(d) if d >= min => Ok(d),
+            Ok(_) => Err(self.err(
+                s.span(),
+                format!(
+                    "{key} '{}' is too short; give at least {}s",
+                    s.get_ref(),
+                    min.as_secs_f64()
+                ),
+            )),
+            Err(e) => Err(self.err(s.span(), format!("{key}: {e}"))),
+        }
+    }
+
+    fn abs_path(&self, s: &S<String>, key: &str) -> R<PathBuf> {
+        let p = PathBuf::from(s.get_ref());
+        if p.is_absolute() {
+            Ok(p)
+        } else {
+            Err(self.err(
+                s.span(),
+                format!("{key} '{}' is not an absolute path; write it from /, such as \"/srv/data/.driveprobe\"", s.get_ref()),
+            ))
+        }
+    }
+}
+
+/// Names (or identities) seen so far of one kind, with the line of each.
+#[derive(Default)]
+struct Names(HashMap<String, usize>);
+
+impl Names {
+    /// `what` is the kind of table, `key` the kind of value (empty when `value` says it).
+    fn add(
+        &mut self,
+        cx: &Cx<'_>,
+        what: &str,
+        key: &str,
+        value: &str,
+        span: Range<usize>,
+    ) -> R<()> {
+        let line = line_col(cx.text, span.start).0;
+        let value = if key.is_empty() {
+            value.to_string()
+        } else {
+            format!("{key} '{value}'")
+        };
+        match self.0.insert(value.clone(), line) {
+            Some(first) => Err(cx.err(
+                span,
+                format!("{what} {value} is already used by the {what} at line {first}; each [[{what}]] needs its own"),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut o = offset.min(text.len());
+    while !text.is_char_boundary(o) {
+        o -= 1;
+    }
+    let before = &text[..o];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (
+        before.matches('\n').count() + 1,
+        before[line_start..].chars().count() + 1,
+    )
+}
+
+fn one_line(s: &str) -> String {
+    s.split('\n')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions() {
+        assert_eq!(line_col("ab\ncd", 0), (1, 1));
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+        assert_eq!(line_col("é\nx", 1), (1, 1));
+        assert_eq!(line_col("", 99), (1, 1));
+    }
+}

@@ -1,0 +1,13 @@
+//! Schedules (issue 5): cron expressions, maintenance windows, the decision of what to run
+//! when, and the daemon's persistent state. Pure and time-zone free: every time is unix
+//! seconds and evaluated in UTC (cron and windows alike; write local schedules in UTC).
+
+pub mod cron;
+pub mod plan;
+pub mod state;
+pub mod window;
+
+pub use cron::{CivilTime, Cron, CronError};
+pub use plan::{deadline, decide, plan_all, Bookkeeping, Decision, Schedule};
+pub use state::{load, save_atomic, RunRecord, RunStatus, State, StateError};
+pub use window::{Weekdays, Window, WindowError};

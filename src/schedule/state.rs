@@ -1,0 +1,306 @@
+//! The daemon's persistent state: schedule bookkeeping, health samples, the run results
+//! index and the bytes driveprobe wrote to each drive per day, as one JSON file.
+//!
+//! Saving is atomic: the JSON goes to `.<name>.tmp` in the same directory, is fsynced,
+//! renamed over the file, and the directory is fsynced. A kill -9 (or power loss) at any
+//! moment leaves either the old or the new complete file, never a mix, so no `.prev` copy
+//! is kept: the rename is the commit point. A leftover `.tmp` is simply overwritten by the
+//! next save. One writer at a time (the daemon); readers may load concurrently.
+//!
+//! Size is bounded: at most [`MAX_SAMPLES_PER_DRIVE`] health samples per drive and
+//! [`MAX_RUNS`] runs in the index (oldest dropped), [`MAX_DAYS_PER_DRIVE`] days of
+//! self-written bytes per drive.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::cron::{civil_from_days, DAY};
+use super::plan::Bookkeeping;
+use crate::health::endurance::Sample;
+
+pub const STATE_VERSION: u32 = 1;
+/// Health samples kept per drive: hourly samples for about three months, or six-hourly
+/// ones for over a year.
+pub const MAX_SAMPLES_PER_DRIVE: usize = 2048;
+pub const MAX_RUNS: usize = 1000;
+pub const MAX_DAYS_PER_DRIVE: usize = 400;
+
+#[derive(Debug, Error)]
+pub enum StateError {
+    #[error("state file {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("state file {path} is corrupt: {source}")]
+    Corrupt {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("state file {path} has version {found}; this driveprobe reads up to {STATE_VERSION}")]
+    Version { path: PathBuf, found: u32 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    Passed,
+    Failed,
+    /// Stopped at its maximum duration.
+    TimedOut,
+    /// Cut short by a daemon restart.
+    Interrupted,
+    /// Stopped by the operator or at shutdown.
+    Stopped,
+}
+
+/// One entry of the run results index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub id: String,
+    pub suite: String,
+    pub drive: String,
+    /// The schedule that started it, if any.
+    #[serde(default)]
+    pub schedule: Option<String>,
+    pub started: i64,
+    pub ended: Option<i64>,
+    pub status: RunStatus,
+    /// The result document, when one was written.
+    pub result_path: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct State {
+    pub version: u32,
+    /// Per schedule name.
+    pub schedules: BTreeMap<String, Bookkeeping>,
+    /// Per drive, oldest first.
+    pub health: BTreeMap<String, Vec<Sample>>,
+    /// Oldest first.
+    pub runs: Vec<RunRecord>,
+    /// Per drive, per UTC day (`YYYY-MM-DD`), bytes driveprobe wrote.
+    pub self_written: BTreeMap<String, BTreeMap<String, u128>>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            version: STATE_VERSION,
+            schedules: BTreeMap::new(),
+            health: BTreeMap::new(),
+            runs: Vec::new(),
+            self_written: BTreeMap::new(),
+        }
+    }
+}
+
+/// `YYYY-MM-DD` of the UTC day containing `t`.
+pub fn utc_day(t: i64) -> String {
+    let (y, m, d) = civil_from_days(t.div_euclid(DAY));
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+impl State {
+    /// The bookkeeping of a schedule, created as first seen at `now` when new.
+    pub fn schedule_mut(&mut self, name: &str, now: i64) -> &mut Bookkeeping {
+        self.schedules
+            .entry(name.to_string())
+            .or_insert_with(|| Bookkeeping::new(now))
+    }
+
+    /// Appends a health sample, dropping the oldest beyond the bound.
+    pub fn push_sample(&mut self, drive: &str, s: Sample) {
+        let v = self.health.entry(drive.to_string()).or_default();
+        v.push(s);
+        trim_front(v, MAX_SAMPLES_PER_DRIVE);
+    }
+
+    /// Appends a run, dropping the oldest beyond the bound.
+    pub fn push_run(&mut self, r: RunRecord) {
+        self.runs.push(r);
+        trim_front(&mut self.runs, MAX_RUNS);
+    }
+
+    pub fn run_mut(&mut self, id: &str) -> Option<&mut RunRecord> {
+        self.runs.iter_mut().rev().find(|r| r.id == id)
+    }
+
+    /// Adds bytes written to `drive` on the UTC day of `t`.
+    pub fn add_self_written(&mut self, drive: &str, t: i64, bytes: u128) {
+        let days = self.self_written.entry(drive.to_string()).or_default();
+        *days.entry(utc_day(t)).or_default() += bytes;
+        while days.len() > MAX_DAYS_PER_DRIVE {
+            days.pop_first();
+        }
+    }
+
+    /// All bytes driveprobe wrote to `drive` over the days kept.
+    pub fn self_written_total(&self, drive: &str) -> u128 {
+        self.self_written.get(drive).map_or(0, |d| d.values().sum())
+    }
+
+    /// Applies the size bounds (after loading a file written with larger ones).
+    pub fn trim(&mut self) {
+        for v in self.health.values_mut() {
+            trim_front(v, MAX_SAMPLES_PER_DRIVE);
+        }
+        trim_front(&mut self.runs, MAX_RUNS);
+        for days in self.self_written.values_mut() {
+            while days.len() > MAX_DAYS_PER_DRIVE {
+                days.pop_first();
+            }
+        }
+    }
+}
+
+fn trim_front<T>(v: &mut Vec<T>, max: usize) {
+    if v.len() > max {
+        v.drain(..v.len() - max);
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
+    move |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The temporary file [`save_atomic`] writes before the rename.
+pub fn temp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "state".into());
+    path.with_file_name(format!(".{name}.tmp"))
+}
+
+/// Writes `state` to `path` atomically: temp file in the same directory, fsync, rename,
+/// fsync of the directory.
+pub fn save_atomic(path: &Path, state: &State) -> Result<(), StateError> {
+    let json = serde_json::to_vec_pretty(state).map_err(|source| StateError::Corrupt {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let tmp = temp_path(path);
+    let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+    f.write_all(&json).map_err(io_err(&tmp))?;
+    f.write_all(b"\n").map_err(io_err(&tmp))?;
+    f.sync_all().map_err(io_err(&tmp))?;
+    drop(f);
+    fs::rename(&tmp, path).map_err(io_err(path))?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir))?;
+    Ok(())
+}
+
+/// Reads the state. A missing file is an empty state; an unreadable, corrupt or newer
+/// file is an error naming it.
+pub fn load(path: &Path) -> Result<State, StateError> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(State::default()),
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    let mut state: State =
+        serde_json::from_slice(&bytes).map_err(|source| StateError::Corrupt {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if state.version > STATE_VERSION {
+        return Err(StateError::Version {
+            path: path.to_path_buf(),
+            found: state.version,
+        });
+    }
+    state.trim();
+    Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(t: f64) -> Sample {
+        Sample {
+            unix_seconds: t,
+            host_written_bytes: u128::MAX - 5,
+            percentage_used_ratio: Some(0.03),
+        }
+    }
+
+    #[test]
+    fn round_trip_and_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        assert_eq!(load(&path).unwrap(), State::default());
+        let mut s = State::default();
+        s.schedule_mut("nightly", 100).start(60, 100);
+        for i in 0..MAX_SAMPLES_PER_DRIVE + 10 {
+            s.push_sample("nvme0n1", sample(i as f64));
+        }
+        assert_eq!(s.health["nvme0n1"].len(), MAX_SAMPLES_PER_DRIVE);
+        assert_eq!(s.health["nvme0n1"][0].unix_seconds, 10.0);
+        for i in 0..MAX_RUNS + 3 {
+            s.push_run(RunRecord {
+                id: format!("r{i}"),
+                suite: "quick".into(),
+                drive: "nvme0n1".into(),
+                schedule: Some("nightly".into()),
+                started: i as i64,
+                ended: None,
+                status: RunStatus::Running,
+                result_path: None,
+            });
+        }
+        assert_eq!(s.runs.len(), MAX_RUNS);
+        assert_eq!(s.runs[0].id, "r3");
+        s.run_mut("r5").unwrap().status = RunStatus::TimedOut;
+        for d in 0..MAX_DAYS_PER_DRIVE as i64 + 2 {
+            s.add_self_written("nvme0n1", d * DAY + 5, 1 << 40);
+        }
+        s.add_self_written("nvme0n1", (MAX_DAYS_PER_DRIVE as i64 + 1) * DAY, 1);
+        assert_eq!(s.self_written["nvme0n1"].len(), MAX_DAYS_PER_DRIVE);
+        assert_eq!(
+            s.self_written_total("nvme0n1"),
+            (MAX_DAYS_PER_DRIVE as u128) * (1 << 40) + 1
+        );
+        assert!(s.self_written["nvme0n1"].contains_key("1971-02-06"));
+        save_atomic(&path, &s).unwrap();
+        assert!(!temp_path(&path).exists());
+        assert_eq!(load(&path).unwrap(), s);
+    }
+
+    #[test]
+    fn corrupt_and_newer_files_are_errors_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        fs::write(&path, b"{\"version\": 1, \"schedules\": {").unwrap();
+        let e = load(&path).unwrap_err().to_string();
+        assert!(e.contains("state.json") && e.contains("corrupt"), "{e}");
+        assert!(!e.contains('\n'));
+        fs::write(&path, b"{\"version\": 99}").unwrap();
+        let e = load(&path).unwrap_err().to_string();
+        assert!(e.contains("version 99"), "{e}");
+        // Missing fields default; unknown ones are ignored (older and newer daemons).
+        fs::write(&path, b"{\"version\": 1, \"later\": true}").unwrap();
+        assert_eq!(load(&path).unwrap(), State::default());
+    }
+
+    #[test]
+    fn utc_days() {
+        assert_eq!(utc_day(0), "1970-01-01");
+        assert_eq!(utc_day(-1), "1969-12-31");
+        assert_eq!(utc_day(1_795_996_800), "2026-11-30");
+    }
+}
