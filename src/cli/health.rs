@@ -188,18 +188,9 @@ fn bytes(v: f64) -> String {
 }
 
 fn date(unix: f64) -> String {
-    // Civil date from days since the epoch (Howard Hinnant's algorithm), UTC.
     let days = (unix / 86_400.0).floor() as i64;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    format!("{:04}-{:02}-{:02}", if m <= 2 { y + 1 } else { y }, m, d)
+    let (y, m, d) = crate::schedule::cron::civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}")
 }
 
 fn text(device: &str, r: &HealthReport, a: &Assessment, e: &Endurance, now: f64) -> String {
