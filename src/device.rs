@@ -114,6 +114,21 @@ pub enum DeviceError {
     NotBlockDevice(PathBuf),
     #[error("{path}: unexpected content {value:?}")]
     Parse { path: PathBuf, value: String },
+    /// The file's filesystem has no block device under it (tmpfs, overlay, a network
+    /// filesystem, or an anonymous device that could not be traced to one), so no drive
+    /// can be found from the file: the drive must be named by its serial or WWN.
+    #[error(
+        "{path}: its filesystem ({fs}, device {major}:{minor}) is not on a block device; \
+         name the drive by its serial or WWN instead",
+        fs = fstype.as_deref().unwrap_or("unknown type")
+    )]
+    NotOnBlockDevice {
+        path: PathBuf,
+        /// The filesystem type from the mount table, when the device number is listed there.
+        fstype: Option<String>,
+        major: u32,
+        minor: u32,
+    },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> DeviceError + '_ {
@@ -513,6 +528,230 @@ fn read_identity(paths: &SystemPaths, disk: &str, major: u32, minor: u32) -> Dev
     DeviceIdentity { serial, wwn, model }
 }
 
+/// The drives a file lives on: the block device under its filesystem and the whole disks
+/// under that device.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FileDrives {
+    /// Kernel name of the block device the file's filesystem is on (`loop3p1`, `dm-0`,
+    /// `nvme0n1p2`); for btrfs, the device its mount names as source.
+    pub filesystem_device: String,
+    /// The whole disks under that device, deduplicated and sorted by name: one for a
+    /// partition or a plain disk, every member disk for dm and md (an LVM volume over a
+    /// RAID1 of two partitions gives two).
+    pub disks: Vec<BlockDeviceInfo>,
+    /// The kernel names walked from the filesystem's device down to the disks, depth
+    /// first, each once (`dm-0`, `md0`, `sda1`, `sda`, `sdb1`, `sdb`), for logs.
+    pub via: Vec<String>,
+}
+
+/// Deeper stacks than this are taken for a cycle in sysfs.
+const MAX_STACK_DEPTH: usize = 32;
+
+/// The drives under the file at `path`: from its device number (`st_dev`) through
+/// `/sys/dev/block/MAJ:MIN`, up from a partition to its whole disk, and down through the
+/// `slaves/` of dm and md devices to every whole disk. A loop device counts as a disk (the
+/// drive under its backing file is not followed). A btrfs file's anonymous device number
+/// is traced through its mount's source device to every member of the filesystem listed in
+/// `/sys/fs/btrfs/UUID/devices/`. A file on a filesystem without a block device (tmpfs,
+/// overlay, NFS...) gives [`DeviceError::NotOnBlockDevice`]. Reads only.
+pub fn drives_of_file(path: &Path) -> Result<FileDrives, DeviceError> {
+    drives_of_file_with(path, &SystemPaths::default())
+}
+
+/// [`drives_of_file`] with sysfs, the mount table and udev read from `paths`; `path` itself
+/// is a real file whose `st_dev` is looked up there.
+pub fn drives_of_file_with(path: &Path, paths: &SystemPaths) -> Result<FileDrives, DeviceError> {
+    let meta = fs::metadata(path).map_err(io_err(path))?;
+    let dev = meta.dev();
+    drives_of_dev_number(path, rustix::fs::major(dev), rustix::fs::minor(dev), paths)
+}
+
+/// [`drives_of_file_with`] from the device number `major:minor` of the file at `path`
+/// (`path` only names the file in errors).
+fn drives_of_dev_number(
+    path: &Path,
+    major: u32,
+    minor: u32,
+    paths: &SystemPaths,
+) -> Result<FileDrives, DeviceError> {
+    let dev_dir = paths.dev_block(major, minor);
+    let (filesystem_device, starts) = match fs::read_link(&dev_dir) {
+        Ok(link) => {
+            let name = file_name_string(&link).ok_or_else(|| DeviceError::Parse {
+                path: dev_dir.clone(),
+                value: link.display().to_string(),
+            })?;
+            (name.clone(), vec![name])
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            // An anonymous device (0:N): tmpfs, overlay, a btrfs subvolume...
+            let mount = fs::read_to_string(&paths.mountinfo).ok().and_then(|t| {
+                parse_mountinfo(&t)
+                    .into_iter()
+                    .find(|m| m.major == major && m.minor == minor)
+            });
+            let traced = mount
+                .as_ref()
+                .filter(|m| m.fstype == "btrfs")
+                .and_then(|m| btrfs_devices(paths, &m.source));
+            match traced {
+                Some(found) => found,
+                None => {
+                    return Err(DeviceError::NotOnBlockDevice {
+                        path: path.to_path_buf(),
+                        fstype: mount.map(|m| m.fstype),
+                        major,
+                        minor,
+                    })
+                }
+            }
+        }
+        Err(e) => return Err(io_err(&dev_dir)(e)),
+    };
+
+    let mut via = Vec::new();
+    let mut disk_names = std::collections::BTreeSet::new();
+    for name in &starts {
+        walk_to_disks(paths, name, 0, &mut via, &mut disk_names)?;
+    }
+    let disks = disk_names
+        .iter()
+        .map(|name| whole_disk_info(paths, name))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(FileDrives {
+        filesystem_device,
+        disks,
+        via,
+    })
+}
+
+/// For a btrfs mount whose source is `source` (`/dev/sdb1`): the source's kernel name and
+/// every member device of its filesystem, from `/sys/fs/btrfs/*/devices/` (just the source
+/// when no such directory lists it). `None` when the source names no block device in sysfs.
+fn btrfs_devices(paths: &SystemPaths, source: &str) -> Option<(String, Vec<String>)> {
+    let source = Path::new(source);
+    if !source.is_absolute() {
+        return None;
+    }
+    // `/dev/mapper/x` and similar are symlinks to the kernel name; in a fake sysfs the
+    // node may not exist, so fall back to the name as given.
+    let name = fs::canonicalize(source)
+        .ok()
+        .and_then(|p| file_name_string(&p))
+        .or_else(|| file_name_string(source))?;
+    if !paths.class_block(&name).exists() {
+        return None;
+    }
+    let mut members = Vec::new();
+    if let Ok(fsids) = fs::read_dir(paths.sys.join("fs/btrfs")) {
+        for fsid in fsids.flatten() {
+            let devices = fsid.path().join("devices");
+            let Ok(entries) = fs::read_dir(&devices) else {
+                continue;
+            };
+            let names: Vec<String> = entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            if names.contains(&name) {
+                members = names;
+                break;
+            }
+        }
+    }
+    members.sort();
+    if members.is_empty() {
+        members.push(name.clone());
+    }
+    Some((name, members))
+}
+
+/// Walks from the block device `name` to whole disks: a partition goes up to its disk, a
+/// device with `slaves/` entries (dm, md) goes down to each of them, anything else is a
+/// disk. Every name walked is recorded once in `via`.
+fn walk_to_disks(
+    paths: &SystemPaths,
+    name: &str,
+    depth: usize,
+    via: &mut Vec<String>,
+    disks: &mut std::collections::BTreeSet<String>,
+) -> Result<(), DeviceError> {
+    let class_dir = paths.class_block(name);
+    if depth > MAX_STACK_DEPTH {
+        return Err(DeviceError::Parse {
+            path: class_dir,
+            value: format!("block device stack deeper than {MAX_STACK_DEPTH}"),
+        });
+    }
+    if via.iter().any(|v| v == name) {
+        return Ok(());
+    }
+    via.push(name.to_string());
+    if class_dir.join("partition").exists() {
+        let real = fs::canonicalize(&class_dir).map_err(io_err(&class_dir))?;
+        let parent =
+            real.parent()
+                .and_then(file_name_string)
+                .ok_or_else(|| DeviceError::Parse {
+                    path: class_dir.clone(),
+                    value: real.display().to_string(),
+                })?;
+        return walk_to_disks(paths, &parent, depth + 1, via, disks);
+    }
+    let slaves_dir = class_dir.join("slaves");
+    let mut slaves = Vec::new();
+    match fs::read_dir(&slaves_dir) {
+        Ok(entries) => {
+            for entry in entries {
+                let entry = entry.map_err(io_err(&slaves_dir))?;
+                slaves.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(&slaves_dir)(e)),
+    }
+    if slaves.is_empty() {
+        if !class_dir.exists() {
+            return Err(io_err(&class_dir)(io::ErrorKind::NotFound.into()));
+        }
+        disks.insert(name.to_string());
+        return Ok(());
+    }
+    slaves.sort();
+    for slave in &slaves {
+        walk_to_disks(paths, slave, depth + 1, via, disks)?;
+    }
+    Ok(())
+}
+
+/// What [`inspect_with`] reports for the whole disk `name`, read from sysfs alone (the
+/// disk is found by kernel name, not opened). `path` is `/dev/NAME`, canonicalised when
+/// that node exists with the disk's device number.
+fn whole_disk_info(paths: &SystemPaths, name: &str) -> Result<BlockDeviceInfo, DeviceError> {
+    let class_dir = paths.class_block(name);
+    let (major, minor) = read_dev_numbers(&class_dir.join("dev"))?;
+    let node = PathBuf::from(format!("/dev/{name}"));
+    let path = if block_rdev_of(&node) == Some(rustix::fs::makedev(major, minor)) {
+        fs::canonicalize(&node).unwrap_or(node)
+    } else {
+        node
+    };
+    let queue = class_dir.join("queue");
+    Ok(BlockDeviceInfo {
+        path,
+        name: name.to_string(),
+        major,
+        minor,
+        size_bytes: read_u64(&class_dir.join("size"))? * 512,
+        logical_block_size: read_u32(&queue.join("logical_block_size"))?,
+        physical_block_size: read_u32(&queue.join("physical_block_size"))?,
+        is_partition: false,
+        partitions: list_partitions(&class_dir)?,
+        parent: None,
+        identity: read_identity(paths, name, major, minor),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -737,6 +976,216 @@ garbage line
         assert!(matches!(inspect(&f), Err(DeviceError::NotBlockDevice(_))));
         assert!(matches!(
             inspect(&dir.path().join("missing")),
+            Err(DeviceError::Io { .. })
+        ));
+    }
+
+    /// A fake sysfs for [`drives_of_file`]: block devices under `sys/devices/...` with
+    /// `dev`, `size` and queue files, `class/block/NAME` and `dev/block/MAJ:MIN` links.
+    struct FakeStack {
+        dir: tempfile::TempDir,
+        paths: SystemPaths,
+    }
+
+    impl FakeStack {
+        fn new(mountinfo: &str) -> FakeStack {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path();
+            fs::create_dir_all(root.join("sys/class/block")).unwrap();
+            fs::create_dir_all(root.join("sys/dev/block")).unwrap();
+            fs::create_dir_all(root.join("udev")).unwrap();
+            write(&root.join("mountinfo"), mountinfo);
+            let paths = SystemPaths {
+                sys: root.join("sys"),
+                mountinfo: root.join("mountinfo"),
+                swaps: root.join("swaps"),
+                udev_data: root.join("udev"),
+            };
+            FakeStack { dir, paths }
+        }
+
+        /// Adds a device at `sys/devices/REL` (REL ends with its kernel name).
+        fn add(&self, rel: &str, dev: &str, partition: bool) -> PathBuf {
+            let sys = &self.paths.sys;
+            let d = sys.join("devices").join(rel);
+            let name = d.file_name().unwrap().to_str().unwrap().to_string();
+            write(&d.join("dev"), &format!("{dev}\n"));
+            write(&d.join("size"), "2048\n");
+            fs::create_dir_all(d.join("holders")).unwrap();
+            if partition {
+                write(&d.join("partition"), "1\n");
+            } else {
+                write(&d.join("queue/logical_block_size"), "512\n");
+                write(&d.join("queue/physical_block_size"), "4096\n");
+                fs::create_dir_all(d.join("slaves")).unwrap();
+            }
+            std::os::unix::fs::symlink(&d, sys.join("class/block").join(&name)).unwrap();
+            std::os::unix::fs::symlink(&d, sys.join("dev/block").join(dev)).unwrap();
+            d
+        }
+
+        /// Makes `lower` (a kernel name) a slave of `upper`, and `upper` its holder.
+        fn stack(&self, upper: &str, lower: &str) {
+            let class = self.paths.sys.join("class/block");
+            let up = fs::canonicalize(class.join(upper)).unwrap();
+            let low = fs::canonicalize(class.join(lower)).unwrap();
+            std::os::unix::fs::symlink(&low, up.join("slaves").join(lower)).unwrap();
+            std::os::unix::fs::symlink(&up, low.join("holders").join(upper)).unwrap();
+        }
+
+        fn drives(&self, major: u32, minor: u32) -> Result<FileDrives, DeviceError> {
+            drives_of_dev_number(Path::new("/data/file"), major, minor, &self.paths)
+        }
+    }
+
+    fn disk_names(d: &FileDrives) -> Vec<&str> {
+        d.disks.iter().map(|i| i.name.as_str()).collect()
+    }
+
+    #[test]
+    fn file_on_partition_belongs_to_its_disk() {
+        let fake = FakeStack::new("");
+        let sda = fake.add("pci0000:00/ata1/block/sda", "8:0", false);
+        write(&sda.join("device/serial"), "SATA-SER\n");
+        write(&sda.join("device/model"), "FAKE SATA\n");
+        fake.add("pci0000:00/ata1/block/sda/sda1", "8:1", true);
+        fake.add("pci0000:00/ata1/block/sda/sda2", "8:2", true);
+        let d = fake.drives(8, 2).unwrap();
+        assert_eq!(d.filesystem_device, "sda2");
+        assert_eq!(d.via, ["sda2", "sda"]);
+        assert_eq!(disk_names(&d), ["sda"]);
+        let disk = &d.disks[0];
+        assert_eq!((disk.major, disk.minor), (8, 0));
+        assert!(!disk.is_partition);
+        assert_eq!(disk.partitions, ["sda1", "sda2"]);
+        assert_eq!(disk.size_bytes, 2048 * 512);
+        assert_eq!(
+            (disk.logical_block_size, disk.physical_block_size),
+            (512, 4096)
+        );
+        assert_eq!(disk.identity.serial.as_deref(), Some("SATA-SER"));
+        assert_eq!(disk.identity.model.as_deref(), Some("FAKE SATA"));
+    }
+
+    #[test]
+    fn file_on_plain_disk_belongs_to_it() {
+        let fake = FakeStack::new("");
+        let nvme = fake.add("pci0000:00/nvme/nvme0/nvme0n1", "259:0", false);
+        write(&nvme.join("wwid"), "eui.0025388b91b2c3d4\n");
+        let d = fake.drives(259, 0).unwrap();
+        assert_eq!(d.filesystem_device, "nvme0n1");
+        assert_eq!(d.via, ["nvme0n1"]);
+        assert_eq!(disk_names(&d), ["nvme0n1"]);
+        assert!(d.disks[0].partitions.is_empty());
+        assert_eq!(
+            d.disks[0].identity.wwn.as_deref(),
+            Some("eui.0025388b91b2c3d4")
+        );
+    }
+
+    #[test]
+    fn file_on_lvm_over_raid1_belongs_to_both_disks() {
+        // dm-0 (LVM) over md0 (RAID1) over sdb1 and sda1; sdc is unrelated.
+        let fake = FakeStack::new("");
+        for (disk, major_minor) in [("sdb", 16), ("sda", 0), ("sdc", 32)] {
+            fake.add(
+                &format!("pci0000:00/ata/block/{disk}"),
+                &format!("8:{major_minor}"),
+                false,
+            );
+            fake.add(
+                &format!("pci0000:00/ata/block/{disk}/{disk}1"),
+                &format!("8:{}", major_minor + 1),
+                true,
+            );
+        }
+        fake.add("virtual/block/md0", "9:0", false);
+        fake.add("virtual/block/dm-0", "253:0", false);
+        fake.stack("md0", "sdb1");
+        fake.stack("md0", "sda1");
+        fake.stack("dm-0", "md0");
+        let d = fake.drives(253, 0).unwrap();
+        assert_eq!(d.filesystem_device, "dm-0");
+        assert_eq!(d.via, ["dm-0", "md0", "sda1", "sda", "sdb1", "sdb"]);
+        assert_eq!(disk_names(&d), ["sda", "sdb"]);
+        assert!(d.disks.iter().all(|i| !i.is_partition));
+
+        // dm over two partitions of one disk: the disk once.
+        fake.add("pci0000:00/ata/block/sdc/sdc2", "8:34", true);
+        fake.add("virtual/block/dm-1", "253:1", false);
+        fake.stack("dm-1", "sdc1");
+        fake.stack("dm-1", "sdc2");
+        let d = fake.drives(253, 1).unwrap();
+        assert_eq!(d.via, ["dm-1", "sdc1", "sdc", "sdc2"]);
+        assert_eq!(disk_names(&d), ["sdc"]);
+    }
+
+    #[test]
+    fn file_on_anonymous_device_is_not_on_a_block_device() {
+        let fake = FakeStack::new(
+            "25 24 0:23 / /dev/shm rw,relatime - tmpfs tmpfs rw\n\
+             26 1 0:40 / /merged rw - overlay overlay rw,lowerdir=/a,upperdir=/b\n",
+        );
+        fake.add("pci0000:00/ata/block/sda", "8:0", false);
+        let err = fake.drives(0, 23).unwrap_err();
+        assert!(
+            matches!(&err, DeviceError::NotOnBlockDevice { fstype: Some(t), major: 0, minor: 23, .. } if t == "tmpfs"),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        assert!(msg.starts_with("/data/file: its filesystem (tmpfs, device 0:23)"));
+        assert!(msg.contains("not on a block device"), "{msg}");
+        assert!(msg.contains("serial or WWN"), "{msg}");
+        let err = fake.drives(0, 40).unwrap_err();
+        assert!(err.to_string().contains("(overlay, device 0:40)"), "{err}");
+        let err = fake.drives(0, 99).unwrap_err();
+        assert!(
+            err.to_string().contains("(unknown type, device 0:99)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn file_on_btrfs_belongs_to_every_member_disk() {
+        // btrfs over sda1 and sdb (device numbers of btrfs files are anonymous).
+        let fake = FakeStack::new(
+            "40 1 0:55 / /pool rw - btrfs /dev/sda1 rw\n\
+             41 1 0:56 /sub /snap rw - btrfs /dev/nonexistent9 rw\n",
+        );
+        fake.add("pci0000:00/ata/block/sda", "8:0", false);
+        fake.add("pci0000:00/ata/block/sda/sda1", "8:1", true);
+        fake.add("pci0000:00/ata/block/sdb", "8:16", false);
+        let devices = fake
+            .paths
+            .sys
+            .join("fs/btrfs/0b3c5c5e-5a1f-4d0e-9a59-5b0c1d2e3f40/devices");
+        fs::create_dir_all(&devices).unwrap();
+        for name in ["sdb", "sda1"] {
+            let target = fake.paths.sys.join("class/block").join(name);
+            std::os::unix::fs::symlink(target, devices.join(name)).unwrap();
+        }
+        let d = fake.drives(0, 55).unwrap();
+        assert_eq!(d.filesystem_device, "sda1");
+        assert_eq!(d.via, ["sda1", "sda", "sdb"]);
+        assert_eq!(disk_names(&d), ["sda", "sdb"]);
+        // A btrfs whose source is not in sysfs: the clear error, naming btrfs.
+        let err = fake.drives(0, 56).unwrap_err();
+        assert!(err.to_string().contains("(btrfs, device 0:56)"), "{err}");
+    }
+
+    #[test]
+    fn drives_of_file_with_stats_the_file() {
+        let fake = FakeStack::new("");
+        let f = fake.dir.path().join("plain");
+        fs::write(&f, b"x").unwrap();
+        // The fake sysfs has no device for this file's st_dev, nor a mount table entry.
+        let err = drives_of_file_with(&f, &fake.paths).unwrap_err();
+        assert!(
+            matches!(&err, DeviceError::NotOnBlockDevice { fstype: None, .. }),
+            "{err:?}"
+        );
+        assert!(matches!(
+            drives_of_file_with(&fake.dir.path().join("missing"), &fake.paths),
             Err(DeviceError::Io { .. })
         ));
     }
