@@ -12,7 +12,6 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use common::{loop_serial, need_root, run, sync, Loop, Mount, MIB};
 use driveprobe::device::{self, DeviceError};
@@ -58,28 +57,6 @@ fn partition_image(file: &Path) {
         "sfdisk failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// `/dev/loopNpK`, waiting for devtmpfs to create it. A kernel built without partition
-/// table parsers finds no partitions on `--partscan`; then `partx -a` parses the table in
-/// user space and adds them with BLKPG (no writes to the device).
-fn loop_partition(lo: &Loop, k: u32) -> PathBuf {
-    let p = PathBuf::from(format!("{}p{k}", lo.s()));
-    let start = Instant::now();
-    let mut partx_done = false;
-    while !p.exists() {
-        if !partx_done && start.elapsed() > Duration::from_millis(500) {
-            run("partx", &["-a", lo.s()]);
-            partx_done = true;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{} did not appear",
-            p.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    p
 }
 
 fn kernel_name(dev: &Path) -> String {
@@ -135,7 +112,7 @@ fn file_on_partition_belongs_to_the_whole_loop_disk() {
     let backing = image(dir.path(), "disk.img", 64 * MIB);
     partition_image(&backing);
     let lo = Loop::attach(&backing, &["--partscan"]);
-    let p1 = loop_partition(&lo, 1);
+    let p1 = lo.partition(1);
     mkfs_ext4(&p1);
     let m = Mount::new(&p1, &dir.path().join("mnt"));
     let file = m.dir().join("target.dat");

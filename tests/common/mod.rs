@@ -119,6 +119,29 @@ impl Loop {
     pub fn s(&self) -> &str {
         self.dev.to_str().unwrap()
     }
+
+    /// `/dev/loopNpK`, waiting for devtmpfs to create it. A kernel built without partition
+    /// table parsers finds no partitions on `--partscan`; then `partx -a` parses the table
+    /// in user space and adds them with BLKPG (no writes to the device).
+    #[allow(dead_code)] // not every test file that includes this module makes partitions
+    pub fn partition(&self, k: u32) -> PathBuf {
+        let p = PathBuf::from(format!("{}p{k}", self.s()));
+        let start = Instant::now();
+        let mut partx_done = false;
+        while !p.exists() {
+            if !partx_done && start.elapsed() > Duration::from_millis(500) {
+                run("partx", &["-a", self.s()]);
+                partx_done = true;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{} did not appear",
+                p.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        p
+    }
 }
 
 impl Drop for Loop {
