@@ -193,7 +193,7 @@ const SNIA_MIXES: [(u32, &str); 7] = [
 const SNIA_SIZES: [&str; 8] = ["1m", "128k", "64k", "32k", "16k", "8k", "4k", "512"];
 
 fn leak(s: String) -> &'static str {
-    // Suite tables are built once per process; their names live as long as it does.
+    // The suite table is built once per process (`suites`): its names live as long as it.
     Box::leak(s.into_boxed_str())
 }
 
@@ -210,7 +210,12 @@ fn point(name: String, bs: &'static str, read_pct: u32, workers: u32, depth: u32
 }
 
 /// Every suite driveprobe knows.
-pub fn suites() -> Vec<Suite> {
+pub fn suites() -> &'static [Suite] {
+    static SUITES: std::sync::OnceLock<Vec<Suite>> = std::sync::OnceLock::new();
+    SUITES.get_or_init(build_suites)
+}
+
+fn build_suites() -> Vec<Suite> {
     let mut snia = vec![
         Step::Purge,
         Step::Precondition,
@@ -291,8 +296,9 @@ pub fn suites() -> Vec<Suite> {
 
 pub fn find(name: &str) -> Result<Suite, SuiteError> {
     suites()
-        .into_iter()
+        .iter()
         .find(|s| s.name == name)
+        .cloned()
         .ok_or_else(|| SuiteError::Unknown(name.to_string()))
 }
 
