@@ -119,11 +119,13 @@ fn same_byte_count_semantics_as_fio() {
 #[test]
 fn rate_and_littles_law_agree_with_fio() {
     let f = scratch("rate", "64m");
+    // 5 s, not less: fio's rate limiter undershoots in its first moments, and on a short
+    // run that start-up alone can take it past the 2% this test allows.
     let rate = [
         "--rw=randread",
         "--bs=4k",
         "--rate_iops=800",
-        "--runtime=3",
+        "--runtime=5",
         "--time_based",
         "--iodepth=4",
     ];
