@@ -9,11 +9,14 @@ pub mod cli;
 pub mod config;
 pub mod device;
 pub mod engine;
+pub mod metrics;
 pub mod health;
+pub mod http;
 pub mod protocol;
 pub mod report;
 pub mod safety;
 pub mod schedule;
+pub mod status;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod target;

@@ -1,0 +1,233 @@
+//! What the daemon knows right now, as plain data: the one thing the exporters (`metrics`,
+//! `http`) read, and the daemon's workers (canaries, health polling, scheduler) write.
+//!
+//! Everything here is computed by the writers (window quantiles included), so a reader
+//! only copies numbers out: a scrape never does I/O, never waits on a drive, and a failing
+//! drive can only change its own entry. [`Shared`] holds the status behind one mutex,
+//! held for microseconds by writers and for one encoding pass by a scrape.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+
+use serde::Serialize;
+
+use crate::health::endurance::Endurance;
+use crate::health::model::{HealthReport, Identity, Verdict};
+use crate::schedule::RunRecord;
+
+/// Upper bounds (seconds) of the classic latency histogram buckets of the probes: a
+/// 1-2.5-5 series from 10 us to 10 s (plus `+Inf`). Fine enough to read p99.9 of a drive
+/// from `histogram_quantile` to within the bucket's factor, coarse enough to stay under
+/// the series budget per drive; the exact quantiles are the `_quantile_seconds` gauges.
+pub const LATENCY_BUCKETS: [f64; 19] = [
+    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
+    100e-3, 250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The quantiles kept over each probe's sliding window, with their label values.
+pub const WINDOW_QUANTILES: [(&str, f64); 4] =
+    [("0.5", 50.0), ("0.9", 90.0), ("0.99", 99.0), ("0.999", 99.9)];
+
+/// The daemon's whole status. Drives are keyed by their name (the `drive` label).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Status {
+    /// Unix seconds when the process started.
+    pub started_unix: f64,
+    pub config: ConfigStatus,
+    pub drives: BTreeMap<String, DriveStatus>,
+    /// The run results index (oldest first), as kept in the state file.
+    pub runs: Vec<RunRecord>,
+    /// Drives by the name of the probe or schedule that runs on them now, for the status page.
+    pub scheduler: SchedulerStatus,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ConfigStatus {
+    /// The config file, or None for the built-in config.
+    pub path: Option<PathBuf>,
+    pub last_reload_successful: bool,
+    /// Unix seconds of the last load attempt that succeeded.
+    pub last_reload_success_unix: f64,
+    /// Why the last reload was refused, if it was.
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SchedulerStatus {
+    /// Unix seconds of the scheduler's last pass.
+    pub last_tick_unix: f64,
+    /// Next due time (unix seconds) per schedule name, when one is known.
+    pub next_due: BTreeMap<String, i64>,
+    /// Per schedule name, the run going now (its id).
+    pub running: BTreeMap<String, String>,
+}
+
+/// One registered drive.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DriveStatus {
+    pub name: String,
+    /// The identity matched and the device (or file target) is there: probes may run.
+    pub up: bool,
+    /// Why the drive is not up (absent, identity mismatch...), in one line.
+    pub down_reason: Option<String>,
+    /// The whole-disk block device the drive is today, when known.
+    pub device: Option<PathBuf>,
+    /// What probes run on: the file target, or the raw device.
+    pub target: Option<PathBuf>,
+    /// Model, serial, firmware, transport, capacity (from the health reader or sysfs).
+    pub identity: Identity,
+    pub health: Option<HealthStatus>,
+    pub endurance: Option<Endurance>,
+    /// Per collector name (`identity`, `health`, `canary`, `run`...).
+    pub collectors: BTreeMap<String, CollectorStatus>,
+    /// Per probe name.
+    pub probes: BTreeMap<String, ProbeStatus>,
+    /// Why this drive's canaries are paused now (a scheduled run, the wear budget), if they are.
+    pub canary_paused: Option<String>,
+    pub wear: WearStatus,
+    /// The last finished run of each suite on this drive, by suite name.
+    pub last_runs: BTreeMap<String, RunSummary>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HealthStatus {
+    pub report: HealthReport,
+    pub verdict: Verdict,
+    pub reasons: Vec<String>,
+    /// Unix seconds of the reading.
+    pub read_unix: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CollectorStatus {
+    pub success: bool,
+    pub duration_seconds: f64,
+    /// Unix seconds of the last attempt.
+    pub last_unix: f64,
+    pub error: Option<String>,
+}
+
+/// One canary probe on one drive.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProbeStatus {
+    /// The probe writes (verified writes on a file target, or a destructive raw drive).
+    pub writes: bool,
+    /// Length of the sliding window of the quantiles, in seconds.
+    pub window_seconds: f64,
+    /// Running now (false while paused, down or failing).
+    pub running: bool,
+    pub read: OpStatus,
+    pub write: OpStatus,
+}
+
+/// Counters and latency of one direction (`op` label) of one probe.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OpStatus {
+    pub ops_total: u64,
+    pub bytes_total: u64,
+    pub errors_total: u64,
+    /// Sum of the latencies of `ops_total` I/Os, seconds (the histogram's `_sum`).
+    pub latency_sum_seconds: f64,
+    /// Cumulative counts per [`LATENCY_BUCKETS`] bound (same length); `+Inf` is `ops_total`.
+    pub buckets: Vec<u64>,
+    /// Exact quantiles over the last window; None before any I/O in the window.
+    pub window: Option<WindowQuantiles>,
+}
+
+/// Quantiles over a probe's sliding window, seconds (HDR precision: 0.1%).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct WindowQuantiles {
+    /// I/Os in the window.
+    pub ops: u64,
+    /// In the order of [`WINDOW_QUANTILES`].
+    pub quantiles: [f64; 4],
+    pub max: f64,
+}
+
+/// Bytes driveprobe itself wrote to a drive, against its wear budget.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WearStatus {
+    /// Since the state file began (survives restarts).
+    pub self_written_bytes_total: u128,
+    /// On the current UTC day.
+    pub written_today_bytes: u128,
+    /// The budget per UTC day.
+    pub budget_bytes_per_day: f64,
+    /// Over budget today: driveprobe's writes to this drive are paused.
+    pub exceeded: bool,
+}
+
+/// The last finished run of one suite on one drive: what the `driveprobe_run_*` gauges say.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunSummary {
+    pub id: String,
+    pub suite: String,
+    /// `passed`, `failed`, `timed_out`, `interrupted`, `stopped`.
+    pub status: String,
+    pub started_unix: f64,
+    pub duration_seconds: f64,
+    /// Every steady-state phase of the run reached steady state (None: it had none).
+    pub steady_state: Option<bool>,
+    /// Unix seconds of the last run of this suite on this drive that passed.
+    pub last_success_unix: Option<f64>,
+    /// Measured points (steady state figures, sweep points, curve points...).
+    pub points: Vec<RunPoint>,
+}
+
+/// One measured workload point of a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RunPoint {
+    /// Workload name, with the curve fraction for rate-curve points (`4k-randread@50%`).
+    pub workload: String,
+    pub threads: u32,
+    pub depth: u32,
+    pub iops: f64,
+    pub bandwidth_bytes_per_second: f64,
+    /// Seconds.
+    pub latency: RunLatency,
+}
+
+/// Latency of a run point, seconds (the `stat` label values).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RunLatency {
+    pub mean: f64,
+    pub max: f64,
+    pub stddev: f64,
+    pub p50: f64,
+    pub p99: f64,
+    pub p99_9: f64,
+}
+
+/// The status shared between the daemon's writers and the exporters.
+#[derive(Debug, Default)]
+pub struct Shared {
+    status: Mutex<Status>,
+}
+
+impl Shared {
+    pub fn new(status: Status) -> Self {
+        Shared {
+            status: Mutex::new(status),
+        }
+    }
+
+    /// The status, locked. A writer that panicked while holding the lock left plain data
+    /// behind (no invariant spans two fields), so a poisoned lock is used as it is.
+    pub fn lock(&self) -> MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on one drive's entry, creating it when missing.
+    pub fn drive<R>(&self, name: &str, f: impl FnOnce(&mut DriveStatus) -> R) -> R {
+        let mut s = self.lock();
+        let d = s
+            .drives
+            .entry(name.to_string())
+            .or_insert_with(|| DriveStatus {
+                name: name.to_string(),
+                ..Default::default()
+            });
+        f(d)
+    }
+}
