@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod device;
 pub mod engine;
 pub mod metrics;

@@ -3,6 +3,7 @@
 
 mod bench;
 mod check_config;
+mod daemon;
 mod health;
 mod report;
 mod suite;
@@ -37,6 +38,9 @@ enum Command {
     /// Check a daemon config file without starting anything: ok, or what is wrong at
     /// FILE:LINE:COLUMN.
     CheckConfig(check_config::CheckConfigArgs),
+    /// Run the daemon: canary probes, health polling and scheduled runs on the configured
+    /// drives, served as Prometheus metrics and a status page (the default command).
+    Daemon(daemon::DaemonArgs),
 }
 
 /// An error with the exit status it deserves.
@@ -92,14 +96,15 @@ pub(crate) fn emit<T: serde::Serialize>(
 }
 
 pub fn main() -> ExitCode {
-    // Until the daemon exists, a bare `driveprobe` (and `cargo run --release`) shows help.
-    if std::env::args_os().len() <= 1 {
-        use clap::CommandFactory;
-        let _ = Cli::command().print_help();
-        println!();
-        return ExitCode::SUCCESS;
-    }
-    let cli = match Cli::try_parse() {
+    // A bare `driveprobe` (and `cargo run --release`) runs the daemon on the built-in config.
+    let parsed = if std::env::args_os().len() <= 1 {
+        Ok(Cli {
+            command: Command::Daemon(daemon::DaemonArgs::default()),
+        })
+    } else {
+        Cli::try_parse()
+    };
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) => {
             let status = if e.use_stderr() { 2 } else { 0 };
@@ -112,6 +117,7 @@ pub fn main() -> ExitCode {
         Command::Health(args) => health::run(*args),
         Command::Report(args) => report::run(*args),
         Command::CheckConfig(args) => check_config::run(args),
+        Command::Daemon(args) => daemon::run(args),
     };
     match result {
         Ok(status) => ExitCode::from(status),

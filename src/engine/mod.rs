@@ -94,6 +94,9 @@ pub fn probe_io_uring() -> Result<(), String> {
 pub struct RunControl {
     stop: Arc<AtomicBool>,
     parent: Option<Arc<AtomicBool>>,
+    /// Bytes written by every run under this control (children share it), counted by the
+    /// collector once per interval: what a caller accounting wear reads while it runs.
+    written: Arc<AtomicU64>,
 }
 
 impl RunControl {
@@ -106,7 +109,13 @@ impl RunControl {
         RunControl {
             stop: Arc::new(AtomicBool::new(false)),
             parent: Some(self.stop.clone()),
+            written: self.written.clone(),
         }
+    }
+    /// Bytes written so far by the runs under this control (measured intervals only: I/O
+    /// in a ramp is not counted).
+    pub fn written_bytes(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
     }
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -160,6 +169,13 @@ pub struct RunResult {
     pub write_stats: DirStats,
 }
 
+/// The exact statistics of one interval, for callers that keep their own windows or
+/// histograms (the daemon's canaries). Borrowed for the duration of the callback.
+pub struct IntervalDetail<'a> {
+    pub read: &'a DirStats,
+    pub write: &'a DirStats,
+}
+
 /// Runs `job` on `target`, calling `on_interval` after every interval (on the calling
 /// thread). Blocks until the run ends.
 pub fn run(
@@ -167,6 +183,16 @@ pub fn run(
     target: &Target,
     control: &RunControl,
     on_interval: &mut dyn FnMut(&IntervalSummary),
+) -> Result<RunResult, EngineError> {
+    run_observed(job, target, control, &mut |s, _| on_interval(s))
+}
+
+/// [`run`], with each interval's exact statistics handed to `on_interval` too.
+pub fn run_observed(
+    job: &Job,
+    target: &Target,
+    control: &RunControl,
+    on_interval: &mut dyn FnMut(&IntervalSummary, &IntervalDetail),
 ) -> Result<RunResult, EngineError> {
     if job.writes() && !target.writable() {
         return Err(EngineError::ReadOnlyTarget(target.path().to_path_buf()));
@@ -291,7 +317,7 @@ pub fn run(
     }
     drop(tx);
 
-    let mut collector = Collector::new(job.workers as usize, interval_ns);
+    let mut collector = Collector::new(job.workers as usize, interval_ns, control.written.clone());
     let outcomes: Vec<WorkerOutcome> = std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for setup in setups {
@@ -387,6 +413,8 @@ pub fn run(
     })
 }
 
+type Emit<'a> = dyn FnMut(&IntervalSummary, &IntervalDetail) + 'a;
+
 /// Merges the workers' intervals: interval k is complete when every worker has sent it
 /// or has finished.
 struct Collector {
@@ -400,11 +428,13 @@ struct Collector {
     total_write: DirStats,
     intervals: Vec<IntervalSummary>,
     last_end: u64,
+    written: Arc<AtomicU64>,
 }
 
 impl Collector {
-    fn new(workers: usize, interval: u64) -> Self {
+    fn new(workers: usize, interval: u64, written: Arc<AtomicU64>) -> Self {
         Collector {
+            written,
             workers,
             interval,
             measure_start: 0,
@@ -418,7 +448,7 @@ impl Collector {
         }
     }
 
-    fn add(&mut self, w: usize, b: &IntervalStats, emit: &mut dyn FnMut(&IntervalSummary)) {
+    fn add(&mut self, w: usize, b: &IntervalStats, emit: &mut Emit) {
         let agg = self.pending.entry(b.index).or_insert_with(|| {
             let mut n = IntervalStats::new();
             n.index = b.index;
@@ -431,12 +461,12 @@ impl Collector {
         self.flush(emit);
     }
 
-    fn done(&mut self, w: usize, emit: &mut dyn FnMut(&IntervalSummary)) {
+    fn done(&mut self, w: usize, emit: &mut Emit) {
         self.done[w] = true;
         self.flush(emit);
     }
 
-    fn flush(&mut self, emit: &mut dyn FnMut(&IntervalSummary)) {
+    fn flush(&mut self, emit: &mut Emit) {
         while let Some((&k, _)) = self.pending.iter().next() {
             let ready = (0..self.workers)
                 .all(|w| self.done[w] || self.last_index[w].is_some_and(|i| i >= k));
@@ -454,7 +484,14 @@ impl Collector {
             self.total_read.merge(&agg.read);
             self.total_write.merge(&agg.write);
             self.last_end = self.last_end.max(agg.end_ns);
-            emit(&summary);
+            self.written.fetch_add(agg.write.bytes, Ordering::Relaxed);
+            emit(
+                &summary,
+                &IntervalDetail {
+                    read: &agg.read,
+                    write: &agg.write,
+                },
+            );
             self.intervals.push(summary);
         }
     }

@@ -27,6 +27,8 @@ pub const TOTAL_PERCENTILES: [(&str, f64); 5] = [
 pub struct DirStats {
     pub ops: u64,
     pub bytes: u64,
+    /// I/Os that failed (not in `ops` or the latencies).
+    pub errors: u64,
     lat_sum: u128,
     lat_sq_sum: u128,
     lat_min: u64,
@@ -45,6 +47,7 @@ impl DirStats {
         DirStats {
             ops: 0,
             bytes: 0,
+            errors: 0,
             lat_sum: 0,
             lat_sq_sum: 0,
             lat_min: u64::MAX,
@@ -70,6 +73,7 @@ impl DirStats {
     pub fn merge(&mut self, other: &DirStats) {
         self.ops += other.ops;
         self.bytes += other.bytes;
+        self.errors += other.errors;
         self.lat_sum += other.lat_sum;
         self.lat_sq_sum += other.lat_sq_sum;
         self.lat_min = self.lat_min.min(other.lat_min);
@@ -83,11 +87,17 @@ impl DirStats {
     pub fn reset(&mut self) {
         self.ops = 0;
         self.bytes = 0;
+        self.errors = 0;
         self.lat_sum = 0;
         self.lat_sq_sum = 0;
         self.lat_min = u64::MAX;
         self.lat_max = 0;
         self.hist.reset();
+    }
+
+    /// The exact sum of the recorded latencies, in nanoseconds.
+    pub fn sum_ns(&self) -> u128 {
+        self.lat_sum
     }
 
     pub fn mean_ns(&self) -> f64 {

@@ -355,6 +355,11 @@ impl Core {
     #[cold]
     fn error(&mut self, slot: &Slot, res: i64, shared: &Shared) {
         self.outcome.errors += 1;
+        if slot.read {
+            self.cur.read.errors += 1;
+        } else {
+            self.cur.write.errors += 1;
+        }
         let errno = if res < 0 { (-res) as i32 } else { 0 };
         if self.outcome.error_records.len() < MAX_ERROR_RECORDS {
             self.outcome.error_records.push(IoErrorRecord {

@@ -85,6 +85,9 @@ pub struct State {
     pub runs: Vec<RunRecord>,
     /// Per drive, per UTC day (`YYYY-MM-DD`), bytes driveprobe wrote.
     pub self_written: BTreeMap<String, BTreeMap<String, u128>>,
+    /// Per drive, every byte driveprobe wrote since the state began (the days above are
+    /// trimmed; this is not, so the exported counter never goes down).
+    pub self_written_lifetime: BTreeMap<String, u128>,
 }
 
 impl Default for State {
@@ -95,6 +98,7 @@ impl Default for State {
             health: BTreeMap::new(),
             runs: Vec::new(),
             self_written: BTreeMap::new(),
+            self_written_lifetime: BTreeMap::new(),
         }
     }
 }
@@ -132,6 +136,10 @@ impl State {
 
     /// Adds bytes written to `drive` on the UTC day of `t`.
     pub fn add_self_written(&mut self, drive: &str, t: i64, bytes: u128) {
+        *self
+            .self_written_lifetime
+            .entry(drive.to_string())
+            .or_default() += bytes;
         let days = self.self_written.entry(drive.to_string()).or_default();
         *days.entry(utc_day(t)).or_default() += bytes;
         while days.len() > MAX_DAYS_PER_DRIVE {
@@ -142,6 +150,26 @@ impl State {
     /// All bytes driveprobe wrote to `drive` over the days kept.
     pub fn self_written_total(&self, drive: &str) -> u128 {
         self.self_written.get(drive).map_or(0, |d| d.values().sum())
+    }
+
+    /// Every byte driveprobe wrote to `drive` (never decreases; a state file from before
+    /// this count existed starts it from the days kept).
+    pub fn self_written_lifetime(&self, drive: &str) -> u128 {
+        let days = self.self_written_total(drive);
+        self.self_written_lifetime
+            .get(drive)
+            .copied()
+            .unwrap_or(0)
+            .max(days)
+    }
+
+    /// Bytes driveprobe wrote to `drive` on the UTC day of `t`.
+    pub fn self_written_on(&self, drive: &str, t: i64) -> u128 {
+        self.self_written
+            .get(drive)
+            .and_then(|d| d.get(&utc_day(t)))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Applies the size bounds (after loading a file written with larger ones).

@@ -1,0 +1,237 @@
+//! One canary probe on one drive: a dedicated thread that runs the probe's rate-limited
+//! job in segments, for as long as the daemon runs.
+//!
+//! Before each segment it checks that the drive is up (its identity resolved), that no
+//! scheduled run holds the drive, and, for a probe that writes, that the drive's wear
+//! budget for today is not spent. The segment's `on_interval` (once a second) feeds the
+//! sliding window, publishes the probe's status, accounts the bytes written, beats the
+//! heartbeat, and stops the segment as soon as one of those conditions stops holding, so
+//! a pause takes effect within an interval.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::Probe;
+use crate::engine::{self, IntervalDetail, IntervalSummary, RunControl, Stop};
+use crate::safety::{self, WriteRequest};
+use crate::status::CollectorStatus;
+use crate::target::{self, Target};
+
+use super::window::OpWindow;
+use super::{now_unix, Ctx, DriveCtl};
+
+/// How long one engine run of a canary lasts before the next checks.
+pub const SEGMENT: Duration = Duration::from_secs(60);
+
+pub fn collector_name(probe: &str) -> String {
+    format!("canary:{probe}")
+}
+
+/// The canary thread's body. Returns when the daemon (or this drive's workers) stop.
+pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::Beat>) {
+    let window = probe.window.as_secs_f64();
+    let mut win_r = OpWindow::new(window);
+    let mut win_w = OpWindow::new(window);
+    let clock = Instant::now();
+    let mut backoff = Duration::from_secs(1);
+    let name = drive.cfg.name.clone();
+    let collector = collector_name(&probe.name);
+    publish(&ctx, &name, &probe, &win_r, &win_w, false);
+    while !drive.stopped() {
+        beat.beat();
+        let now = clock.elapsed().as_secs_f64();
+        win_r.expire(now);
+        win_w.expire(now);
+        if let Some(reason) = hold_reason(&ctx, &drive, &probe) {
+            publish(&ctx, &name, &probe, &win_r, &win_w, false);
+            tracing::trace!(drive = %name, probe = %probe.name, %reason, "canary holds");
+            drive.sleep(Duration::from_secs(1));
+            continue;
+        }
+        let setup = Instant::now();
+        let target = match open_target(&drive, &probe) {
+            Ok(t) => t,
+            Err(e) => {
+                set_collector(&ctx, &name, &collector, false, setup.elapsed(), Some(e.clone()));
+                publish(&ctx, &name, &probe, &win_r, &win_w, false);
+                tracing::warn!(drive = %name, probe = %probe.name, error = %e, "canary cannot start");
+                drive.sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+                continue;
+            }
+        };
+        let job = match segment_job(&probe) {
+            Ok(j) => j,
+            Err(e) => {
+                // Config validation made this job; only the stop condition changed.
+                tracing::error!(drive = %name, probe = %probe.name, error = %e, "canary job");
+                drive.sleep(Duration::from_secs(30));
+                continue;
+            }
+        };
+        set_collector(&ctx, &name, &collector, true, setup.elapsed(), None);
+        let control = RunControl::new();
+        drive.active.fetch_add(1, Ordering::AcqRel);
+        let mut on_interval = |_: &IntervalSummary, d: &IntervalDetail| {
+            beat.beat();
+            let t = clock.elapsed().as_secs_f64();
+            win_r.add(t, d.read);
+            win_w.add(t, d.write);
+            if d.write.bytes > 0 {
+                let bytes = d.write.bytes as u128;
+                ctx.store
+                    .update(|s| s.add_self_written(&name, now_unix() as i64, bytes));
+            }
+            publish(&ctx, &name, &probe, &win_r, &win_w, true);
+            if hold_reason(&ctx, &drive, &probe).is_some() {
+                control.stop();
+            }
+        };
+        let result = engine::run_observed(&job, &target, &control, &mut on_interval);
+        drive.active.fetch_sub(1, Ordering::AcqRel);
+        drop(target);
+        match result {
+            Ok(r) => {
+                backoff = Duration::from_secs(1);
+                if r.verify.mismatches > 0 {
+                    // Silent corruption: counted as read errors, and said loudly.
+                    for _ in 0..r.verify.mismatches {
+                        win_r.add_error();
+                    }
+                    tracing::error!(drive = %name, probe = %probe.name,
+                        mismatches = r.verify.mismatches,
+                        first = ?r.verify.first.first(),
+                        "canary read back data that differs from what it wrote");
+                }
+                if let Some(why) = &r.stopped_early {
+                    if !control.is_stopped() {
+                        tracing::warn!(drive = %name, probe = %probe.name, reason = %why, "canary segment ended early");
+                        drive.sleep(backoff);
+                    }
+                }
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                set_collector(&ctx, &name, &collector, false, Duration::ZERO, Some(msg.clone()));
+                tracing::warn!(drive = %name, probe = %probe.name, error = %msg, "canary run failed");
+                drive.sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
+        publish(&ctx, &name, &probe, &win_r, &win_w, false);
+    }
+    publish(&ctx, &name, &probe, &win_r, &win_w, false);
+}
+
+/// Why the canary may not run now, if it may not.
+fn hold_reason(ctx: &Ctx, drive: &DriveCtl, probe: &Probe) -> Option<String> {
+    if drive.stopped() {
+        return Some("stopping".into());
+    }
+    if let Err(e) = drive.resolved() {
+        return Some(e);
+    }
+    if let Some(p) = drive.paused() {
+        return Some(p);
+    }
+    if probe.writes && ctx.over_budget(drive) {
+        return Some("wear budget for today spent".into());
+    }
+    None
+}
+
+/// The probe's job, run for one segment, never stopped by its errors (they are counted).
+fn segment_job(probe: &Probe) -> Result<engine::Job, engine::JobError> {
+    let mut spec = probe.job.to_spec();
+    spec.stop = Stop::Time(SEGMENT);
+    spec.error_limit = u64::MAX;
+    spec.ramp = Duration::ZERO;
+    spec.validate()
+}
+
+/// Opens what the probe runs on, through the write gate when it writes.
+fn open_target(drive: &DriveCtl, probe: &Probe) -> Result<Target, String> {
+    let resolved = drive.resolved()?;
+    let path = resolved.target.as_path();
+    if let Some(ft) = &drive.cfg.file_target {
+        // The daemon owns its file target: a missing one is (re)created at its size.
+        target::create_file_if_missing(&ft.path, ft.size)
+            .map_err(|e| format!("file target {}: {e}", ft.path.display()))?;
+    }
+    let permit = if probe.writes {
+        Some(permit_for(drive, path)?)
+    } else {
+        None
+    };
+    Target::open(path, true, permit.as_ref()).map_err(|e| e.to_string())
+}
+
+fn permit_for(drive: &DriveCtl, path: &Path) -> Result<safety::WritePermit, String> {
+    if drive.cfg.file_target.is_some() {
+        return safety::authorize_file_writes(path).map_err(|e| e.to_string());
+    }
+    let info = crate::device::inspect(path).map_err(|e| e.to_string())?;
+    safety::authorize_block_writes(&info, &write_request(drive)).map_err(|e| e.to_string())
+}
+
+/// What the safety gate is asked for a raw device of this drive.
+pub fn write_request(drive: &DriveCtl) -> WriteRequest {
+    use crate::config::Identity;
+    let (serial, wwn) = match &drive.cfg.identity {
+        Some(Identity::Serial(s)) => (Some(s.clone()), None),
+        Some(Identity::Wwn(w)) => (None, Some(w.clone())),
+        // A by-id link names the device; the gate still wants a serial or WWN: take the
+        // one the device reports now (the link resolved to it a moment ago).
+        Some(Identity::ById(_)) | None => {
+            let id = drive
+                .resolved()
+                .ok()
+                .and_then(|r| r.device_info)
+                .map(|i| i.identity)
+                .unwrap_or_default();
+            let wwn = if id.serial.is_none() { id.wwn } else { None };
+            (id.serial, wwn)
+        }
+    };
+    WriteRequest {
+        allow_destructive: drive.cfg.destructive,
+        expect_serial: serial,
+        expect_wwn: wwn,
+    }
+}
+
+fn set_collector(
+    ctx: &Ctx,
+    drive: &str,
+    name: &str,
+    success: bool,
+    took: Duration,
+    error: Option<String>,
+) {
+    ctx.shared.drive(drive, |d| {
+        d.collectors.insert(
+            name.to_string(),
+            CollectorStatus {
+                success,
+                duration_seconds: took.as_secs_f64(),
+                last_unix: now_unix(),
+                error,
+            },
+        );
+    });
+}
+
+fn publish(ctx: &Ctx, drive: &str, probe: &Probe, r: &OpWindow, w: &OpWindow, running: bool) {
+    let read = r.status();
+    let write = w.status();
+    ctx.shared.drive(drive, |d| {
+        let p = d.probes.entry(probe.name.clone()).or_default();
+        p.writes = probe.writes;
+        p.window_seconds = probe.window.as_secs_f64();
+        p.running = running;
+        p.read = read;
+        p.write = write;
+    });
+}

@@ -1,0 +1,148 @@
+//! Health polling of one drive: a dedicated thread (a hung device stalls only its own
+//! drive's health), reading SMART/Health every `health_interval`, with the sleeping-disk
+//! rule (smartctl runs with `--nocheck=standby`; a disk found asleep keeps its last
+//! reading and is not woken), the verdict, and the endurance estimate from the samples
+//! kept in the state file (one per hour at most, so the rate is drive writes per day
+//! over days, not one lifetime average).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::health::endurance::{self, Sample};
+use crate::health::model::PowerState;
+use crate::health::{self, ReadOptions};
+use crate::status::{CollectorStatus, HealthStatus};
+
+use super::{now_unix, Ctx, DriveCtl};
+
+/// A health sample goes into the state at most this often.
+const SAMPLE_EVERY: f64 = 3600.0;
+pub const COLLECTOR: &str = "health";
+
+pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>) {
+    let name = drive.cfg.name.clone();
+    let opts = ReadOptions::default();
+    while !drive.stopped() {
+        poll_once(&ctx, &drive, &name, &opts);
+        drive.sleep(ctx.config.health_interval);
+    }
+}
+
+fn poll_once(ctx: &Ctx, drive: &DriveCtl, name: &str, opts: &ReadOptions) {
+    let Some(dev) = drive.resolved().ok().and_then(|r| r.device) else {
+        // Down, or a file target with no drive under it (tmpfs): nothing to read.
+        ctx.shared.drive(name, |d| {
+            d.collectors.remove(COLLECTOR);
+        });
+        return;
+    };
+    let t0 = Instant::now();
+    let read = health::read(&dev, opts);
+    let took = t0.elapsed();
+    let now = now_unix();
+    match read {
+        Ok(report) => {
+            let asleep = report.power_state == PowerState::Standby;
+            let history: Vec<Sample> = ctx
+                .store
+                .lock()
+                .health
+                .get(name)
+                .cloned()
+                .unwrap_or_default();
+            let self_written = ctx.store.lock().self_written_lifetime(name);
+            ctx.shared.drive(name, |d| {
+                d.collectors.insert(
+                    COLLECTOR.into(),
+                    CollectorStatus {
+                        success: true,
+                        duration_seconds: took.as_secs_f64(),
+                        last_unix: now,
+                        error: None,
+                    },
+                );
+                if asleep && d.health.is_some() {
+                    // Keep the last reading of an awake disk; say it sleeps.
+                    if let Some(h) = &mut d.health {
+                        h.report.power_state = PowerState::Standby;
+                    }
+                    return;
+                }
+                merge_identity(&mut d.identity, &report.identity);
+                let a = health::assess(&report);
+                d.endurance = Some(endurance::estimate(
+                    &report,
+                    &drive.cfg.rating,
+                    now,
+                    &history,
+                    Some(self_written),
+                ));
+                d.health = Some(HealthStatus {
+                    verdict: a.verdict,
+                    reasons: a.reasons,
+                    report: report.clone(),
+                    read_unix: now,
+                });
+            });
+            if !asleep {
+                if let Some(written) = report.host_written_bytes {
+                    let due = history
+                        .last()
+                        .is_none_or(|s| now - s.unix_seconds >= SAMPLE_EVERY);
+                    if due {
+                        ctx.store.update(|s| {
+                            s.push_sample(
+                                name,
+                                Sample {
+                                    unix_seconds: now,
+                                    host_written_bytes: written,
+                                    percentage_used_ratio: report.percentage_used_ratio,
+                                },
+                            )
+                        });
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            tracing::warn!(drive = %name, device = %dev.display(), error = %msg, "health read failed");
+            ctx.shared.drive(name, |d| {
+                d.collectors.insert(
+                    COLLECTOR.into(),
+                    CollectorStatus {
+                        success: false,
+                        duration_seconds: took.as_secs_f64(),
+                        last_unix: now,
+                        error: Some(msg),
+                    },
+                );
+            });
+        }
+    }
+}
+
+/// Fills what the health reader knows into the drive's identity (sysfs gave a first guess).
+fn merge_identity(into: &mut health::Identity, from: &health::Identity) {
+    let keep = |a: &mut Option<String>, b: &Option<String>| {
+        if b.is_some() {
+            a.clone_from(b);
+        }
+    };
+    keep(&mut into.model, &from.model);
+    keep(&mut into.serial, &from.serial);
+    keep(&mut into.firmware, &from.firmware);
+    keep(&mut into.wwn, &from.wwn);
+    if from.transport != health::Transport::Unknown {
+        into.transport = from.transport;
+    }
+    into.capacity_bytes = from.capacity_bytes.or(into.capacity_bytes);
+    into.logical_block_size = from.logical_block_size.or(into.logical_block_size);
+    into.rotation_rpm = from.rotation_rpm.or(into.rotation_rpm);
+}
+
+/// How long the health thread may go without finishing a poll before the daemon calls
+/// it stuck (a smartctl is killed after 30 s; an ioctl to a dead drive can hang).
+pub fn stuck_after(interval: Duration) -> Duration {
+    interval + Duration::from_secs(120)
+}

@@ -1,0 +1,599 @@
+//! `driveprobe daemon`: the registered drives, their canaries, health polling and
+//! scheduled runs, served as Prometheus metrics and a status page.
+//!
+//! Threads: the main thread runs a small tokio runtime (HTTP, signals, the systemd
+//! watchdog); everything that touches a drive runs on dedicated OS threads, one per
+//! canary (plus its engine worker), one health poller per drive (a hung device stalls
+//! only its own drive), one scheduler, one per scheduled run. They meet in
+//! [`crate::status::Shared`] (what is exported) and [`store::Store`] (what survives a
+//! restart).
+//!
+//! A config "generation" is the set of threads made from one config. SIGHUP loads the new
+//! config; when it is valid, the old generation stops and a new one starts (runs going on
+//! go on: [`scheduler::Runs`] outlives generations); when it is not, the old one keeps
+//! running and the failure is exported.
+
+pub mod canary;
+pub mod health;
+pub mod identity;
+pub mod scheduler;
+pub mod store;
+pub mod window;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::config::{self, Config, ConfigError, Drive};
+use crate::schedule;
+use crate::status::{ConfigStatus, Shared, Status, WearStatus};
+
+use identity::Resolved;
+use scheduler::Runs;
+use store::Store;
+
+/// A failure that stops the daemon before or while it starts. Each is one line.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("state directory {path}: {source}; create it or set state_dir in the config to a writable directory")]
+    StateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}; fix or remove the state file")]
+    State(#[from] schedule::StateError),
+    #[error("cannot listen on {addr}: {source}; set [server] listen to a free address (or stop what holds the port)")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// How the daemon was asked to run.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The config file; None runs the built-in config.
+    pub config: Option<PathBuf>,
+    /// Overrides `[server] listen`.
+    pub listen: Option<SocketAddr>,
+    /// Overrides `state_dir` (and, for the built-in config, where its file target lives).
+    pub state_dir: Option<PathBuf>,
+}
+
+pub fn now_unix() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// A thread's proof of life, for the watchdog.
+#[derive(Debug)]
+pub struct Beat {
+    pub name: String,
+    origin: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Beat {
+    pub fn new(name: String) -> Arc<Beat> {
+        let b = Beat {
+            name,
+            origin: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        };
+        Arc::new(b)
+    }
+    pub fn beat(&self) {
+        self.last_ms
+            .store(self.origin.elapsed().as_millis() as u64, Ordering::Release);
+    }
+    pub fn age(&self) -> Duration {
+        let now = self.origin.elapsed().as_millis() as u64;
+        Duration::from_millis(now.saturating_sub(self.last_ms.load(Ordering::Acquire)))
+    }
+}
+
+/// One drive of one generation: its config, where it is now, and its threads' flags.
+#[derive(Debug)]
+pub struct DriveCtl {
+    pub cfg: Drive,
+    resolved: Mutex<Result<Resolved, String>>,
+    /// Canaries running an engine segment now.
+    pub active: AtomicUsize,
+    stop: AtomicBool,
+    wake: (Mutex<()>, Condvar),
+    runs: Arc<Runs>,
+}
+
+impl DriveCtl {
+    fn new(cfg: Drive, runs: Arc<Runs>) -> Self {
+        let resolved = identity::resolve(&cfg);
+        DriveCtl {
+            cfg,
+            resolved: Mutex::new(resolved),
+            active: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            wake: (Mutex::new(()), Condvar::new()),
+            runs,
+        }
+    }
+
+    /// Where the drive is, or why it is down.
+    pub fn resolved(&self) -> Result<Resolved, String> {
+        self.resolved.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Why the canaries must hold (a scheduled run holds the drive).
+    pub fn paused(&self) -> Option<String> {
+        self.runs
+            .on_drive(&self.cfg.name)
+            .map(|r| format!("scheduled run {} ({})", r.id, r.suite))
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    fn request_stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        let _g = self.wake.0.lock().unwrap_or_else(|e| e.into_inner());
+        self.wake.1.notify_all();
+    }
+
+    /// Sleeps for `d`, or until the drive's threads are told to stop.
+    pub fn sleep(&self, d: Duration) {
+        let deadline = Instant::now() + d;
+        let mut g = self.wake.0.lock().unwrap_or_else(|e| e.into_inner());
+        while !self.stopped() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            g = match self.wake.1.wait_timeout(g, left) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
+        }
+    }
+}
+
+/// What every thread of one generation shares.
+#[derive(Debug)]
+pub struct Ctx {
+    pub config: Config,
+    pub shared: Arc<Shared>,
+    pub store: Arc<Store>,
+    pub drives: BTreeMap<String, Arc<DriveCtl>>,
+    pub runs: Arc<Runs>,
+}
+
+impl Ctx {
+    pub fn state_dir(&self) -> &Path {
+        &self.config.state_dir
+    }
+
+    fn capacity(&self, d: &DriveCtl) -> Option<u64> {
+        let known = self
+            .shared
+            .lock()
+            .drives
+            .get(&d.cfg.name)
+            .and_then(|s| s.identity.capacity_bytes);
+        known.or_else(|| {
+            d.resolved()
+                .ok()
+                .and_then(|r| r.device_info)
+                .map(|i| i.size_bytes)
+        })
+    }
+
+    /// Today's budget and what driveprobe wrote today.
+    fn wear(&self, d: &DriveCtl) -> (f64, u128, u128) {
+        let budget = store::budget_bytes_per_day(&d.cfg, self.capacity(d), &self.config.wear_budget);
+        let st = self.store.lock();
+        let today = st.self_written_on(&d.cfg.name, now_unix() as i64);
+        (budget, today, st.self_written_lifetime(&d.cfg.name))
+    }
+
+    /// driveprobe's writes to this drive today reached its budget.
+    pub fn over_budget(&self, d: &DriveCtl) -> bool {
+        let (budget, today, _) = self.wear(d);
+        today as f64 >= budget
+    }
+
+    /// Resolves every drive's identity again, and publishes up/down and the wear figures.
+    pub fn refresh_drives(&self) {
+        for d in self.drives.values() {
+            let r = identity::resolve(&d.cfg);
+            let was = std::mem::replace(
+                &mut *d.resolved.lock().unwrap_or_else(|e| e.into_inner()),
+                r.clone(),
+            );
+            match (&was, &r) {
+                (Ok(_), Err(why)) => tracing::warn!(drive = %d.cfg.name, reason = %why, "drive is down; its probes stop"),
+                (Err(_), Ok(now)) => tracing::info!(drive = %d.cfg.name, target = %now.target.display(), "drive is up"),
+                _ => {}
+            }
+            let (budget, today, lifetime) = self.wear(d);
+            let paused = d.paused().or_else(|| {
+                (today as f64 >= budget && d.cfg.writable())
+                    .then(|| "wear budget for today spent (writing probes and runs hold)".to_string())
+            });
+            self.shared.drive(&d.cfg.name, |s| {
+                s.up = r.is_ok();
+                s.down_reason = r.as_ref().err().cloned();
+                if let Ok(res) = &r {
+                    s.device = res.device.clone();
+                    s.target = Some(res.target.clone());
+                    if let Some(info) = &res.device_info {
+                        let id = &mut s.identity;
+                        if id.serial.is_none() {
+                            id.serial = info.identity.serial.clone();
+                        }
+                        if id.model.is_none() {
+                            id.model = info.identity.model.clone();
+                        }
+                        if id.wwn.is_none() {
+                            id.wwn = info.identity.wwn.clone();
+                        }
+                        id.capacity_bytes = id.capacity_bytes.or(Some(info.size_bytes));
+                        id.logical_block_size =
+                            id.logical_block_size.or(Some(info.logical_block_size));
+                    }
+                }
+                s.canary_paused = paused.clone();
+                s.wear = WearStatus {
+                    self_written_bytes_total: lifetime,
+                    written_today_bytes: today,
+                    budget_bytes_per_day: budget,
+                    exceeded: today as f64 >= budget,
+                };
+            });
+        }
+    }
+
+    /// Saves the state if it changed; a failure is logged and exported, and retried.
+    pub fn save_state(&self) {
+        if let Err(e) = self.store.save_if_dirty() {
+            tracing::error!(error = %e, "cannot save the state; will retry");
+        }
+    }
+}
+
+/// A config window as the scheduler's window.
+pub fn window_of(w: &config::MaintenanceWindow) -> schedule::Window {
+    use config::Weekday::*;
+    let mut bits = 0u8;
+    for d in &w.days {
+        bits |= 1 << match d {
+            Sun => 0,
+            Mon => 1,
+            Tue => 2,
+            Wed => 3,
+            Thu => 4,
+            Fri => 5,
+            Sat => 6,
+        };
+    }
+    schedule::Window {
+        start: (w.start.hour, w.start.minute),
+        end: (w.end.hour, w.end.minute),
+        days: schedule::Weekdays(bits),
+    }
+}
+
+/// The threads of one config.
+struct Generation {
+    ctx: Arc<Ctx>,
+    threads: Vec<JoinHandle<()>>,
+    scheduler_stop: Arc<AtomicBool>,
+    beats: Vec<Arc<Beat>>,
+}
+
+impl Generation {
+    fn start(config: Config, shared: Arc<Shared>, store: Arc<Store>, runs: Arc<Runs>) -> Generation {
+        let drives: BTreeMap<String, Arc<DriveCtl>> = config
+            .drives
+            .iter()
+            .map(|d| (d.name.clone(), Arc::new(DriveCtl::new(d.clone(), runs.clone()))))
+            .collect();
+        {
+            // Drives no longer configured leave the status; new ones enter it.
+            let mut s = shared.lock();
+            s.drives.retain(|name, _| drives.contains_key(name));
+        }
+        let ctx = Arc::new(Ctx {
+            config,
+            shared,
+            store,
+            drives,
+            runs,
+        });
+        for d in ctx.drives.values() {
+            if let Ok(r) = d.resolved() {
+                if let Some(n) = &r.note {
+                    tracing::info!(drive = %d.cfg.name, "{n}");
+                }
+            }
+        }
+        ctx.refresh_drives();
+        let mut threads = Vec::new();
+        let mut beats = Vec::new();
+        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new().name(name).spawn(f)
+        };
+        for d in ctx.drives.values() {
+            let (c, dd) = (ctx.clone(), d.clone());
+            match spawn(format!("dp-health-{}", d.cfg.name), Box::new(move || health::run(c, dd))) {
+                Ok(h) => threads.push(h),
+                Err(e) => tracing::error!(drive = %d.cfg.name, error = %e, "cannot start the health thread"),
+            }
+            for p in ctx.config.probes.iter().filter(|p| p.drives.contains(&d.cfg.name)) {
+                let beat = Beat::new(format!("canary {} on {}", p.name, d.cfg.name));
+                beat.beat();
+                beats.push(beat.clone());
+                let (c, dd, pp) = (ctx.clone(), d.clone(), p.clone());
+                match spawn(
+                    format!("dp-canary-{}", d.cfg.name),
+                    Box::new(move || canary::run(c, dd, pp, beat)),
+                ) {
+                    Ok(h) => threads.push(h),
+                    Err(e) => tracing::error!(drive = %d.cfg.name, error = %e, "cannot start a canary thread"),
+                }
+            }
+        }
+        let scheduler_stop = Arc::new(AtomicBool::new(false));
+        let beat = Beat::new("scheduler".into());
+        beat.beat();
+        beats.push(beat.clone());
+        let (c, s) = (ctx.clone(), scheduler_stop.clone());
+        match spawn("dp-scheduler".into(), Box::new(move || scheduler::run(c, beat, s))) {
+            Ok(h) => threads.push(h),
+            Err(e) => tracing::error!(error = %e, "cannot start the scheduler thread"),
+        }
+        Generation {
+            ctx,
+            threads,
+            scheduler_stop,
+            beats,
+        }
+    }
+
+    /// Tells every thread to stop and waits for them until `deadline`. Threads still
+    /// going then (a device that does not answer) are left behind, detached.
+    fn stop(self, deadline: Instant) {
+        self.scheduler_stop.store(true, Ordering::Release);
+        for d in self.ctx.drives.values() {
+            d.request_stop();
+        }
+        for t in self.threads {
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                tracing::warn!(thread = ?t.thread().name(), "a thread did not stop in time; leaving it");
+            }
+        }
+    }
+
+    /// The threads that have not beaten for `max`.
+    fn stale(&self, max: Duration) -> Vec<String> {
+        self.beats
+            .iter()
+            .filter(|b| b.age() > max)
+            .map(|b| b.name.clone())
+            .collect()
+    }
+}
+
+fn load_config(opts: &Options) -> Result<Config, ConfigError> {
+    let mut c = match &opts.config {
+        Some(p) => Config::load(p)?,
+        None => Config::embedded_default(
+            &opts
+                .state_dir
+                .clone()
+                .unwrap_or_else(config::default_state_dir),
+        ),
+    };
+    if let Some(dir) = &opts.state_dir {
+        c.state_dir = dir.clone();
+    }
+    if let Some(l) = opts.listen {
+        c.server.listen = l;
+    }
+    Ok(c)
+}
+
+fn notify(state: &[sd_notify::NotifyState]) {
+    // Outside systemd (no NOTIFY_SOCKET) this does nothing.
+    if let Err(e) = sd_notify::notify(state) {
+        tracing::debug!(error = %e, "sd_notify failed");
+    }
+}
+
+fn summary_line(shared: &Shared) -> String {
+    let s = shared.lock();
+    let up = s.drives.values().filter(|d| d.up).count();
+    let running = s.scheduler.running.len();
+    format!(
+        "{} drive(s), {} up, {} run(s) going",
+        s.drives.len(),
+        up,
+        running
+    )
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub fn run(opts: Options) -> Result<(), DaemonError> {
+    let config = load_config(&opts)?;
+    std::fs::create_dir_all(&config.state_dir).map_err(|source| DaemonError::StateDir {
+        path: config.state_dir.clone(),
+        source,
+    })?;
+    let opened = Store::open(&config.state_dir, now_unix() as i64)?;
+    if let Some(w) = &opened.warning {
+        tracing::warn!("{w}");
+    }
+    let store = Arc::new(opened.store);
+    let shared = Arc::new(Shared::new(Status {
+        started_unix: now_unix(),
+        config: ConfigStatus {
+            path: opts.config.clone(),
+            last_reload_successful: true,
+            last_reload_success_unix: now_unix(),
+            last_error: None,
+        },
+        ..Default::default()
+    }));
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    let addr = config.server.listen;
+    let std_listener = std::net::TcpListener::bind(addr)
+        .map_err(|source| DaemonError::Listen { addr, source })?;
+    std_listener
+        .set_nonblocking(true)
+        .map_err(|source| DaemonError::Listen { addr, source })?;
+    let bound = std_listener
+        .local_addr()
+        .map_err(|source| DaemonError::Listen { addr, source })?;
+
+    let runs = Arc::new(Runs::default());
+    let mut generation = Generation::start(config, shared.clone(), store.clone(), runs.clone());
+    scheduler::recover(&generation.ctx, now_unix() as i64);
+    {
+        // The run index and last results, from the state, for the exporters.
+        let st = store.lock();
+        let mut s = shared.lock();
+        s.runs = st.runs.clone();
+    }
+    restore_last_runs(&generation.ctx);
+
+    println!("listening on http://{bound}/");
+    tracing::info!(%bound, metrics = %format!("http://{bound}/metrics"), "driveprobe daemon started");
+
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(std_listener)
+            .map_err(|source| DaemonError::Listen { addr, source })?;
+        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(crate::http::serve(listener, shared.clone(), shutdown_rx));
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Runtime)?;
+        let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Runtime)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Runtime)?;
+        notify(&[
+            sd_notify::NotifyState::Ready,
+            sd_notify::NotifyState::Status(&summary_line(&shared)),
+        ]);
+        let watchdog = sd_notify::watchdog_enabled();
+        let period = watchdog
+            .map(|w| (w / 2).max(Duration::from_millis(100)))
+            .unwrap_or(Duration::from_secs(5));
+        let mut tick = tokio::time::interval(period.min(Duration::from_secs(5)));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let stale = generation.stale(Duration::from_secs(15));
+                    if stale.is_empty() {
+                        if watchdog.is_some() {
+                            notify(&[sd_notify::NotifyState::Watchdog]);
+                        }
+                        notify(&[sd_notify::NotifyState::Status(&summary_line(&shared))]);
+                    } else {
+                        tracing::error!(threads = ?stale, "threads stopped beating; withholding the watchdog");
+                    }
+                }
+                _ = hup.recv() => {
+                    let mut reloading = vec![sd_notify::NotifyState::Reloading];
+                    if let Ok(m) = sd_notify::NotifyState::monotonic_usec_now() {
+                        reloading.push(m);
+                    }
+                    notify(&reloading);
+                    tracing::info!("SIGHUP: reloading the config");
+                    match load_config(&opts) {
+                        Ok(new) => {
+                            if new.server.listen != generation.ctx.config.server.listen {
+                                tracing::warn!(listen = %new.server.listen, "a new listen address takes effect at the next restart");
+                            }
+                            let old = generation;
+                            let deadline = Instant::now() + Duration::from_secs(5);
+                            let _ = tokio::task::spawn_blocking(move || old.stop(deadline)).await;
+                            generation = Generation::start(new, shared.clone(), store.clone(), runs.clone());
+                            let mut s = shared.lock();
+                            s.config.last_reload_successful = true;
+                            s.config.last_reload_success_unix = now_unix();
+                            s.config.last_error = None;
+                            drop(s);
+                            tracing::info!("config reloaded");
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "the new config is refused; the old one keeps running");
+                            let mut s = shared.lock();
+                            s.config.last_reload_successful = false;
+                            s.config.last_error = Some(e.to_string());
+                        }
+                    }
+                    notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&summary_line(&shared))]);
+                }
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
+        }
+        notify(&[sd_notify::NotifyState::Stopping, sd_notify::NotifyState::Status("stopping")]);
+        tracing::info!("stopping");
+        let deadline = Instant::now() + Duration::from_millis(4000);
+        let _ = shutdown_tx.send(true);
+        runs.stop_all(deadline);
+        generation.stop(deadline);
+        if let Err(e) = store.save() {
+            tracing::error!(error = %e, "cannot save the state at exit");
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(500), server).await;
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
+
+/// After a restart: the last run of each suite per drive, from the documents on disk.
+fn restore_last_runs(ctx: &Ctx) {
+    let runs = ctx.store.lock().runs.clone();
+    let mut last: BTreeMap<(String, String), &schedule::RunRecord> = BTreeMap::new();
+    for r in &runs {
+        if r.ended.is_some() && r.result_path.is_some() {
+            last.insert((r.drive.clone(), r.suite.clone()), r);
+        }
+    }
+    for ((drive, suite), r) in last {
+        if !ctx.drives.contains_key(&drive) {
+            continue;
+        }
+        let Some(path) = &r.result_path else { continue };
+        let Ok(text) = std::fs::read_to_string(path) else { continue };
+        let Ok(doc) = serde_json::from_str::<crate::protocol::result::SuiteResult>(&text) else {
+            continue;
+        };
+        let success = runs
+            .iter()
+            .rev()
+            .find(|x| x.drive == drive && x.suite == suite && x.status == schedule::RunStatus::Passed)
+            .map(|x| x.ended.unwrap_or(x.started) as f64);
+        let summary = scheduler::summarize(&r.id, &doc, r.status, success);
+        ctx.shared.drive(&drive, |d| {
+            d.last_runs.insert(suite.clone(), summary);
+        });
+    }
+}

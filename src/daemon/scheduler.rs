@@ -1,0 +1,542 @@
+//! Scheduled full-intensity runs: "decide, persist, act" once a second.
+//!
+//! Each `[[schedule]]` is expanded to one plan per drive (keyed `SCHEDULE/DRIVE` in the
+//! state). The pure rules of `crate::schedule::plan` decide; a run's start is persisted
+//! (bookkeeping and a `running` record, saved atomically) BEFORE the run starts, so a
+//! kill -9 at any moment can lose a run but never repeat one. One run per drive at a
+//! time; the drive's canaries pause for it (they see the drive held by [`Runs`]) and the
+//! run waits until they have stopped. A run past its maximum duration is stopped and
+//! marked `timed_out`; a run whose drive spends its wear budget is stopped and marked
+//! `stopped`. Results go to `STATE_DIR/runs/ID.json`, the index to the state file, the
+//! summary to the `driveprobe_run_*` gauges.
+//!
+//! [`Runs`] outlives config reloads: a run going on when the config is reloaded goes on.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::engine::RunControl;
+use crate::protocol::result::{Phase, Round, SuiteResult, WorkloadDesc};
+use crate::protocol::suite::{self, Observer, SuiteOptions};
+use crate::safety;
+use crate::schedule::{self as plan_mod, Decision, RunRecord, RunStatus};
+use crate::status::{RunLatency, RunPoint, RunSummary};
+use crate::target::{self, Target};
+
+use super::{now_unix, Beat, Ctx, DriveCtl};
+
+/// One run going on.
+#[derive(Debug)]
+pub struct RunHandle {
+    pub id: String,
+    pub key: String,
+    pub drive: String,
+    pub suite: String,
+    pub control: RunControl,
+    /// Set before stopping for the maximum duration.
+    pub timed_out: AtomicBool,
+    /// Set before stopping for the wear budget.
+    pub over_budget: AtomicBool,
+    /// Bytes of `control.written_bytes()` already accounted to the drive.
+    pub accounted: AtomicU64,
+    pub thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The runs going on, by drive name. Long-lived (across reloads).
+#[derive(Debug, Default)]
+pub struct Runs {
+    active: Mutex<BTreeMap<String, Arc<RunHandle>>>,
+}
+
+impl Runs {
+    /// The run holding `drive`, if any.
+    pub fn on_drive(&self, drive: &str) -> Option<Arc<RunHandle>> {
+        self.lock().get(drive).cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<RunHandle>>> {
+        self.active.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn all(&self) -> Vec<Arc<RunHandle>> {
+        self.lock().values().cloned().collect()
+    }
+
+    /// Stops every run (shutdown) and waits for them until `deadline`.
+    pub fn stop_all(&self, deadline: Instant) {
+        let all = self.all();
+        for r in &all {
+            r.control.stop();
+        }
+        for r in &all {
+            while Instant::now() < deadline && self.on_drive(&r.drive).is_some() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let handle = r.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(h) = handle {
+                if h.is_finished() {
+                    let _ = h.join();
+                }
+            }
+        }
+    }
+}
+
+/// The per-drive plans of the config's schedules, with their suite and scale.
+pub struct Plan {
+    pub schedule: plan_mod::Schedule,
+    pub key: String,
+    pub config_name: String,
+    pub suite: String,
+    pub scale: suite::Scale,
+}
+
+pub fn plans(ctx: &Ctx) -> Vec<Plan> {
+    let mut out = Vec::new();
+    for s in &ctx.config.schedules {
+        let Ok(cron) = plan_mod::Cron::parse(&s.cron) else {
+            continue; // validated at load; cannot happen
+        };
+        let window = s.window.as_ref().map(super::window_of);
+        for d in &s.drives {
+            let key = format!("{}/{}", s.name, d);
+            out.push(Plan {
+                schedule: plan_mod::Schedule {
+                    name: key.clone(),
+                    drive: d.clone(),
+                    cron: cron.clone(),
+                    window: window.clone(),
+                    max_duration: s.max_duration.as_secs() as i64,
+                },
+                key,
+                config_name: s.name.clone(),
+                suite: s.suite.clone(),
+                scale: s.scale.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// At start: runs left `running` by a killed daemon are marked interrupted (not repeated).
+pub fn recover(ctx: &Ctx, now: i64) {
+    ctx.store.update(|st| {
+        let keys: Vec<String> = st.schedules.keys().cloned().collect();
+        for k in keys {
+            let b = st.schedules.get_mut(&k).expect("key listed");
+            if b.recover(now) {
+                tracing::warn!(schedule = %k, "a run was cut short by a restart; marked interrupted, not repeated");
+            }
+        }
+        for r in st.runs.iter_mut().filter(|r| r.status == RunStatus::Running) {
+            r.status = RunStatus::Interrupted;
+            r.ended = Some(now);
+        }
+    });
+    if let Err(e) = ctx.store.save() {
+        tracing::error!(error = %e, "cannot save the state");
+    }
+}
+
+/// The scheduler thread of one config generation.
+pub fn run(ctx: Arc<Ctx>, beat: Arc<Beat>, stop: Arc<AtomicBool>) {
+    let plans = plans(&ctx);
+    let mut last_save = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        beat.beat();
+        tick(&ctx, &plans, now_unix() as i64);
+        if last_save.elapsed() >= Duration::from_secs(5) {
+            ctx.save_state();
+            last_save = Instant::now();
+        }
+        // Sleep to the next second, in slices so a stop is seen quickly.
+        for _ in 0..10 {
+            if stop.load(Ordering::Acquire) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    ctx.save_state();
+}
+
+/// One pass: account the writes of running runs, resolve identities, decide and act.
+pub fn tick(ctx: &Arc<Ctx>, plans: &[Plan], now: i64) {
+    for r in ctx.runs.all() {
+        account_writes(ctx, &r, now);
+    }
+    ctx.refresh_drives();
+
+    let busy: BTreeSet<String> = ctx.runs.all().iter().map(|r| r.drive.clone()).collect();
+    let schedules: Vec<plan_mod::Schedule> = plans.iter().map(|p| p.schedule.clone()).collect();
+    let books: Vec<plan_mod::Bookkeeping> = ctx.store.update(|st| {
+        plans
+            .iter()
+            .map(|p| *st.schedule_mut(&p.key, now))
+            .collect()
+    });
+    let decisions = plan_mod::plan_all(&schedules, &books, now, &busy);
+    let mut next_due = BTreeMap::new();
+    let mut running = BTreeMap::new();
+    for (p, d) in plans.iter().zip(decisions) {
+        match d {
+            Decision::Wait { until } => {
+                next_due.insert(p.key.clone(), until);
+            }
+            Decision::Start { due, deadline } => {
+                if let Some(id) = try_start(ctx, p, due, deadline, now) {
+                    running.insert(p.key.clone(), id);
+                } else {
+                    next_due.insert(p.key.clone(), due);
+                }
+            }
+            Decision::DriveBusy { due } => {
+                next_due.insert(p.key.clone(), due);
+            }
+            Decision::Running { .. } => {
+                if let Some(r) = ctx.runs.on_drive(&p.schedule.drive).filter(|r| r.key == p.key) {
+                    running.insert(p.key.clone(), r.id.clone());
+                } else {
+                    // Bookkeeping says running but no run exists (its thread ended
+                    // without finishing the books): close it.
+                    ctx.store.update(|st| st.schedule_mut(&p.key, now).finish(now));
+                }
+            }
+            Decision::TimedOut { .. } => match ctx.runs.on_drive(&p.schedule.drive) {
+                Some(r) if r.key == p.key => {
+                    if !r.timed_out.swap(true, Ordering::AcqRel) {
+                        tracing::warn!(run = %r.id, "run passed its maximum duration; stopping it");
+                    }
+                    r.control.stop();
+                    running.insert(p.key.clone(), r.id.clone());
+                }
+                _ => ctx.store.update(|st| st.schedule_mut(&p.key, now).finish(now)),
+            },
+            Decision::Never => {}
+        }
+    }
+    let mut s = ctx.shared.lock();
+    s.scheduler.last_tick_unix = now_unix();
+    s.scheduler.next_due = next_due;
+    s.scheduler.running = running;
+    s.runs = ctx.store.lock().runs.clone();
+}
+
+/// Moves the bytes a run wrote since the last tick into the drive's daily account, and
+/// stops the run when the budget is spent.
+fn account_writes(ctx: &Ctx, r: &RunHandle, now: i64) {
+    let total = r.control.written_bytes();
+    let before = r.accounted.swap(total, Ordering::AcqRel);
+    if total > before {
+        ctx.store
+            .update(|st| st.add_self_written(&r.drive, now, (total - before) as u128));
+    }
+    if let Some(d) = ctx.drives.get(&r.drive) {
+        if ctx.over_budget(d) && !r.over_budget.swap(true, Ordering::AcqRel) {
+            tracing::warn!(run = %r.id, drive = %r.drive, "wear budget for today spent; stopping the run");
+            r.control.stop();
+        }
+    }
+}
+
+/// Starts a due run, after persisting its start. None when it cannot start now (the
+/// drive is down or over budget, or the state cannot be saved); it stays due.
+fn try_start(ctx: &Arc<Ctx>, p: &Plan, due: i64, deadline: i64, now: i64) -> Option<String> {
+    let drive = ctx.drives.get(&p.schedule.drive)?.clone();
+    if let Err(why) = drive.resolved() {
+        tracing::info!(schedule = %p.key, reason = %why, "run due, but the drive is down; waiting");
+        return None;
+    }
+    if ctx.over_budget(&drive) {
+        tracing::info!(schedule = %p.key, "run due, but the drive's wear budget for today is spent; waiting");
+        return None;
+    }
+    let id = format!("{}-{}", now, sanitize(&p.key));
+    ctx.store.update(|st| {
+        st.schedule_mut(&p.key, now).start(due, now);
+        st.push_run(RunRecord {
+            id: id.clone(),
+            suite: p.suite.clone(),
+            drive: p.schedule.drive.clone(),
+            schedule: Some(p.config_name.clone()),
+            started: now,
+            ended: None,
+            status: RunStatus::Running,
+            result_path: None,
+        });
+    });
+    if let Err(e) = ctx.store.save() {
+        // Without the start on disk a kill could repeat the run: do not start it.
+        tracing::error!(schedule = %p.key, error = %e, "cannot save the state; the run does not start");
+        ctx.store.update(|st| {
+            st.schedule_mut(&p.key, now).finish(now);
+            if let Some(r) = st.run_mut(&id) {
+                r.status = RunStatus::Failed;
+                r.ended = Some(now);
+            }
+        });
+        return None;
+    }
+    tracing::info!(run = %id, schedule = %p.key, suite = %p.suite, deadline, "scheduled run starts");
+    let handle = Arc::new(RunHandle {
+        id: id.clone(),
+        key: p.key.clone(),
+        drive: p.schedule.drive.clone(),
+        suite: p.suite.clone(),
+        control: RunControl::new(),
+        timed_out: AtomicBool::new(false),
+        over_budget: AtomicBool::new(false),
+        accounted: AtomicU64::new(0),
+        thread: Mutex::new(None),
+    });
+    ctx.runs.lock().insert(handle.drive.clone(), handle.clone());
+    let (c, h, scale) = (ctx.clone(), handle.clone(), p.scale.clone());
+    let spawned = std::thread::Builder::new()
+        .name(format!("dp-run-{}", p.schedule.drive))
+        .spawn(move || run_thread(c, drive, h, scale));
+    match spawned {
+        Ok(j) => {
+            *handle.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(j);
+            Some(id)
+        }
+        Err(e) => {
+            ctx.runs.lock().remove(&handle.drive);
+            finish(ctx, &handle, RunStatus::Failed, None, Some(format!("cannot start a thread: {e}")));
+            None
+        }
+    }
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+        .collect()
+}
+
+/// Beats for the watchdog while a suite runs.
+struct RunObserver;
+impl Observer for RunObserver {
+    fn phase(&mut self, _: usize, _: usize, _: &str, _: u32) {}
+    fn round(&mut self, _: &Round, _: Option<&crate::protocol::steady::Check>) {}
+}
+
+fn run_thread(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, h: Arc<RunHandle>, scale: suite::Scale) {
+    // The canaries see the drive held and stop within an interval; wait for them.
+    let t0 = Instant::now();
+    while drive.active.load(Ordering::Acquire) > 0 && t0.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let outcome = (|| -> Result<(SuiteResult, Option<String>), String> {
+        if drive.active.load(Ordering::Acquire) > 0 {
+            return Err("the drive's canaries did not stop within 15 s".into());
+        }
+        let suite = suite::find(&h.suite).map_err(|e| e.to_string())?;
+        let target = open_for_run(&ctx, &drive)?;
+        let identity = ctx.shared.lock().drives.get(&h.drive).map(|d| d.identity.clone());
+        let opts = SuiteOptions {
+            scale,
+            drive: identity,
+            rated: Some(drive.cfg.rated.clone()),
+            seed: None,
+        };
+        let (result, err) = suite::run_suite(&suite, &target, &opts, &h.control, &mut RunObserver);
+        Ok((result, err.map(|e| e.to_string())))
+    })();
+    account_writes(&ctx, &h, now_unix() as i64);
+    let (status, result, error) = match outcome {
+        Err(e) => (RunStatus::Failed, None, Some(e)),
+        Ok((result, err)) => {
+            let status = if h.timed_out.load(Ordering::Acquire) {
+                RunStatus::TimedOut
+            } else if h.over_budget.load(Ordering::Acquire) || (h.control.is_stopped() && !result.complete) {
+                RunStatus::Stopped
+            } else if result.complete && err.is_none() {
+                RunStatus::Passed
+            } else {
+                RunStatus::Failed
+            };
+            (status, Some(result), err)
+        }
+    };
+    finish(&ctx, &h, status, result, error);
+}
+
+/// Opens the drive's run target through the write gate (suites write).
+fn open_for_run(ctx: &Ctx, drive: &DriveCtl) -> Result<Target, String> {
+    let r = drive.resolved()?;
+    let permit = match &drive.cfg.file_target {
+        Some(ft) => {
+            target::create_file_if_missing(&ft.path, ft.size)
+                .map_err(|e| format!("file target {}: {e}", ft.path.display()))?;
+            safety::authorize_file_writes(&ft.path).map_err(|e| e.to_string())?
+        }
+        None => {
+            let info = crate::device::inspect(&r.target).map_err(|e| e.to_string())?;
+            safety::authorize_block_writes(&info, &super::canary::write_request(drive))
+                .map_err(|e| e.to_string())?
+        }
+    };
+    let _ = ctx;
+    Target::open(&r.target, true, Some(&permit)).map_err(|e| e.to_string())
+}
+
+/// Records the end of a run: result document, index, bookkeeping, gauges; frees the drive.
+fn finish(ctx: &Ctx, h: &RunHandle, status: RunStatus, result: Option<SuiteResult>, error: Option<String>) {
+    let now = now_unix() as i64;
+    let path = result.as_ref().and_then(|r| match write_result(&ctx.state_dir().join("runs"), &h.id, r) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            tracing::error!(run = %h.id, error = %e, "cannot write the result document");
+            None
+        }
+    });
+    match (&status, &error) {
+        (RunStatus::Passed, _) => tracing::info!(run = %h.id, "run passed"),
+        (s, e) => tracing::warn!(run = %h.id, status = ?s, error = e.as_deref().unwrap_or(""), "run ended"),
+    }
+    let last_success = ctx.store.update(|st| {
+        st.schedule_mut(&h.key, now).finish(now);
+        if let Some(r) = st.run_mut(&h.id) {
+            r.status = status;
+            r.ended = Some(now);
+            r.result_path = path.clone();
+        }
+        st.runs
+            .iter()
+            .rev()
+            .find(|r| r.drive == h.drive && r.suite == h.suite && r.status == RunStatus::Passed)
+            .map(|r| r.ended.unwrap_or(r.started) as f64)
+    });
+    ctx.save_state();
+    if let Some(r) = &result {
+        let summary = summarize(&h.id, r, status, last_success);
+        ctx.shared.drive(&h.drive, |d| {
+            d.last_runs.insert(h.suite.clone(), summary);
+        });
+    }
+    ctx.shared.drive(&h.drive, |d| {
+        d.collectors.insert(
+            format!("run:{}", h.suite),
+            crate::status::CollectorStatus {
+                success: status == RunStatus::Passed,
+                duration_seconds: 0.0,
+                last_unix: now as f64,
+                error: error.clone(),
+            },
+        );
+    });
+    ctx.runs.lock().remove(&h.drive);
+}
+
+/// Writes the result document atomically; returns its path.
+pub fn write_result(dir: &Path, id: &str, r: &SuiteResult) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!("{id}.json"));
+    let tmp = dir.join(format!(".{id}.json.tmp"));
+    let json = serde_json::to_vec_pretty(r).map_err(std::io::Error::other)?;
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&json)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
+}
+
+pub fn status_name(s: RunStatus) -> &'static str {
+    match s {
+        RunStatus::Running => "running",
+        RunStatus::Passed => "passed",
+        RunStatus::Failed => "failed",
+        RunStatus::TimedOut => "timed_out",
+        RunStatus::Interrupted => "interrupted",
+        RunStatus::Stopped => "stopped",
+    }
+}
+
+/// The gauges' view of a result document: one point per measured workload point.
+pub fn summarize(id: &str, r: &SuiteResult, status: RunStatus, last_success: Option<f64>) -> RunSummary {
+    let mut points = Vec::new();
+    let mut steady: Option<bool> = None;
+    let point = |w: &WorkloadDesc, suffix: &str, workers: u32, depth: u32, round: &Round| RunPoint {
+        workload: format!("{}{}", w.name, suffix),
+        threads: workers,
+        depth,
+        iops: round.iops,
+        bandwidth_bytes_per_second: round.read.bw_bytes + round.write.bw_bytes,
+        latency: RunLatency {
+            mean: round.lat_mean_ns / 1e9,
+            max: round.lat_max_ns as f64 / 1e9,
+            stddev: round.lat_stddev_ns / 1e9,
+            p50: combined(round, |d| d.lat_p50_ns) / 1e9,
+            p99: combined(round, |d| d.lat_p99_ns) / 1e9,
+            p99_9: combined(round, |d| d.lat_p99_9_ns) / 1e9,
+        },
+    };
+    for ph in &r.phases {
+        match ph {
+            Phase::SteadyState {
+                workload,
+                steady: s,
+                steady_figures,
+                ..
+            } => {
+                steady = Some(steady.unwrap_or(true) && s.attained);
+                points.push(point(workload, "", workload.workers, workload.depth, steady_figures));
+            }
+            Phase::Sweep { workload, points: ps } => {
+                for sp in ps {
+                    points.push(point(workload, "", sp.workers, sp.depth, &sp.round));
+                }
+            }
+            Phase::RateCurve { workload, points: ps, .. } => {
+                for cp in ps {
+                    let suffix = format!("@{:.0}%", cp.fraction * 100.0);
+                    points.push(point(workload, &suffix, workload.workers, workload.depth, &cp.round));
+                }
+            }
+            Phase::Point { workload, round } => {
+                points.push(point(workload, "", workload.workers, workload.depth, round));
+            }
+            Phase::WriteSaturation { workload, rounds, .. } => {
+                if let Some(last) = rounds.last() {
+                    points.push(point(workload, "", workload.workers, workload.depth, last));
+                }
+            }
+            Phase::Purge { .. } | Phase::Precondition { .. } | Phase::Fill { .. } => {}
+        }
+    }
+    // One series per label set: a later point with the same labels replaces an earlier one.
+    let mut seen = BTreeMap::new();
+    for p in points {
+        seen.insert((p.workload.clone(), p.threads, p.depth), p);
+    }
+    RunSummary {
+        id: id.to_string(),
+        suite: r.suite.clone(),
+        status: status_name(status).to_string(),
+        started_unix: r.started_unix_seconds,
+        duration_seconds: (r.ended_unix_seconds - r.started_unix_seconds).max(0.0),
+        steady_state: steady,
+        last_success_unix: last_success,
+        points: seen.into_values().collect(),
+    }
+}
+
+/// A percentile of a round over both directions: the larger of the directions that ran
+/// (the round keeps percentiles per direction only).
+fn combined(round: &Round, f: impl Fn(&crate::protocol::result::DirFigures) -> u64) -> f64 {
+    let mut v = 0u64;
+    if round.read.ops > 0 {
+        v = v.max(f(&round.read));
+    }
+    if round.write.ops > 0 {
+        v = v.max(f(&round.write));
+    }
+    v as f64
+}

@@ -1,0 +1,181 @@
+//! The daemon's persistent state (schedule bookkeeping, health samples, the run index,
+//! self-written bytes) behind one lock, saved atomically, and the wear budget.
+//!
+//! Writers change the state under the lock and mark it dirty; [`Store::save`] writes the
+//! whole file atomically (temp file, fsync, rename). Decisions that must survive a kill
+//! (a run is starting) save at once; the rest is saved by the scheduler's tick at most
+//! every few seconds. A save that fails (disk full, read-only) is logged and reported in
+//! the status, and retried at the next tick; the daemon goes on.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::config::{Drive, WearBudget};
+use crate::schedule::{self, State, StateError};
+
+pub const STATE_FILE: &str = "state.json";
+
+#[derive(Debug)]
+pub struct Store {
+    path: PathBuf,
+    state: Mutex<State>,
+    dirty: AtomicBool,
+}
+
+/// Outcome of opening the state: the store, and a warning when the file could not be
+/// used (it is moved aside and the daemon starts with an empty state).
+pub struct Opened {
+    pub store: Store,
+    pub warning: Option<String>,
+}
+
+impl Store {
+    /// Loads `STATE_FILE` in `dir`. A corrupt or newer file is moved aside (to
+    /// `state.json.bad-UNIX`) so the daemon can still run, with a warning saying so; a
+    /// file that cannot be read at all is an error.
+    pub fn open(dir: &Path, now: i64) -> Result<Opened, StateError> {
+        let path = dir.join(STATE_FILE);
+        match schedule::load(&path) {
+            Ok(state) => Ok(Opened {
+                store: Store::new(path, state),
+                warning: None,
+            }),
+            Err(e @ (StateError::Corrupt { .. } | StateError::Version { .. })) => {
+                let aside = dir.join(format!("{STATE_FILE}.bad-{now}"));
+                let moved = std::fs::rename(&path, &aside);
+                let warning = match moved {
+                    Ok(()) => format!(
+                        "{e}; moved it to {} and started with an empty state",
+                        aside.display()
+                    ),
+                    Err(m) => format!(
+                        "{e}; could not move it aside ({m}); started with an empty state"
+                    ),
+                };
+                Ok(Opened {
+                    store: Store::new(path, State::default()),
+                    warning: Some(warning),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn new(path: PathBuf, state: State) -> Self {
+        Store {
+            path,
+            state: Mutex::new(state),
+            dirty: AtomicBool::new(false),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The state, locked (a poisoned lock is taken as it is: plain data).
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Changes the state and marks it for the next save.
+    pub fn update<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        let r = f(&mut self.lock());
+        self.dirty.store(true, Ordering::Release);
+        r
+    }
+
+    /// Saves now (under the lock, so saves never interleave).
+    pub fn save(&self) -> Result<(), StateError> {
+        let state = self.lock();
+        self.dirty.store(false, Ordering::Release);
+        let r = schedule::save_atomic(&self.path, &state);
+        if r.is_err() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        r
+    }
+
+    /// Saves when something changed since the last save.
+    pub fn save_if_dirty(&self) -> Result<bool, StateError> {
+        if self.dirty.load(Ordering::Acquire) {
+            self.save().map(|()| true)
+        } else {
+            Ok(false)
+        }
+    }
+}
+
+/// The bytes driveprobe may write to `drive` per UTC day: the configured share of its
+/// rated drive writes per day (DWPD x capacity), or the fixed allowance for a drive whose
+/// rating or capacity is unknown.
+pub fn budget_bytes_per_day(drive: &Drive, capacity: Option<u64>, wb: &WearBudget) -> f64 {
+    match (drive.rating.rated_dwpd(capacity), capacity) {
+        (Some(dwpd), Some(cap)) if dwpd > 0.0 && cap > 0 => {
+            dwpd * cap as f64 * wb.share_of_rated_dwpd
+        }
+        _ => wb.unrated_bytes_per_day as f64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::endurance::Rating;
+
+    fn drive(rating: Rating) -> Drive {
+        Drive {
+            name: "d".into(),
+            identity: None,
+            path: None,
+            destructive: false,
+            file_target: None,
+            rating,
+            rated: Default::default(),
+        }
+    }
+
+    #[test]
+    fn budget_is_a_share_of_rated_daily_writes() {
+        let wb = WearBudget {
+            share_of_rated_dwpd: 0.01,
+            unrated_bytes_per_day: 5 << 30,
+        };
+        let d = drive(Rating {
+            dwpd: Some(1.0),
+            ..Default::default()
+        });
+        // 1 DWPD of 1 TB: 1% is 10 GB a day.
+        assert_eq!(budget_bytes_per_day(&d, Some(1_000_000_000_000), &wb), 1e10);
+        // TBW with warranty gives the DWPD.
+        let d = drive(Rating {
+            tbw_bytes: Some(365e12 * 5.0),
+            warranty_years: Some(5.0),
+            ..Default::default()
+        });
+        assert!((budget_bytes_per_day(&d, Some(1_000_000_000_000), &wb) - 1e10).abs() < 1.0);
+        // Unknown capacity or rating: the fixed allowance.
+        assert_eq!(budget_bytes_per_day(&d, None, &wb), (5u64 << 30) as f64);
+        assert_eq!(
+            budget_bytes_per_day(&drive(Rating::default()), Some(1 << 40), &wb),
+            (5u64 << 30) as f64
+        );
+    }
+
+    #[test]
+    fn a_corrupt_state_is_moved_aside_with_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(STATE_FILE), b"{ not json").unwrap();
+        let o = Store::open(dir.path(), 1234).unwrap();
+        let w = o.warning.unwrap();
+        assert!(w.contains("corrupt") && w.contains("bad-1234"), "{w}");
+        assert!(dir.path().join("state.json.bad-1234").exists());
+        o.store.update(|s| s.add_self_written("d", 0, 5));
+        assert!(o.store.save_if_dirty().unwrap());
+        assert!(!o.store.save_if_dirty().unwrap());
+        let again = Store::open(dir.path(), 1235).unwrap();
+        assert!(again.warning.is_none());
+        assert_eq!(again.store.lock().self_written_lifetime("d"), 5);
+    }
+}
