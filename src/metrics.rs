@@ -1,7 +1,51 @@
-//! The only module that knows Prometheus: encodes a [`Status`] as OpenMetrics or the
-//! Prometheus text format 0.0.4. (Being written; see ARCHITECTURE.md.)
+//! The only module that knows Prometheus: encodes a [`Status`] as OpenMetrics 1.0.0 or the
+//! Prometheus text format 0.0.4, with `prometheus-client`'s encoders.
+//!
+//! A scrape copies numbers out of the status into a [`Snapshot`] (families of series, owned
+//! data), registers it as a [`Collector`] in a fresh registry and encodes that registry.
+//! Nothing here does I/O on a drive; the only I/O is reading `/proc/self` for the
+//! `process_*` families.
+//!
+//! Rules the families follow (DESIGN.md, "Metrics"):
+//! - the prefix `driveprobe_`, base units (seconds, bytes, celsius, ratios 0-1), counters
+//!   end in `_total`, identity on one `driveprobe_drive_info` series;
+//! - a series is emitted only when its value is known: a `None` in the status is no series,
+//!   never a made-up zero; a family with no series is left out (no HELP without samples);
+//! - families come sorted by name; series of a family in the order of the status's maps
+//!   (drives, probes, suites, collectors, schedules: BTreeMap order);
+//! - no value makes rendering fail or panic: NaN and infinities are encoded as such, u128
+//!   counters become f64, and a histogram whose bucket counts are not monotone (or do not
+//!   match [`LATENCY_BUCKETS`]) is made monotone and capped at its count;
+//! - a label set that repeats within a family (two run points with the same workload,
+//!   threads and depth) keeps the last value, so the output never holds duplicate series.
+//!
+//! `driveprobe_probe_latency_quantile_seconds` is a gauge with a `quantile` label (the
+//! contract in DESIGN.md). promtool's linter says "non-summary metrics should not have
+//! "quantile" label" about it; that is the one lint the golden test allows.
+//!
+//! Process families: the standard `process_cpu_seconds_total` (from
+//! `CLOCK_PROCESS_CPUTIME_ID`), `process_resident_memory_bytes`,
+//! `process_virtual_memory_bytes` (`/proc/self/status`), `process_open_fds`
+//! (`/proc/self/fd`), `process_max_fds` (`/proc/self/limits`), `process_start_time_seconds`
+//! ([`Status::started_unix`]); and `driveprobe_process_threads` (`/proc/self/status`),
+//! prefixed because a thread count is not among the standard process metrics of the
+//! Prometheus client library guidelines. Each one is left out when it cannot be read.
 
-use crate::status::Status;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::health::model::Verdict;
+use crate::status::{
+    DriveStatus, OpStatus, ProbeStatus, RunSummary, Status, LATENCY_BUCKETS, WINDOW_QUANTILES,
+};
+
+/// The label that names a window quantile on `driveprobe_probe_latency_quantile_seconds`.
+pub const QUANTILE_LABEL: &str = "quantile";
 
 /// An exposition format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,9 +55,45 @@ pub enum Format {
 }
 
 impl Format {
-    /// The format a scraper asked for in its `Accept` header.
-    pub fn negotiate(_accept: Option<&str>) -> Format {
-        Format::Text004
+    /// The format a scraper asked for in its `Accept` header: OpenMetrics when
+    /// `application/openmetrics-text` is acceptable (q > 0) and preferred at least as much
+    /// as anything else listed, else the text format 0.0.4. Versions are not checked; a
+    /// q-value that does not parse counts as 1.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        let Some(accept) = accept else {
+            return Format::Text004;
+        };
+        let mut om = 0.0f64;
+        let mut other = 0.0f64;
+        for range in accept.split(',') {
+            let mut parts = range.split(';');
+            let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            if media.is_empty() {
+                continue;
+            }
+            let mut q = 1.0f64;
+            for p in parts {
+                if let Some((k, v)) = p.split_once('=') {
+                    if k.trim().eq_ignore_ascii_case("q") {
+                        q = v.trim().parse::<f64>().unwrap_or(1.0);
+                        if !q.is_finite() {
+                            q = 1.0;
+                        }
+                        q = q.clamp(0.0, 1.0);
+                    }
+                }
+            }
+            if media == "application/openmetrics-text" {
+                om = om.max(q);
+            } else {
+                other = other.max(q);
+            }
+        }
+        if om > 0.0 && om >= other {
+            Format::OpenMetrics
+        } else {
+            Format::Text004
+        }
     }
 
     pub fn content_type(self) -> &'static str {
@@ -25,6 +105,1149 @@ impl Format {
 }
 
 /// The whole `/metrics` payload for `status`, process metrics included.
-pub fn render(_status: &Status, _format: Format) -> String {
-    String::new()
+pub fn render(status: &Status, format: Format) -> String {
+    render_opts(status, format, true)
+}
+
+/// The `/metrics` payload for `status`; `process` false leaves out the `process_*`
+/// families (and `driveprobe_process_threads`), which change from run to run.
+pub fn render_opts(status: &Status, format: Format, process: bool) -> String {
+    let snapshot = Snapshot::of(status, process);
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(snapshot));
+    let mut out = String::new();
+    // Writing to a String cannot fail, and the collector returns no error of its own.
+    let _ = match format {
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry),
+        Format::Text004 => {
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
+        }
+    };
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// The snapshot: families of series, copied out of the status.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Gauge,
+    Counter,
+    Histogram,
+    /// A gauge of value 1 whose labels carry the data (`*_info`).
+    Info,
+}
+
+#[derive(Debug, Clone)]
+enum Value {
+    Gauge(f64),
+    Counter(u64),
+    CounterF(f64),
+    /// Classic histogram: per-bucket (not cumulative) counts, `+Inf` last.
+    Histogram {
+        sum: f64,
+        count: u64,
+        buckets: Vec<(f64, u64)>,
+    },
+    Info,
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+#[derive(Debug, Clone)]
+struct Series {
+    labels: Labels,
+    value: Value,
+}
+
+#[derive(Debug)]
+struct Family {
+    /// The full name of the samples, as exposed in the text format 0.0.4.
+    name: &'static str,
+    help: &'static str,
+    kind: Kind,
+    series: Vec<Series>,
+    /// Index of each label set in `series`, so that a repeated one replaces the first.
+    index: HashMap<Labels, usize>,
+}
+
+impl Family {
+    fn push(&mut self, labels: Labels, value: Value) {
+        match self.index.get(&labels) {
+            Some(&i) => self.series[i].value = value,
+            None => {
+                self.index.insert(labels.clone(), self.series.len());
+                self.series.push(Series { labels, value });
+            }
+        }
+    }
+
+    /// The name prometheus-client is given (without the `_total`/`_info` it appends, and
+    /// without the unit it appends), and the unit for OpenMetrics' `# UNIT` line.
+    fn base_and_unit(&self) -> (&'static str, Option<Unit>) {
+        let mut base = self.name;
+        match self.kind {
+            Kind::Counter => base = base.strip_suffix("_total").unwrap_or(base),
+            Kind::Info => return (base.strip_suffix("_info").unwrap_or(base), None),
+            Kind::Gauge | Kind::Histogram => {}
+        }
+        // Longest first: `_bytes_per_second` before `_seconds`.
+        for unit in ["bytes_per_second", "seconds", "bytes", "celsius", "ratio"] {
+            if let Some(b) = base.strip_suffix(unit).and_then(|b| b.strip_suffix('_')) {
+                return (b, Some(Unit::Other(unit.to_string())));
+            }
+        }
+        (base, None)
+    }
+}
+
+/// Every family of one scrape, by name (so that they come out sorted).
+#[derive(Debug, Default)]
+struct Snapshot {
+    families: BTreeMap<&'static str, Family>,
+}
+
+impl Snapshot {
+    fn add(
+        &mut self,
+        name: &'static str,
+        kind: Kind,
+        help: &'static str,
+        labels: Labels,
+        value: Value,
+    ) {
+        let f = self.families.entry(name).or_insert_with(|| Family {
+            name,
+            help,
+            kind,
+            series: Vec::new(),
+            index: HashMap::new(),
+        });
+        debug_assert_eq!(f.kind, kind, "{name} is added with two types");
+        f.push(labels, value);
+    }
+
+    fn gauge(&mut self, name: &'static str, help: &'static str, labels: Labels, v: f64) {
+        self.add(name, Kind::Gauge, help, labels, Value::Gauge(v));
+    }
+
+    fn gauge_opt<T: Into<Num>>(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&'static str, String)],
+        v: Option<T>,
+    ) {
+        if let Some(v) = v {
+            self.gauge(name, help, labels.to_vec(), v.into().0);
+        }
+    }
+
+    fn counter(&mut self, name: &'static str, help: &'static str, labels: Labels, v: u64) {
+        self.add(name, Kind::Counter, help, labels, Value::Counter(v));
+    }
+
+    fn counter_opt(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&'static str, String)],
+        v: Option<u64>,
+    ) {
+        if let Some(v) = v {
+            self.counter(name, help, labels.to_vec(), v);
+        }
+    }
+
+    fn counter_u128(&mut self, name: &'static str, help: &'static str, labels: Labels, v: u128) {
+        self.add(name, Kind::Counter, help, labels, Value::CounterF(v as f64));
+    }
+
+    fn of(status: &Status, process: bool) -> Snapshot {
+        let mut s = Snapshot::default();
+        s.global(status);
+        for (name, d) in &status.drives {
+            s.drive(name, d);
+        }
+        if process {
+            s.process(status.started_unix);
+        }
+        s
+    }
+
+    fn global(&mut self, status: &Status) {
+        self.add(
+            "driveprobe_build_info",
+            Kind::Info,
+            "The driveprobe build: always 1, with the version as a label.",
+            vec![("version", env!("CARGO_PKG_VERSION").to_string())],
+            Value::Info,
+        );
+        self.gauge(
+            "driveprobe_config_last_reload_successful",
+            "1 when the last attempt to load the config file succeeded, 0 when it was refused (the daemon keeps running on the config it had).",
+            vec![],
+            bool01(status.config.last_reload_successful),
+        );
+        self.gauge(
+            "driveprobe_config_last_reload_success_timestamp_seconds",
+            "Unix time of the last config load that succeeded.",
+            vec![],
+            status.config.last_reload_success_unix,
+        );
+        self.gauge(
+            "driveprobe_scheduler_last_tick_timestamp_seconds",
+            "Unix time of the scheduler's last pass; alert when time() minus this grows: the scheduler is stuck.",
+            vec![],
+            status.scheduler.last_tick_unix,
+        );
+        for (schedule, due) in &status.scheduler.next_due {
+            self.gauge(
+                "driveprobe_schedule_next_run_timestamp_seconds",
+                "Unix time at which the schedule is next due to start a run.",
+                vec![("schedule", schedule.clone())],
+                *due as f64,
+            );
+        }
+        let mut running: BTreeMap<&str, bool> = BTreeMap::new();
+        for schedule in status.scheduler.next_due.keys() {
+            running.insert(schedule, false);
+        }
+        for schedule in status.scheduler.running.keys() {
+            running.insert(schedule, true);
+        }
+        for (schedule, on) in running {
+            self.gauge(
+                "driveprobe_schedule_running",
+                "1 while a run started by the schedule is going, else 0.",
+                vec![("schedule", schedule.to_string())],
+                bool01(on),
+            );
+        }
+    }
+
+    fn drive(&mut self, name: &str, d: &DriveStatus) {
+        let drive = || vec![("drive", name.to_string())];
+        let id = &d.identity;
+        self.add(
+            "driveprobe_drive_info",
+            Kind::Info,
+            "The drive's identity, always 1: model, serial, firmware, transport (nvme, sata, sas, scsi, usb, unknown) and capacity_bytes as labels, empty when unknown. Join on the drive label to add them to other series.",
+            vec![
+                ("drive", name.to_string()),
+                ("model", id.model.clone().unwrap_or_default()),
+                ("serial", id.serial.clone().unwrap_or_default()),
+                ("firmware", id.firmware.clone().unwrap_or_default()),
+                ("transport", id.transport.name().to_string()),
+                (
+                    "capacity_bytes",
+                    id.capacity_bytes.map(|c| c.to_string()).unwrap_or_default(),
+                ),
+            ],
+            Value::Info,
+        );
+        self.gauge(
+            "driveprobe_drive_up",
+            "1 when the drive is present and its identity matched, so probes may run on it; 0 when it is absent or another drive is at its path (see the status page for why).",
+            drive(),
+            bool01(d.up),
+        );
+        self.gauge(
+            "driveprobe_probe_paused",
+            "1 while the drive's canary probes are paused (a scheduled run holds the drive, or the wear budget is spent), else 0.",
+            drive(),
+            bool01(d.canary_paused.is_some()),
+        );
+        for (probe, p) in &d.probes {
+            self.probe(name, probe, p);
+        }
+        for (suite, r) in &d.last_runs {
+            self.run(name, suite, r);
+        }
+        if let Some(h) = &d.health {
+            self.health(name, h);
+        }
+        if let Some(e) = &d.endurance {
+            let l = drive();
+            self.gauge_opt(
+                "driveprobe_endurance_used_ratio",
+                "Share of the drive's rated endurance used, 0-1 (may pass 1): the larger of the vendor's estimate and host bytes written over rated bytes.",
+                &l,
+                e.used_ratio,
+            );
+            self.gauge_opt(
+                "driveprobe_endurance_projected_wearout_timestamp_seconds",
+                "Unix time at which the drive reaches its rated endurance at the observed write rate.",
+                &l,
+                e.projected_wearout_unix_seconds,
+            );
+            self.gauge_opt(
+                "driveprobe_endurance_drive_writes_per_day",
+                "Observed drive writes per day: host bytes written per day over the drive's capacity (from the daemon's history when it spans a day, else lifetime averages).",
+                &l,
+                e.drive_writes_per_day,
+            );
+            self.gauge_opt(
+                "driveprobe_endurance_rated_drive_writes_per_day",
+                "Rated drive writes per day over the warranty, from the datasheet figures in the config. Compare with driveprobe_endurance_drive_writes_per_day.",
+                &l,
+                e.rated_drive_writes_per_day,
+            );
+            self.gauge_opt(
+                "driveprobe_endurance_write_amplification_ratio",
+                "Bytes written to the flash over bytes written by the host (1 is ideal; only drives that report media writes, such as the OCP C0h log).",
+                &l,
+                e.write_amplification,
+            );
+        }
+        let w = &d.wear;
+        self.counter_u128(
+            "driveprobe_self_written_bytes_total",
+            "Bytes driveprobe itself wrote to the drive (probes and runs), since its state file began.",
+            drive(),
+            w.self_written_bytes_total,
+        );
+        self.gauge(
+            "driveprobe_wear_budget_bytes",
+            "Bytes driveprobe may write to the drive per UTC day (its wear budget).",
+            drive(),
+            w.budget_bytes_per_day,
+        );
+        self.gauge(
+            "driveprobe_wear_budget_used_bytes",
+            "Bytes driveprobe wrote to the drive on the current UTC day, against driveprobe_wear_budget_bytes.",
+            drive(),
+            w.written_today_bytes as f64,
+        );
+        self.gauge(
+            "driveprobe_wear_budget_exceeded",
+            "1 when today's writes are over the wear budget, so driveprobe's writes to the drive are paused until the next UTC day, else 0.",
+            drive(),
+            bool01(w.exceeded),
+        );
+        for (collector, c) in &d.collectors {
+            let l = vec![
+                ("drive", name.to_string()),
+                ("collector", collector.clone()),
+            ];
+            self.gauge(
+                "driveprobe_collector_success",
+                "1 when the collector's last attempt on the drive succeeded, 0 when it failed (its series for the drive keep their last values or are absent).",
+                l.clone(),
+                bool01(c.success),
+            );
+            self.gauge(
+                "driveprobe_collector_duration_seconds",
+                "How long the collector's last attempt on the drive took, in seconds.",
+                l,
+                c.duration_seconds,
+            );
+        }
+    }
+
+    fn probe(&mut self, drive: &str, probe: &str, p: &ProbeStatus) {
+        self.gauge(
+            "driveprobe_probe_running",
+            "1 while the canary probe is issuing I/O to the drive, 0 while it is paused, the drive is down or the probe is failing.",
+            vec![("drive", drive.to_string()), ("probe", probe.to_string())],
+            bool01(p.running),
+        );
+        self.op(drive, probe, "read", &p.read);
+        if p.writes {
+            self.op(drive, probe, "write", &p.write);
+        }
+    }
+
+    fn op(&mut self, drive: &str, probe: &str, op: &'static str, o: &OpStatus) {
+        let l = vec![
+            ("drive", drive.to_string()),
+            ("probe", probe.to_string()),
+            ("op", op.to_string()),
+        ];
+        self.add(
+            "driveprobe_probe_latency_seconds",
+            Kind::Histogram,
+            "Latency of the canary probe's I/Os, in seconds, counted from when each I/O was meant to start. Use histogram_quantile over rate() of the buckets; the exact recent quantiles are driveprobe_probe_latency_quantile_seconds.",
+            l.clone(),
+            histogram(o),
+        );
+        if let Some(w) = &o.window {
+            let quantiles = WINDOW_QUANTILES
+                .iter()
+                .map(|(q, _)| *q)
+                .zip(w.quantiles)
+                .chain(std::iter::once(("1", w.max)));
+            for (q, v) in quantiles {
+                let mut lq = l.clone();
+                lq.push((QUANTILE_LABEL, q.to_string()));
+                self.gauge(
+                    "driveprobe_probe_latency_quantile_seconds",
+                    "Exact latency quantiles of the canary probe's I/Os over its sliding window, in seconds (quantile 1 is the window's maximum). Absent before the first I/O of a window.",
+                    lq,
+                    v,
+                );
+            }
+        }
+        self.counter(
+            "driveprobe_probe_ops_total",
+            "I/Os the canary probe completed on the drive.",
+            l.clone(),
+            o.ops_total,
+        );
+        self.counter(
+            "driveprobe_probe_bytes_total",
+            "Bytes the canary probe transferred to or from the drive.",
+            l.clone(),
+            o.bytes_total,
+        );
+        self.counter(
+            "driveprobe_probe_errors_total",
+            "I/Os of the canary probe that failed (an error from the drive, or a verify mismatch).",
+            l,
+            o.errors_total,
+        );
+    }
+
+    fn run(&mut self, drive: &str, suite: &str, r: &RunSummary) {
+        let ds = || vec![("drive", drive.to_string()), ("suite", suite.to_string())];
+        for p in &r.points {
+            let l = vec![
+                ("drive", drive.to_string()),
+                ("suite", suite.to_string()),
+                ("workload", p.workload.clone()),
+                ("threads", p.threads.to_string()),
+                ("depth", p.depth.to_string()),
+            ];
+            self.gauge(
+                "driveprobe_run_iops",
+                "I/Os per second of a measured point of the suite's last finished run on the drive.",
+                l.clone(),
+                p.iops,
+            );
+            self.gauge(
+                "driveprobe_run_bandwidth_bytes_per_second",
+                "Bytes per second of a measured point of the suite's last finished run on the drive.",
+                l.clone(),
+                p.bandwidth_bytes_per_second,
+            );
+            let lat = &p.latency;
+            for (stat, v) in [
+                ("mean", lat.mean),
+                ("max", lat.max),
+                ("stddev", lat.stddev),
+                ("p50", lat.p50),
+                ("p99", lat.p99),
+                ("p99_9", lat.p99_9),
+            ] {
+                let mut ls = l.clone();
+                ls.push(("stat", stat.to_string()));
+                self.gauge(
+                    "driveprobe_run_latency_seconds",
+                    "Latency of a measured point of the suite's last finished run on the drive, in seconds; stat is mean, max, stddev, p50, p99 or p99_9.",
+                    ls,
+                    v,
+                );
+            }
+        }
+        self.gauge_opt(
+            "driveprobe_run_steady_state",
+            "1 when every steady-state phase of the suite's last run reached steady state by the SNIA rule, 0 when one gave up. Absent for suites without one.",
+            &ds(),
+            r.steady_state.map(bool01),
+        );
+        self.gauge_opt(
+            "driveprobe_run_last_success_timestamp_seconds",
+            "Unix time at which the last run of the suite on the drive that passed started.",
+            &ds(),
+            r.last_success_unix,
+        );
+        self.gauge(
+            "driveprobe_run_duration_seconds",
+            "How long the suite's last finished run on the drive took, in seconds.",
+            ds(),
+            r.duration_seconds,
+        );
+        self.gauge(
+            "driveprobe_run_last_start_timestamp_seconds",
+            "Unix time at which the suite's last finished run on the drive started.",
+            ds(),
+            r.started_unix,
+        );
+        self.gauge(
+            "driveprobe_run_last_passed",
+            "1 when the suite's last finished run on the drive passed, 0 when it failed, timed out, was interrupted or stopped.",
+            ds(),
+            bool01(r.status == "passed"),
+        );
+    }
+
+    fn health(&mut self, drive: &str, h: &crate::status::HealthStatus) {
+        let l = vec![("drive", drive.to_string())];
+        let r = &h.report;
+        self.gauge_opt(
+            "driveprobe_health_temperature_celsius",
+            "The drive's composite temperature, in degrees Celsius.",
+            &l,
+            r.temperature_celsius,
+        );
+        self.gauge_opt(
+            "driveprobe_health_temperature_warning_celsius",
+            "The drive's warning temperature threshold, in degrees Celsius.",
+            &l,
+            r.temperature_warning_celsius,
+        );
+        self.gauge_opt(
+            "driveprobe_health_temperature_critical_celsius",
+            "The drive's critical temperature threshold, in degrees Celsius.",
+            &l,
+            r.temperature_critical_celsius,
+        );
+        self.gauge_opt(
+            "driveprobe_health_available_spare_ratio",
+            "Spare capacity left for worn-out blocks, 0-1 (1 is all of it).",
+            &l,
+            r.available_spare_ratio,
+        );
+        self.gauge_opt(
+            "driveprobe_health_available_spare_threshold_ratio",
+            "The spare level below which the drive itself raises a critical warning, 0-1.",
+            &l,
+            r.available_spare_threshold_ratio,
+        );
+        self.gauge_opt(
+            "driveprobe_health_percentage_used_ratio",
+            "The vendor's estimate of the drive's life used, 0-1; it may pass 1 (NVMe counts up to 2.55).",
+            &l,
+            r.percentage_used_ratio,
+        );
+        self.gauge_opt(
+            "driveprobe_health_critical_warning",
+            "The NVMe critical warning bit field as a number, 0 when nothing is wrong. Bits: 1 spare low, 2 temperature, 4 reliability degraded, 8 read-only, 16 volatile backup failed, 32 persistent memory unreliable.",
+            &l,
+            r.critical_warning,
+        );
+        self.gauge_opt(
+            "driveprobe_health_smart_passed",
+            "1 when the drive's own SMART overall self-assessment passes, 0 when it says FAILED.",
+            &l,
+            r.smart_passed.map(bool01),
+        );
+        self.counter_opt(
+            "driveprobe_health_media_errors_total",
+            "Unrecovered data integrity errors over the drive's life (NVMe media errors, SAS uncorrected errors).",
+            &l,
+            r.media_errors,
+        );
+        self.counter_opt(
+            "driveprobe_health_error_log_entries_total",
+            "Entries in the drive's error log over its life.",
+            &l,
+            r.error_log_entries,
+        );
+        self.counter_opt(
+            "driveprobe_health_power_on_seconds_total",
+            "Time the drive has been powered on over its life, in seconds.",
+            &l,
+            r.power_on_seconds,
+        );
+        self.counter_opt(
+            "driveprobe_health_power_cycles_total",
+            "Power cycles over the drive's life.",
+            &l,
+            r.power_cycles,
+        );
+        for (name, help, v) in [
+            (
+                "driveprobe_health_host_written_bytes_total",
+                "Bytes the host wrote to the drive over its life (as the drive counts them; NVMe in units of 512000 bytes).",
+                r.host_written_bytes,
+            ),
+            (
+                "driveprobe_health_host_read_bytes_total",
+                "Bytes the host read from the drive over its life (as the drive counts them; NVMe in units of 512000 bytes).",
+                r.host_read_bytes,
+            ),
+            (
+                "driveprobe_health_media_written_bytes_total",
+                "Bytes the drive wrote to its flash over its life (OCP C0h physical media units written), for write amplification.",
+                r.media_written_bytes,
+            ),
+        ] {
+            if let Some(v) = v {
+                self.counter_u128(name, help, l.clone(), v);
+            }
+        }
+        self.counter_opt(
+            "driveprobe_health_unsafe_shutdowns_total",
+            "Power losses without a clean shutdown over the drive's life.",
+            &l,
+            r.unsafe_shutdowns,
+        );
+        self.counter_opt(
+            "driveprobe_health_crc_errors_total",
+            "Interface CRC errors (ATA attribute 199): cabling or backplane trouble, not media.",
+            &l,
+            r.crc_errors,
+        );
+        self.gauge_opt(
+            "driveprobe_health_reallocated_sectors",
+            "Sectors the drive has remapped to spares (ATA attribute 5; SAS grown defect list).",
+            &l,
+            r.reallocated_sectors.map(|v| v as f64),
+        );
+        self.gauge_opt(
+            "driveprobe_health_pending_sectors",
+            "Sectors waiting to be remapped after a read failed (ATA attribute 197).",
+            &l,
+            r.pending_sectors.map(|v| v as f64),
+        );
+        self.gauge_opt(
+            "driveprobe_health_offline_uncorrectable",
+            "Sectors found uncorrectable by the drive's offline scan (ATA attribute 198).",
+            &l,
+            r.offline_uncorrectable.map(|v| v as f64),
+        );
+        for v in [
+            Verdict::Ok,
+            Verdict::Warning,
+            Verdict::Failing,
+            Verdict::Unknown,
+        ] {
+            self.gauge(
+                "driveprobe_health_verdict",
+                "driveprobe's health verdict on the drive, as a state set: 1 on the series of the current verdict (ok, warning, failing or unknown), 0 on the others. The reasons are on the status page.",
+                vec![("drive", drive.to_string()), ("verdict", v.name().to_string())],
+                bool01(h.verdict == v),
+            );
+        }
+        self.gauge(
+            "driveprobe_health_read_timestamp_seconds",
+            "Unix time of the health reading the driveprobe_health_* series come from.",
+            l,
+            h.read_unix,
+        );
+    }
+
+    fn process(&mut self, started_unix: f64) {
+        let cpu = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+        self.add(
+            "process_cpu_seconds_total",
+            Kind::Counter,
+            "Total user and system CPU time spent in seconds.",
+            vec![],
+            Value::CounterF(cpu.tv_sec as f64 + cpu.tv_nsec as f64 / 1e9),
+        );
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let kib = |key| proc_status_value(&status, key).map(|v| v as f64 * 1024.0);
+        self.gauge_opt(
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            &[],
+            kib("VmRSS"),
+        );
+        self.gauge_opt(
+            "process_virtual_memory_bytes",
+            "Virtual memory size in bytes.",
+            &[],
+            kib("VmSize"),
+        );
+        self.gauge_opt(
+            "driveprobe_process_threads",
+            "Number of OS threads in the driveprobe process.",
+            &[],
+            proc_status_value(&status, "Threads").map(|v| v as f64),
+        );
+        let fds = std::fs::read_dir("/proc/self/fd")
+            .ok()
+            .map(|d| d.filter(|e| e.is_ok()).count() as f64);
+        self.gauge_opt(
+            "process_open_fds",
+            "Number of open file descriptors.",
+            &[],
+            fds,
+        );
+        let max = std::fs::read_to_string("/proc/self/limits")
+            .ok()
+            .and_then(|t| max_open_files(&t));
+        self.gauge_opt(
+            "process_max_fds",
+            "Maximum number of open file descriptors.",
+            &[],
+            max.map(|v| v as f64),
+        );
+        self.gauge(
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            vec![],
+            started_unix,
+        );
+    }
+}
+
+/// A number a gauge can take.
+struct Num(f64);
+
+impl From<f64> for Num {
+    fn from(v: f64) -> Self {
+        Num(v)
+    }
+}
+
+impl From<u8> for Num {
+    fn from(v: u8) -> Self {
+        Num(f64::from(v))
+    }
+}
+
+fn bool01(b: bool) -> f64 {
+    if b {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// The histogram of one op: per-bucket counts from the cumulative ones in the status,
+/// made monotone and capped at `ops_total` whatever the writer left (a missing bound
+/// repeats the one before it).
+fn histogram(o: &OpStatus) -> Value {
+    let count = o.ops_total;
+    let mut buckets = Vec::with_capacity(LATENCY_BUCKETS.len() + 1);
+    let mut prev = 0u64;
+    for (i, bound) in LATENCY_BUCKETS.iter().enumerate() {
+        let cum = o.buckets.get(i).copied().unwrap_or(prev).clamp(prev, count);
+        buckets.push((*bound, cum - prev));
+        prev = cum;
+    }
+    buckets.push((f64::INFINITY, count - prev));
+    Value::Histogram {
+        sum: o.latency_sum_seconds,
+        count,
+        buckets,
+    }
+}
+
+/// A `Key:   123 kB` value of `/proc/self/status` (the number only).
+fn proc_status_value(status: &str, key: &str) -> Option<u64> {
+    status.lines().find_map(|line| {
+        let (k, rest) = line.split_once(':')?;
+        if k != key {
+            return None;
+        }
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
+
+/// The soft limit of `Max open files` in `/proc/self/limits` (None when unlimited).
+fn max_open_files(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        for f in self.families.values() {
+            if f.series.is_empty() {
+                continue;
+            }
+            let (base, unit) = f.base_and_unit();
+            let metric_type = match f.kind {
+                Kind::Gauge => MetricType::Gauge,
+                Kind::Counter => MetricType::Counter,
+                Kind::Histogram => MetricType::Histogram,
+                Kind::Info => MetricType::Info,
+            };
+            let mut m = encoder.encode_descriptor(base, f.help, unit.as_ref(), metric_type)?;
+            for s in &f.series {
+                if let Value::Info = s.value {
+                    m.encode_info(&s.labels)?;
+                    continue;
+                }
+                let mut e = m.encode_family(&s.labels)?;
+                match &s.value {
+                    Value::Gauge(v) => e.encode_gauge(v)?,
+                    Value::Counter(v) => e.encode_counter::<NoLabelSet, u64, f64>(v, None)?,
+                    Value::CounterF(v) => e.encode_counter::<NoLabelSet, f64, f64>(v, None)?,
+                    Value::Histogram {
+                        sum,
+                        count,
+                        buckets,
+                    } => e.encode_histogram::<NoLabelSet>(*sum, *count, buckets, None)?,
+                    Value::Info => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::endurance::Endurance;
+    use crate::health::model::{HealthReport, Identity, Transport};
+    use crate::status::{HealthStatus, WindowQuantiles};
+
+    const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+    fn samples(out: &str) -> Vec<&str> {
+        out.lines().filter(|l| !l.starts_with('#')).collect()
+    }
+
+    fn drive<'a>(status: &'a mut Status, name: &str) -> &'a mut DriveStatus {
+        status.drives.entry(name.to_string()).or_default()
+    }
+
+    #[test]
+    fn negotiation() {
+        use Format::*;
+        assert_eq!(Format::negotiate(None), Text004);
+        assert_eq!(Format::negotiate(Some("")), Text004);
+        assert_eq!(Format::negotiate(Some("*/*")), Text004);
+        assert_eq!(Format::negotiate(Some("text/plain")), Text004);
+        assert_eq!(Format::negotiate(Some(PROMETHEUS_ACCEPT)), OpenMetrics);
+        // Prometheus 3 (escaping parameters, every entry with a q).
+        assert_eq!(
+            Format::negotiate(Some("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2")),
+            OpenMetrics
+        );
+        // Prometheus told to scrape the text format only.
+        assert_eq!(
+            Format::negotiate(Some("text/plain;version=0.0.4;q=0.5,*/*;q=0.1")),
+            Text004
+        );
+        assert_eq!(
+            Format::negotiate(Some("Application/OpenMetrics-Text; version=1.0.0")),
+            OpenMetrics
+        );
+        assert_eq!(
+            Format::negotiate(Some("application/openmetrics-text;q=0")),
+            Text004
+        );
+        assert_eq!(
+            Format::negotiate(Some(
+                "text/plain;q=1,application/openmetrics-text;version=1.0.0;q=0.5"
+            )),
+            Text004
+        );
+        assert_eq!(
+            Format::negotiate(Some("application/openmetrics-text;q=bogus, , ;;,")),
+            OpenMetrics
+        );
+        assert!(OpenMetrics
+            .content_type()
+            .starts_with("application/openmetrics-text"));
+        assert!(Text004.content_type().contains("version=0.0.4"));
+    }
+
+    #[test]
+    fn empty_status_renders_in_both_formats() {
+        let s = Status::default();
+        let om = render_opts(&s, Format::OpenMetrics, false);
+        assert!(om.ends_with("# EOF\n"), "{om}");
+        assert!(om.contains("driveprobe_build_info{version=\""), "{om}");
+        let t = render_opts(&s, Format::Text004, false);
+        assert!(!t.contains("# EOF"));
+        assert!(!t.contains("process_"), "{t}");
+        assert!(!t.contains("drive=\""), "{t}");
+    }
+
+    #[test]
+    fn down_drive_has_info_and_up() {
+        let mut s = Status::default();
+        let d = drive(&mut s, "gone");
+        d.up = false;
+        d.down_reason = Some("absent".into());
+        let t = render_opts(&s, Format::Text004, false);
+        assert!(
+            t.contains("driveprobe_drive_info{drive=\"gone\",model=\"\",serial=\"\",firmware=\"\",transport=\"unknown\",capacity_bytes=\"\"} 1\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("driveprobe_drive_up{drive=\"gone\"} 0.0\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("driveprobe_probe_paused{drive=\"gone\"} 0.0\n"),
+            "{t}"
+        );
+        // Nothing known: no health, endurance, run or probe series.
+        for absent in ["health_", "endurance_", "run_", "latency", "collector_"] {
+            assert!(!t.contains(absent), "{absent} in\n{t}");
+        }
+    }
+
+    fn probe_status() -> ProbeStatus {
+        let mut read = OpStatus {
+            ops_total: 100,
+            bytes_total: 409_600,
+            errors_total: 1,
+            latency_sum_seconds: 0.01,
+            buckets: vec![0; LATENCY_BUCKETS.len()],
+            window: Some(WindowQuantiles {
+                ops: 50,
+                quantiles: [80e-6, 120e-6, 300e-6, 900e-6],
+                max: 1.5e-3,
+            }),
+        };
+        for (i, b) in read.buckets.iter_mut().enumerate() {
+            *b = [0, 0, 10, 60, 90, 98, 99, 100][i.min(7)];
+        }
+        ProbeStatus {
+            writes: false,
+            window_seconds: 60.0,
+            running: true,
+            read,
+            write: OpStatus::default(),
+        }
+    }
+
+    #[test]
+    fn quantile_labels_and_histogram() {
+        let mut s = Status::default();
+        drive(&mut s, "d").probes.insert("c".into(), probe_status());
+        for format in [Format::Text004, Format::OpenMetrics] {
+            let out = render_opts(&s, format, false);
+            let qs: Vec<&str> = samples(&out)
+                .into_iter()
+                .filter(|l| l.starts_with("driveprobe_probe_latency_quantile_seconds{"))
+                .collect();
+            assert_eq!(qs.len(), 5, "{out}");
+            for (line, q) in qs.iter().zip(["0.5", "0.9", "0.99", "0.999", "1"]) {
+                assert!(
+                    line.contains(&format!(",quantile=\"{q}\"}}")),
+                    "{line} has no quantile {q}"
+                );
+            }
+            assert!(qs[4].ends_with(" 0.0015"), "{}", qs[4]);
+            // Buckets: one per bound and +Inf, cumulative, monotone, +Inf = _count.
+            let buckets: Vec<u64> = samples(&out)
+                .into_iter()
+                .filter(|l| l.starts_with("driveprobe_probe_latency_seconds_bucket{"))
+                .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+                .collect();
+            assert_eq!(buckets.len(), LATENCY_BUCKETS.len() + 1, "{out}");
+            assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
+            assert_eq!(*buckets.last().unwrap(), 100);
+            assert!(out.contains("le=\"+Inf\""), "{out}");
+            assert!(out.contains("driveprobe_probe_latency_seconds_count{drive=\"d\",probe=\"c\",op=\"read\"} 100\n"), "{out}");
+            // A read-only probe has no write series.
+            assert!(!out.contains("op=\"write\""), "{out}");
+        }
+    }
+
+    #[test]
+    fn odd_histograms_stay_monotone_and_do_not_panic() {
+        let mut s = Status::default();
+        let mut p = probe_status();
+        p.writes = true;
+        // Decreasing, above the count, too short; and an empty one with a count.
+        p.read.buckets = vec![5, 3, 200, 7];
+        p.read.ops_total = 10;
+        p.read.latency_sum_seconds = f64::NAN;
+        p.write.buckets = vec![];
+        p.write.ops_total = u64::MAX;
+        p.write.window = Some(WindowQuantiles {
+            ops: 1,
+            quantiles: [f64::INFINITY, f64::NEG_INFINITY, f64::NAN, -1.0],
+            max: f64::MAX,
+        });
+        drive(&mut s, "d").probes.insert("c".into(), p);
+        for format in [Format::Text004, Format::OpenMetrics] {
+            let out = render_opts(&s, format, false);
+            for op in ["read", "write"] {
+                let buckets: Vec<u64> = samples(&out)
+                    .into_iter()
+                    .filter(|l| {
+                        l.starts_with("driveprobe_probe_latency_seconds_bucket{")
+                            && l.contains(&format!("op=\"{op}\""))
+                    })
+                    .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+                    .collect();
+                assert_eq!(buckets.len(), LATENCY_BUCKETS.len() + 1, "{out}");
+                assert!(
+                    buckets.windows(2).all(|w| w[0] <= w[1]),
+                    "{op}: {buckets:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn absent_values_have_no_series() {
+        let mut s = Status::default();
+        let d = drive(&mut s, "d");
+        d.health = Some(HealthStatus {
+            report: HealthReport {
+                temperature_celsius: Some(40.0),
+                ..Default::default()
+            },
+            verdict: Verdict::Unknown,
+            reasons: vec![],
+            read_unix: 1.0,
+        });
+        d.endurance = Some(Endurance::default());
+        d.last_runs.insert(
+            "latency".into(),
+            RunSummary {
+                status: "failed".into(),
+                ..Default::default()
+            },
+        );
+        let t = render_opts(&s, Format::Text004, false);
+        assert!(t.contains("driveprobe_health_temperature_celsius{drive=\"d\"} 40.0\n"));
+        for absent in [
+            "driveprobe_health_temperature_warning_celsius",
+            "driveprobe_health_smart_passed",
+            "driveprobe_health_media_errors_total",
+            "driveprobe_health_host_written_bytes_total",
+            "driveprobe_endurance_",
+            "driveprobe_run_steady_state",
+            "driveprobe_run_last_success_timestamp_seconds",
+            "driveprobe_run_iops",
+            "driveprobe_probe_latency_quantile_seconds",
+        ] {
+            assert!(!t.contains(absent), "{absent} in\n{t}");
+        }
+        assert!(t.contains("driveprobe_run_last_passed{drive=\"d\",suite=\"latency\"} 0.0\n"));
+        // The verdict is a state set: every state, 1 on the current one.
+        for (v, n) in [("ok", 0), ("warning", 0), ("failing", 0), ("unknown", 1)] {
+            assert!(
+                t.contains(&format!(
+                    "driveprobe_health_verdict{{drive=\"d\",verdict=\"{v}\"}} {n}.0\n"
+                )),
+                "{v}: {t}"
+            );
+        }
+    }
+
+    #[test]
+    fn odd_label_values_are_escaped() {
+        let mut s = Status::default();
+        let d = drive(&mut s, "we\"ird\\drive\nname");
+        d.identity = Identity {
+            model: Some("Samsung \"EVO\" C:\\ 9\nline two ünïcode".into()),
+            serial: Some("}{,=".into()),
+            transport: Transport::Sata,
+            capacity_bytes: Some(512),
+            ..Default::default()
+        };
+        for format in [Format::Text004, Format::OpenMetrics] {
+            let out = render_opts(&s, format, false);
+            assert!(
+                out.contains("model=\"Samsung \\\"EVO\\\" C:\\\\ 9\\nline two ünïcode\""),
+                "{out}"
+            );
+            assert!(out.contains("drive=\"we\\\"ird\\\\drive\\nname\""), "{out}");
+            assert!(out.contains("serial=\"}{,=\""), "{out}");
+            assert!(out.contains("capacity_bytes=\"512\""), "{out}");
+            // No raw newline inside a sample: every line is a comment or starts with a name.
+            for line in out.lines() {
+                assert!(
+                    line.starts_with('#')
+                        || line.starts_with("driveprobe_")
+                        || line.starts_with("process_"),
+                    "{line:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn duplicate_run_points_keep_one_series() {
+        let mut s = Status::default();
+        let point = crate::status::RunPoint {
+            workload: "4k-randread".into(),
+            threads: 1,
+            depth: 32,
+            iops: 1.0,
+            ..Default::default()
+        };
+        let mut later = point.clone();
+        later.iops = 2.0;
+        drive(&mut s, "d").last_runs.insert(
+            "curves".into(),
+            RunSummary {
+                points: vec![point, later],
+                ..Default::default()
+            },
+        );
+        let t = render_opts(&s, Format::Text004, false);
+        let iops: Vec<&str> = samples(&t)
+            .into_iter()
+            .filter(|l| l.starts_with("driveprobe_run_iops{"))
+            .collect();
+        assert_eq!(iops.len(), 1, "{t}");
+        assert!(iops[0].ends_with(" 2.0"));
+    }
+
+    #[test]
+    fn families_are_sorted_and_help_is_plain() {
+        let mut s = Status::default();
+        drive(&mut s, "d").probes.insert("c".into(), probe_status());
+        s.scheduler.next_due.insert("weekly".into(), 1_700_000_000);
+        s.scheduler.running.insert("nightly".into(), "run-1".into());
+        let t = render(&s, Format::Text004);
+        let names: Vec<&str> = t
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted);
+        for l in t.lines().filter(|l| l.starts_with("# HELP ")) {
+            // OpenMetrics does not escape HELP for us: keep it free of what would need it.
+            assert!(!l.contains('"') && !l.contains('\\'), "{l}");
+            assert!(l.len() > "# HELP ".len() + 30, "{l}");
+        }
+        assert!(t.contains("driveprobe_schedule_running{schedule=\"nightly\"} 1.0\n"));
+        assert!(t.contains("driveprobe_schedule_running{schedule=\"weekly\"} 0.0\n"));
+        assert!(t.contains(
+            "driveprobe_schedule_next_run_timestamp_seconds{schedule=\"weekly\"} 1700000000.0\n"
+        ));
+        // Process families are read from /proc at render time.
+        assert!(t.contains("\nprocess_cpu_seconds_total "), "{t}");
+        assert!(t.contains("\nprocess_resident_memory_bytes "), "{t}");
+        assert!(t.contains("\nprocess_open_fds "), "{t}");
+        assert!(t.contains("\ndriveprobe_process_threads "), "{t}");
+    }
+
+    #[test]
+    fn openmetrics_units_and_types() {
+        let mut s = Status::default();
+        drive(&mut s, "d").probes.insert("c".into(), probe_status());
+        let om = render_opts(&s, Format::OpenMetrics, false);
+        assert!(om.contains("# TYPE driveprobe_probe_ops counter\n"), "{om}");
+        assert!(om.contains("driveprobe_probe_ops_total{"), "{om}");
+        assert!(
+            om.contains("# UNIT driveprobe_probe_latency_seconds seconds\n"),
+            "{om}"
+        );
+        assert!(om.contains("# TYPE driveprobe_drive info\n"), "{om}");
+        assert!(om.contains("# UNIT driveprobe_probe_bytes bytes\n"), "{om}");
+        assert!(om.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn proc_parsers() {
+        let status = "Name:\tdriveprobe\nVmSize:\t  123456 kB\nVmRSS:\t    2048 kB\nThreads:\t7\n";
+        assert_eq!(proc_status_value(status, "VmRSS"), Some(2048));
+        assert_eq!(proc_status_value(status, "Threads"), Some(7));
+        assert_eq!(proc_status_value(status, "VmSwap"), None);
+        assert_eq!(proc_status_value("", "VmRSS"), None);
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \nMax open files            1024                 524288               files     \n";
+        assert_eq!(max_open_files(limits), Some(1024));
+        assert_eq!(
+            max_open_files(
+                "Max open files            unlimited            unlimited            files\n"
+            ),
+            None
+        );
+        assert_eq!(max_open_files(""), None);
+    }
 }

@@ -21,13 +21,17 @@ use crate::schedule::RunRecord;
 /// from `histogram_quantile` to within the bucket's factor, coarse enough to stay under
 /// the series budget per drive; the exact quantiles are the `_quantile_seconds` gauges.
 pub const LATENCY_BUCKETS: [f64; 19] = [
-    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
-    100e-3, 250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0,
+    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3,
+    250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// The quantiles kept over each probe's sliding window, with their label values.
-pub const WINDOW_QUANTILES: [(&str, f64); 4] =
-    [("0.5", 50.0), ("0.9", 90.0), ("0.99", 99.0), ("0.999", 99.9)];
+pub const WINDOW_QUANTILES: [(&str, f64); 4] = [
+    ("0.5", 50.0),
+    ("0.9", 90.0),
+    ("0.99", 99.0),
+    ("0.999", 99.9),
+];
 
 /// The daemon's whole status. Drives are keyed by their name (the `drive` label).
 #[derive(Debug, Clone, Default, Serialize)]

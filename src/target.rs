@@ -295,11 +295,26 @@ fn dio_align(file: &File, path: &Path) -> Result<u64, TargetError> {
 /// random (incompressible) data so that reads hit real, allocated blocks rather than
 /// holes the filesystem answers with zeros. An existing file is never truncated or
 /// written. Returns true when the file was created.
+///
+/// The file appears whole or not at all: it is filled under a temporary name in the same
+/// directory and then linked to `path` (a link fails when `path` exists), so a second
+/// thread or process opening `path` meanwhile never sees a short file.
 pub fn create_file_if_missing(path: &Path, size: u64) -> Result<bool, TargetError> {
     use std::io::Write;
-    let mut f = match OpenOptions::new().write(true).create_new(true).open(path) {
+    if std::fs::symlink_metadata(path).is_ok() {
+        return Ok(false);
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "target".into());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let tmp = path.with_file_name(format!(".{name}.creating-{}-{nanos}", std::process::id()));
+    let mut f = match OpenOptions::new().write(true).create_new(true).open(&tmp) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
         Err(e) => return Err(io_err(path, e)),
     };
     let result = (|| -> io::Result<()> {
@@ -334,9 +349,13 @@ pub fn create_file_if_missing(path: &Path, size: u64) -> Result<bool, TargetErro
         }
         f.sync_all()
     })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(path);
-        return Err(io_err(path, e));
+    drop(f);
+    let linked = result.and_then(|()| std::fs::hard_link(&tmp, path));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(true),
+        // Someone else created it meanwhile: theirs is whole too.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(io_err(path, e)),
     }
-    Ok(true)
 }

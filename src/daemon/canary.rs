@@ -54,7 +54,14 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
         let target = match open_target(&drive, &probe) {
             Ok(t) => t,
             Err(e) => {
-                set_collector(&ctx, &name, &collector, false, setup.elapsed(), Some(e.clone()));
+                set_collector(
+                    &ctx,
+                    &name,
+                    &collector,
+                    false,
+                    setup.elapsed(),
+                    Some(e.clone()),
+                );
                 publish(&ctx, &name, &probe, &win_r, &win_w, false);
                 tracing::warn!(drive = %name, probe = %probe.name, error = %e, "canary cannot start");
                 drive.sleep(backoff);
@@ -73,7 +80,13 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
         };
         set_collector(&ctx, &name, &collector, true, setup.elapsed(), None);
         let control = RunControl::new();
-        drive.active.fetch_add(1, Ordering::AcqRel);
+        // Count this canary active, then look again: a run that took the drive meanwhile
+        // (it registers first, then waits for the count to reach zero) is seen here.
+        drive.active.fetch_add(1, Ordering::SeqCst);
+        if hold_reason(&ctx, &drive, &probe).is_some() {
+            drive.active.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
         let mut on_interval = |_: &IntervalSummary, d: &IntervalDetail| {
             beat.beat();
             let t = clock.elapsed().as_secs_f64();
@@ -90,7 +103,7 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
             }
         };
         let result = engine::run_observed(&job, &target, &control, &mut on_interval);
-        drive.active.fetch_sub(1, Ordering::AcqRel);
+        drive.active.fetch_sub(1, Ordering::SeqCst);
         drop(target);
         match result {
             Ok(r) => {
@@ -114,7 +127,14 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
             }
             Err(e) => {
                 let msg = e.to_string();
-                set_collector(&ctx, &name, &collector, false, Duration::ZERO, Some(msg.clone()));
+                set_collector(
+                    &ctx,
+                    &name,
+                    &collector,
+                    false,
+                    Duration::ZERO,
+                    Some(msg.clone()),
+                );
                 tracing::warn!(drive = %name, probe = %probe.name, error = %msg, "canary run failed");
                 drive.sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_secs(30));

@@ -94,8 +94,8 @@ fn find_device(id: &Identity, hint: Option<&Path>) -> Result<BlockDeviceInfo, St
             }
         }
     }
-    let entries = std::fs::read_dir("/sys/block")
-        .map_err(|e| format!("cannot list /sys/block: {e}"))?;
+    let entries =
+        std::fs::read_dir("/sys/block").map_err(|e| format!("cannot list /sys/block: {e}"))?;
     let mut names: Vec<String> = entries
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -172,10 +172,7 @@ fn resolve_file_only(d: &Drive) -> Result<Resolved, String> {
         .ok_or_else(|| "the drive has neither an identity nor a file target".to_string())?;
     let dir = ft.path.parent().unwrap_or(Path::new("/"));
     if !dir.is_dir() {
-        return Err(format!(
-            "file target directory {} is absent",
-            dir.display()
-        ));
+        return Err(format!("file target directory {} is absent", dir.display()));
     }
     let (device, device_info, note) = match device::drives_of_file(&existing_ancestor(&ft.path)) {
         Ok(mut fd) if !fd.disks.is_empty() => {
@@ -190,7 +187,11 @@ fn resolve_file_only(d: &Drive) -> Result<Resolved, String> {
                 )
             });
             let first = fd.disks.remove(0);
-            (Some(PathBuf::from("/dev").join(&first.name)), Some(first), note)
+            (
+                Some(PathBuf::from("/dev").join(&first.name)),
+                Some(first),
+                note,
+            )
         }
         // tmpfs, overlay, NFS: no drive to read health from; probes still run.
         _ => (None, None, None),

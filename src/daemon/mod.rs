@@ -129,7 +129,10 @@ impl DriveCtl {
 
     /// Where the drive is, or why it is down.
     pub fn resolved(&self) -> Result<Resolved, String> {
-        self.resolved.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.resolved
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Why the canaries must hold (a scheduled run holds the drive).
@@ -198,7 +201,8 @@ impl Ctx {
 
     /// Today's budget and what driveprobe wrote today.
     fn wear(&self, d: &DriveCtl) -> (f64, u128, u128) {
-        let budget = store::budget_bytes_per_day(&d.cfg, self.capacity(d), &self.config.wear_budget);
+        let budget =
+            store::budget_bytes_per_day(&d.cfg, self.capacity(d), &self.config.wear_budget);
         let st = self.store.lock();
         let today = st.self_written_on(&d.cfg.name, now_unix() as i64);
         (budget, today, st.self_written_lifetime(&d.cfg.name))
@@ -219,14 +223,19 @@ impl Ctx {
                 r.clone(),
             );
             match (&was, &r) {
-                (Ok(_), Err(why)) => tracing::warn!(drive = %d.cfg.name, reason = %why, "drive is down; its probes stop"),
-                (Err(_), Ok(now)) => tracing::info!(drive = %d.cfg.name, target = %now.target.display(), "drive is up"),
+                (Ok(_), Err(why)) => {
+                    tracing::warn!(drive = %d.cfg.name, reason = %why, "drive is down; its probes stop")
+                }
+                (Err(_), Ok(now)) => {
+                    tracing::info!(drive = %d.cfg.name, target = %now.target.display(), "drive is up")
+                }
                 _ => {}
             }
             let (budget, today, lifetime) = self.wear(d);
             let paused = d.paused().or_else(|| {
-                (today as f64 >= budget && d.cfg.writable())
-                    .then(|| "wear budget for today spent (writing probes and runs hold)".to_string())
+                (today as f64 >= budget && d.cfg.writable()).then(|| {
+                    "wear budget for today spent (writing probes and runs hold)".to_string()
+                })
             });
             self.shared.drive(&d.cfg.name, |s| {
                 s.up = r.is_ok();
@@ -274,15 +283,16 @@ pub fn window_of(w: &config::MaintenanceWindow) -> schedule::Window {
     use config::Weekday::*;
     let mut bits = 0u8;
     for d in &w.days {
-        bits |= 1 << match d {
-            Sun => 0,
-            Mon => 1,
-            Tue => 2,
-            Wed => 3,
-            Thu => 4,
-            Fri => 5,
-            Sat => 6,
-        };
+        bits |= 1
+            << match d {
+                Sun => 0,
+                Mon => 1,
+                Tue => 2,
+                Wed => 3,
+                Thu => 4,
+                Fri => 5,
+                Sat => 6,
+            };
     }
     schedule::Window {
         start: (w.start.hour, w.start.minute),
@@ -300,11 +310,21 @@ struct Generation {
 }
 
 impl Generation {
-    fn start(config: Config, shared: Arc<Shared>, store: Arc<Store>, runs: Arc<Runs>) -> Generation {
+    fn start(
+        config: Config,
+        shared: Arc<Shared>,
+        store: Arc<Store>,
+        runs: Arc<Runs>,
+    ) -> Generation {
         let drives: BTreeMap<String, Arc<DriveCtl>> = config
             .drives
             .iter()
-            .map(|d| (d.name.clone(), Arc::new(DriveCtl::new(d.clone(), runs.clone()))))
+            .map(|d| {
+                (
+                    d.name.clone(),
+                    Arc::new(DriveCtl::new(d.clone(), runs.clone())),
+                )
+            })
             .collect();
         {
             // Drives no longer configured leave the status; new ones enter it.
@@ -333,11 +353,21 @@ impl Generation {
         };
         for d in ctx.drives.values() {
             let (c, dd) = (ctx.clone(), d.clone());
-            match spawn(format!("dp-health-{}", d.cfg.name), Box::new(move || health::run(c, dd))) {
+            match spawn(
+                format!("dp-health-{}", d.cfg.name),
+                Box::new(move || health::run(c, dd)),
+            ) {
                 Ok(h) => threads.push(h),
-                Err(e) => tracing::error!(drive = %d.cfg.name, error = %e, "cannot start the health thread"),
+                Err(e) => {
+                    tracing::error!(drive = %d.cfg.name, error = %e, "cannot start the health thread")
+                }
             }
-            for p in ctx.config.probes.iter().filter(|p| p.drives.contains(&d.cfg.name)) {
+            for p in ctx
+                .config
+                .probes
+                .iter()
+                .filter(|p| p.drives.contains(&d.cfg.name))
+            {
                 let beat = Beat::new(format!("canary {} on {}", p.name, d.cfg.name));
                 beat.beat();
                 beats.push(beat.clone());
@@ -347,7 +377,9 @@ impl Generation {
                     Box::new(move || canary::run(c, dd, pp, beat)),
                 ) {
                     Ok(h) => threads.push(h),
-                    Err(e) => tracing::error!(drive = %d.cfg.name, error = %e, "cannot start a canary thread"),
+                    Err(e) => {
+                        tracing::error!(drive = %d.cfg.name, error = %e, "cannot start a canary thread")
+                    }
                 }
             }
         }
@@ -356,7 +388,10 @@ impl Generation {
         beat.beat();
         beats.push(beat.clone());
         let (c, s) = (ctx.clone(), scheduler_stop.clone());
-        match spawn("dp-scheduler".into(), Box::new(move || scheduler::run(c, beat, s))) {
+        match spawn(
+            "dp-scheduler".into(),
+            Box::new(move || scheduler::run(c, beat, s)),
+        ) {
             Ok(h) => threads.push(h),
             Err(e) => tracing::error!(error = %e, "cannot start the scheduler thread"),
         }
@@ -463,8 +498,8 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         .build()
         .map_err(DaemonError::Runtime)?;
     let addr = config.server.listen;
-    let std_listener = std::net::TcpListener::bind(addr)
-        .map_err(|source| DaemonError::Listen { addr, source })?;
+    let std_listener =
+        std::net::TcpListener::bind(addr).map_err(|source| DaemonError::Listen { addr, source })?;
     std_listener
         .set_nonblocking(true)
         .map_err(|source| DaemonError::Listen { addr, source })?;
@@ -473,8 +508,8 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         .map_err(|source| DaemonError::Listen { addr, source })?;
 
     let runs = Arc::new(Runs::default());
+    scheduler::recover(&store, now_unix() as i64);
     let mut generation = Generation::start(config, shared.clone(), store.clone(), runs.clone());
-    scheduler::recover(&generation.ctx, now_unix() as i64);
     {
         // The run index and last results, from the state, for the exporters.
         let st = store.lock();
@@ -582,14 +617,18 @@ fn restore_last_runs(ctx: &Ctx) {
             continue;
         }
         let Some(path) = &r.result_path else { continue };
-        let Ok(text) = std::fs::read_to_string(path) else { continue };
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue;
+        };
         let Ok(doc) = serde_json::from_str::<crate::protocol::result::SuiteResult>(&text) else {
             continue;
         };
         let success = runs
             .iter()
             .rev()
-            .find(|x| x.drive == drive && x.suite == suite && x.status == schedule::RunStatus::Passed)
+            .find(|x| {
+                x.drive == drive && x.suite == suite && x.status == schedule::RunStatus::Passed
+            })
             .map(|x| x.ended.unwrap_or(x.started) as f64);
         let summary = scheduler::summarize(&r.id, &doc, r.status, success);
         ctx.shared.drive(&drive, |d| {

@@ -109,22 +109,23 @@ pub fn plans(ctx: &Ctx) -> Vec<Plan> {
                     name: key.clone(),
                     drive: d.clone(),
                     cron: cron.clone(),
-                    window: window.clone(),
+                    window,
                     max_duration: s.max_duration.as_secs() as i64,
                 },
                 key,
                 config_name: s.name.clone(),
                 suite: s.suite.clone(),
-                scale: s.scale.clone(),
+                scale: s.scale,
             });
         }
     }
     out
 }
 
-/// At start: runs left `running` by a killed daemon are marked interrupted (not repeated).
-pub fn recover(ctx: &Ctx, now: i64) {
-    ctx.store.update(|st| {
+/// At start, before any scheduler runs: runs left `running` by a killed daemon are
+/// marked interrupted (not repeated).
+pub fn recover(store: &super::store::Store, now: i64) {
+    store.update(|st| {
         let keys: Vec<String> = st.schedules.keys().cloned().collect();
         for k in keys {
             let b = st.schedules.get_mut(&k).expect("key listed");
@@ -137,7 +138,7 @@ pub fn recover(ctx: &Ctx, now: i64) {
             r.ended = Some(now);
         }
     });
-    if let Err(e) = ctx.store.save() {
+    if let Err(e) = store.save() {
         tracing::error!(error = %e, "cannot save the state");
     }
 }
@@ -198,12 +199,17 @@ pub fn tick(ctx: &Arc<Ctx>, plans: &[Plan], now: i64) {
                 next_due.insert(p.key.clone(), due);
             }
             Decision::Running { .. } => {
-                if let Some(r) = ctx.runs.on_drive(&p.schedule.drive).filter(|r| r.key == p.key) {
+                if let Some(r) = ctx
+                    .runs
+                    .on_drive(&p.schedule.drive)
+                    .filter(|r| r.key == p.key)
+                {
                     running.insert(p.key.clone(), r.id.clone());
                 } else {
                     // Bookkeeping says running but no run exists (its thread ended
                     // without finishing the books): close it.
-                    ctx.store.update(|st| st.schedule_mut(&p.key, now).finish(now));
+                    ctx.store
+                        .update(|st| st.schedule_mut(&p.key, now).finish(now));
                 }
             }
             Decision::TimedOut { .. } => match ctx.runs.on_drive(&p.schedule.drive) {
@@ -214,7 +220,9 @@ pub fn tick(ctx: &Arc<Ctx>, plans: &[Plan], now: i64) {
                     r.control.stop();
                     running.insert(p.key.clone(), r.id.clone());
                 }
-                _ => ctx.store.update(|st| st.schedule_mut(&p.key, now).finish(now)),
+                _ => ctx
+                    .store
+                    .update(|st| st.schedule_mut(&p.key, now).finish(now)),
             },
             Decision::Never => {}
         }
@@ -294,7 +302,10 @@ fn try_start(ctx: &Arc<Ctx>, p: &Plan, due: i64, deadline: i64, now: i64) -> Opt
         thread: Mutex::new(None),
     });
     ctx.runs.lock().insert(handle.drive.clone(), handle.clone());
-    let (c, h, scale) = (ctx.clone(), handle.clone(), p.scale.clone());
+    ctx.shared.drive(&handle.drive, |d| {
+        d.canary_paused = Some(format!("scheduled run {id} ({})", p.suite));
+    });
+    let (c, h, scale) = (ctx.clone(), handle.clone(), p.scale);
     let spawned = std::thread::Builder::new()
         .name(format!("dp-run-{}", p.schedule.drive))
         .spawn(move || run_thread(c, drive, h, scale));
@@ -305,7 +316,13 @@ fn try_start(ctx: &Arc<Ctx>, p: &Plan, due: i64, deadline: i64, now: i64) -> Opt
         }
         Err(e) => {
             ctx.runs.lock().remove(&handle.drive);
-            finish(ctx, &handle, RunStatus::Failed, None, Some(format!("cannot start a thread: {e}")));
+            finish(
+                ctx,
+                &handle,
+                RunStatus::Failed,
+                None,
+                Some(format!("cannot start a thread: {e}")),
+            );
             None
         }
     }
@@ -313,7 +330,13 @@ fn try_start(ctx: &Arc<Ctx>, p: &Plan, due: i64, deadline: i64, now: i64) -> Opt
 
 fn sanitize(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -327,16 +350,21 @@ impl Observer for RunObserver {
 fn run_thread(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, h: Arc<RunHandle>, scale: suite::Scale) {
     // The canaries see the drive held and stop within an interval; wait for them.
     let t0 = Instant::now();
-    while drive.active.load(Ordering::Acquire) > 0 && t0.elapsed() < Duration::from_secs(15) {
+    while drive.active.load(Ordering::SeqCst) > 0 && t0.elapsed() < Duration::from_secs(15) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let outcome = (|| -> Result<(SuiteResult, Option<String>), String> {
-        if drive.active.load(Ordering::Acquire) > 0 {
+        if drive.active.load(Ordering::SeqCst) > 0 {
             return Err("the drive's canaries did not stop within 15 s".into());
         }
         let suite = suite::find(&h.suite).map_err(|e| e.to_string())?;
         let target = open_for_run(&ctx, &drive)?;
-        let identity = ctx.shared.lock().drives.get(&h.drive).map(|d| d.identity.clone());
+        let identity = ctx
+            .shared
+            .lock()
+            .drives
+            .get(&h.drive)
+            .map(|d| d.identity.clone());
         let opts = SuiteOptions {
             scale,
             drive: identity,
@@ -352,7 +380,9 @@ fn run_thread(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, h: Arc<RunHandle>, scale: sui
         Ok((result, err)) => {
             let status = if h.timed_out.load(Ordering::Acquire) {
                 RunStatus::TimedOut
-            } else if h.over_budget.load(Ordering::Acquire) || (h.control.is_stopped() && !result.complete) {
+            } else if h.over_budget.load(Ordering::Acquire)
+                || (h.control.is_stopped() && !result.complete)
+            {
                 RunStatus::Stopped
             } else if result.complete && err.is_none() {
                 RunStatus::Passed
@@ -385,18 +415,29 @@ fn open_for_run(ctx: &Ctx, drive: &DriveCtl) -> Result<Target, String> {
 }
 
 /// Records the end of a run: result document, index, bookkeeping, gauges; frees the drive.
-fn finish(ctx: &Ctx, h: &RunHandle, status: RunStatus, result: Option<SuiteResult>, error: Option<String>) {
+fn finish(
+    ctx: &Ctx,
+    h: &RunHandle,
+    status: RunStatus,
+    result: Option<SuiteResult>,
+    error: Option<String>,
+) {
     let now = now_unix() as i64;
-    let path = result.as_ref().and_then(|r| match write_result(&ctx.state_dir().join("runs"), &h.id, r) {
-        Ok(p) => Some(p),
-        Err(e) => {
-            tracing::error!(run = %h.id, error = %e, "cannot write the result document");
-            None
-        }
-    });
+    let path =
+        result.as_ref().and_then(
+            |r| match write_result(&ctx.state_dir().join("runs"), &h.id, r) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::error!(run = %h.id, error = %e, "cannot write the result document");
+                    None
+                }
+            },
+        );
     match (&status, &error) {
         (RunStatus::Passed, _) => tracing::info!(run = %h.id, "run passed"),
-        (s, e) => tracing::warn!(run = %h.id, status = ?s, error = e.as_deref().unwrap_or(""), "run ended"),
+        (s, e) => {
+            tracing::warn!(run = %h.id, status = ?s, error = e.as_deref().unwrap_or(""), "run ended")
+        }
     }
     let last_success = ctx.store.update(|st| {
         st.schedule_mut(&h.key, now).finish(now);
@@ -430,6 +471,7 @@ fn finish(ctx: &Ctx, h: &RunHandle, status: RunStatus, result: Option<SuiteResul
         );
     });
     ctx.runs.lock().remove(&h.drive);
+    ctx.shared.drive(&h.drive, |d| d.canary_paused = None);
 }
 
 /// Writes the result document atomically; returns its path.
@@ -460,24 +502,30 @@ pub fn status_name(s: RunStatus) -> &'static str {
 }
 
 /// The gauges' view of a result document: one point per measured workload point.
-pub fn summarize(id: &str, r: &SuiteResult, status: RunStatus, last_success: Option<f64>) -> RunSummary {
+pub fn summarize(
+    id: &str,
+    r: &SuiteResult,
+    status: RunStatus,
+    last_success: Option<f64>,
+) -> RunSummary {
     let mut points = Vec::new();
     let mut steady: Option<bool> = None;
-    let point = |w: &WorkloadDesc, suffix: &str, workers: u32, depth: u32, round: &Round| RunPoint {
-        workload: format!("{}{}", w.name, suffix),
-        threads: workers,
-        depth,
-        iops: round.iops,
-        bandwidth_bytes_per_second: round.read.bw_bytes + round.write.bw_bytes,
-        latency: RunLatency {
-            mean: round.lat_mean_ns / 1e9,
-            max: round.lat_max_ns as f64 / 1e9,
-            stddev: round.lat_stddev_ns / 1e9,
-            p50: combined(round, |d| d.lat_p50_ns) / 1e9,
-            p99: combined(round, |d| d.lat_p99_ns) / 1e9,
-            p99_9: combined(round, |d| d.lat_p99_9_ns) / 1e9,
-        },
-    };
+    let point =
+        |w: &WorkloadDesc, suffix: &str, workers: u32, depth: u32, round: &Round| RunPoint {
+            workload: format!("{}{}", w.name, suffix),
+            threads: workers,
+            depth,
+            iops: round.iops,
+            bandwidth_bytes_per_second: round.read.bw_bytes + round.write.bw_bytes,
+            latency: RunLatency {
+                mean: round.lat_mean_ns / 1e9,
+                max: round.lat_max_ns as f64 / 1e9,
+                stddev: round.lat_stddev_ns / 1e9,
+                p50: combined(round, |d| d.lat_p50_ns) / 1e9,
+                p99: combined(round, |d| d.lat_p99_ns) / 1e9,
+                p99_9: combined(round, |d| d.lat_p99_9_ns) / 1e9,
+            },
+        };
     for ph in &r.phases {
         match ph {
             Phase::SteadyState {
@@ -487,23 +535,44 @@ pub fn summarize(id: &str, r: &SuiteResult, status: RunStatus, last_success: Opt
                 ..
             } => {
                 steady = Some(steady.unwrap_or(true) && s.attained);
-                points.push(point(workload, "", workload.workers, workload.depth, steady_figures));
+                points.push(point(
+                    workload,
+                    "",
+                    workload.workers,
+                    workload.depth,
+                    steady_figures,
+                ));
             }
-            Phase::Sweep { workload, points: ps } => {
+            Phase::Sweep {
+                workload,
+                points: ps,
+            } => {
                 for sp in ps {
                     points.push(point(workload, "", sp.workers, sp.depth, &sp.round));
                 }
             }
-            Phase::RateCurve { workload, points: ps, .. } => {
+            Phase::RateCurve {
+                workload,
+                points: ps,
+                ..
+            } => {
                 for cp in ps {
                     let suffix = format!("@{:.0}%", cp.fraction * 100.0);
-                    points.push(point(workload, &suffix, workload.workers, workload.depth, &cp.round));
+                    points.push(point(
+                        workload,
+                        &suffix,
+                        workload.workers,
+                        workload.depth,
+                        &cp.round,
+                    ));
                 }
             }
             Phase::Point { workload, round } => {
                 points.push(point(workload, "", workload.workers, workload.depth, round));
             }
-            Phase::WriteSaturation { workload, rounds, .. } => {
+            Phase::WriteSaturation {
+                workload, rounds, ..
+            } => {
                 if let Some(last) = rounds.last() {
                     points.push(point(workload, "", workload.workers, workload.depth, last));
                 }

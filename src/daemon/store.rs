@@ -49,9 +49,9 @@ impl Store {
                         "{e}; moved it to {} and started with an empty state",
                         aside.display()
                     ),
-                    Err(m) => format!(
-                        "{e}; could not move it aside ({m}); started with an empty state"
-                    ),
+                    Err(m) => {
+                        format!("{e}; could not move it aside ({m}); started with an empty state")
+                    }
                 };
                 Ok(Opened {
                     store: Store::new(path, State::default()),

@@ -204,7 +204,11 @@ mod tests {
         let q = w.quantiles().unwrap();
         assert_eq!(q.ops, 2000);
         for (k, (_, p)) in WINDOW_QUANTILES.iter().enumerate() {
-            assert_eq!(q.quantiles[k], merged.percentile_ns(*p) as f64 / 1e9, "p{p}");
+            assert_eq!(
+                q.quantiles[k],
+                merged.percentile_ns(*p) as f64 / 1e9,
+                "p{p}"
+            );
         }
         assert_eq!(q.max, merged.max_ns() as f64 / 1e9);
         // The counters are cumulative over everything, not the window.

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod daemon;
+
 pub const MIB: u64 = 1 << 20;
 
 pub fn need_root() {

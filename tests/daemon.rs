@@ -1,0 +1,687 @@
+//! The real daemon on file targets in /dev/shm: live metrics, drives that are absent,
+//! reloads good and bad, scheduled runs (passed, timed out, stopped by SIGTERM, never
+//! repeated after a restart), the wear budget, and the systemd notify protocol seen on a
+//! test socket.
+
+mod common;
+
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::daemon::{file_drive, Daemon, Exposition, BIN};
+
+fn shm_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("dp-daemon-")
+        .tempdir_in("/dev/shm")
+        .expect("tempdir in /dev/shm")
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::write(path, text).expect("write config");
+}
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn header(dir: &Path) -> String {
+    format!(
+        "state_dir = \"{}\"\nhealth_interval = \"2s\"\n\n",
+        dir.join("state").display()
+    )
+}
+
+fn counter(e: &Exposition, name: &str, labels: &[(&str, &str)]) -> f64 {
+    e.value(name, labels)
+        .unwrap_or_else(|| panic!("no single {name}{labels:?} in:\n{}", e.text))
+}
+
+/// A state file in which `keys` (SCHEDULE/DRIVE) were first seen long ago, so a cron time
+/// in the past is due at once.
+fn seed_state(dir: &Path, keys: &[&str]) {
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let schedules: serde_json::Map<String, serde_json::Value> = keys
+        .iter()
+        .map(|k| (k.to_string(), serde_json::json!({ "first_seen": 0 })))
+        .collect();
+    let doc = serde_json::json!({ "version": 1, "schedules": schedules });
+    std::fs::write(state.join("state.json"), doc.to_string()).unwrap();
+}
+
+fn state_json(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("state/state.json")).expect("state file");
+    serde_json::from_str(&text).expect("state parses")
+}
+
+#[test]
+fn serves_live_metrics_for_file_target_drives() {
+    let dir = shm_dir();
+    let cfg = dir.path().join("d.toml");
+    write(
+        &cfg,
+        &format!(
+            "{}{}{}\
+[[probe]]\nname = \"rd\"\ndrives = [\"*\"]\nwindow = \"5s\"\nworkload = {{ rate_iops = 200 }}\n\n\
+[[probe]]\nname = \"wr\"\ndrives = [\"a\"]\nwindow = \"5s\"\nworkload = {{ read_pct = 50, rate_iops = 100, verify = true }}\n",
+            header(dir.path()),
+            file_drive("a", &dir.path().join("a.dat"), "16MiB"),
+            file_drive("b", &dir.path().join("b.dat"), "16MiB"),
+        ),
+    );
+    let d = Daemon::start(&cfg, &[]);
+    let first = d.wait_for("I/O on every probe", Duration::from_secs(30), |e| {
+        ["a", "b"].iter().all(|dr| {
+            e.value(
+                "driveprobe_probe_ops_total",
+                &[("drive", dr), ("probe", "rd"), ("op", "read")],
+            )
+            .is_some_and(|v| v > 0.0)
+        }) && e
+            .value(
+                "driveprobe_probe_ops_total",
+                &[("drive", "a"), ("probe", "wr"), ("op", "write")],
+            )
+            .is_some_and(|v| v > 0.0)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let e = d.scrape();
+
+    for dr in ["a", "b"] {
+        assert_eq!(counter(&e, "driveprobe_drive_up", &[("drive", dr)]), 1.0);
+        assert_eq!(e.find("driveprobe_drive_info", &[("drive", dr)]).len(), 1);
+        let l = [("drive", dr), ("probe", "rd"), ("op", "read")];
+        let ops0 = counter(&first, "driveprobe_probe_ops_total", &l);
+        let ops = counter(&e, "driveprobe_probe_ops_total", &l);
+        assert!(ops > ops0, "{dr}: ops did not move ({ops0} -> {ops})");
+        assert_eq!(
+            counter(&e, "driveprobe_probe_bytes_total", &l),
+            ops * 4096.0
+        );
+        assert_eq!(counter(&e, "driveprobe_probe_errors_total", &l), 0.0);
+        // Classic histogram: 19 bounds + Inf, cumulative, Inf == count == ops.
+        let mut buckets: Vec<(f64, f64)> = e
+            .find("driveprobe_probe_latency_seconds_bucket", &l)
+            .iter()
+            .map(|s| {
+                let le = s.labels["le"].as_str();
+                (
+                    if le == "+Inf" {
+                        f64::INFINITY
+                    } else {
+                        le.parse().unwrap()
+                    },
+                    s.value,
+                )
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
+        assert_eq!(buckets.len(), 20);
+        assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1));
+        assert_eq!(
+            buckets.last().unwrap().1,
+            counter(&e, "driveprobe_probe_latency_seconds_count", &l)
+        );
+        // Window quantiles: ordered, positive, max at quantile 1.
+        let q: Vec<f64> = ["0.5", "0.9", "0.99", "0.999", "1"]
+            .iter()
+            .map(|q| {
+                let mut ll = l.to_vec();
+                ll.push(("quantile", q));
+                counter(&e, "driveprobe_probe_latency_quantile_seconds", &ll)
+            })
+            .collect();
+        assert!(q[0] > 0.0 && q.windows(2).all(|w| w[0] <= w[1]), "{q:?}");
+        assert_eq!(
+            counter(
+                &e,
+                "driveprobe_collector_success",
+                &[("drive", dr), ("collector", "canary:rd")]
+            ),
+            1.0
+        );
+    }
+    // The verified write probe: no errors, its bytes counted against the wear budget.
+    let w = [("drive", "a"), ("probe", "wr"), ("op", "write")];
+    assert_eq!(counter(&e, "driveprobe_probe_errors_total", &w), 0.0);
+    assert_eq!(
+        counter(
+            &e,
+            "driveprobe_probe_errors_total",
+            &[("drive", "a"), ("probe", "wr"), ("op", "read")]
+        ),
+        0.0
+    );
+    let written = counter(&e, "driveprobe_self_written_bytes_total", &[("drive", "a")]);
+    assert!(written > 0.0, "self-written bytes");
+    assert!(written <= counter(&e, "driveprobe_probe_bytes_total", &w));
+    assert_eq!(
+        counter(&e, "driveprobe_self_written_bytes_total", &[("drive", "b")]),
+        0.0
+    );
+    assert!(e
+        .find(
+            "driveprobe_probe_ops_total",
+            &[("drive", "b"), ("probe", "wr")]
+        )
+        .is_empty());
+    // Process and build metrics.
+    for f in [
+        "driveprobe_build_info",
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "process_start_time_seconds",
+    ] {
+        assert!(e.has(f), "{f} missing");
+    }
+    // OpenMetrics when asked.
+    let (code, h, body) = d.get_with(
+        "/metrics",
+        &[("Accept", "application/openmetrics-text; version=1.0.0")],
+    );
+    assert_eq!(code, 200);
+    assert!(
+        h["content-type"].starts_with("application/openmetrics-text"),
+        "{h:?}"
+    );
+    assert!(body.trim_end().ends_with("# EOF"));
+    // The rest of the API.
+    assert_eq!(d.get("/healthz").0, 200);
+    let (code, _, body) = d.get("/api/v1/drives");
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    let (code, _, page) = d.get("/");
+    assert_eq!(code, 200);
+    assert!(page.contains("rd") && page.contains(">a<") || page.contains("a"));
+
+    let (st, took) = d.terminate(Duration::from_secs(5));
+    assert!(st.success(), "exit status {st:?}");
+    println!("SIGTERM to exit: {took:?}");
+}
+
+#[test]
+fn a_drive_whose_identity_matches_nothing_is_down_and_gets_no_io() {
+    let dir = shm_dir();
+    let cfg = dir.path().join("d.toml");
+    write(
+        &cfg,
+        &format!(
+            "{}{}[[drive]]\nname = \"ghost\"\nserial = \"NO-SUCH-SERIAL-4711\"\npath = \"/dev/nonexistent-dp0\"\n\n\
+[[probe]]\nname = \"rd\"\ndrives = [\"*\"]\nworkload = {{ rate_iops = 100 }}\n",
+            header(dir.path()),
+            file_drive("ok", &dir.path().join("ok.dat"), "8MiB"),
+        ),
+    );
+    let d = Daemon::start(&cfg, &[]);
+    let e = d.wait_for("the good drive probing", Duration::from_secs(30), |e| {
+        e.value(
+            "driveprobe_probe_ops_total",
+            &[("drive", "ok"), ("op", "read")],
+        )
+        .is_some_and(|v| v > 20.0)
+    });
+    assert_eq!(
+        counter(&e, "driveprobe_drive_up", &[("drive", "ghost")]),
+        0.0
+    );
+    assert_eq!(counter(&e, "driveprobe_drive_up", &[("drive", "ok")]), 1.0);
+    assert_eq!(
+        e.find("driveprobe_drive_info", &[("drive", "ghost")]).len(),
+        1
+    );
+    let ghost_ops = e.value(
+        "driveprobe_probe_ops_total",
+        &[("drive", "ghost"), ("op", "read")],
+    );
+    assert!(
+        ghost_ops.is_none_or(|v| v == 0.0),
+        "I/O on an absent drive: {ghost_ops:?}"
+    );
+    assert_eq!(
+        counter(
+            &e,
+            "driveprobe_probe_running",
+            &[("drive", "ghost"), ("probe", "rd")]
+        ),
+        0.0
+    );
+    let (_, _, drives) = d.get("/api/v1/drives");
+    assert!(
+        drives.contains("NO-SUCH-SERIAL-4711"),
+        "the reason names the serial: {drives}"
+    );
+    d.terminate(Duration::from_secs(5));
+}
+
+#[test]
+fn sighup_applies_a_good_config_and_keeps_the_old_one_on_a_bad_one() {
+    let dir = shm_dir();
+    let cfg = dir.path().join("d.toml");
+    let probe = "[[probe]]\nname = \"rd\"\ndrives = [\"*\"]\nworkload = { rate_iops = 100 }\n";
+    let a = file_drive("a", &dir.path().join("a.dat"), "8MiB");
+    write(&cfg, &format!("{}{a}{probe}", header(dir.path())));
+    let d = Daemon::start(&cfg, &[]);
+    d.wait_for("drive a probing", Duration::from_secs(30), |e| {
+        e.value("driveprobe_probe_ops_total", &[("drive", "a")])
+            .is_some_and(|v| v > 0.0)
+    });
+    // A good config: drive b appears and probes.
+    let b = file_drive("b", &dir.path().join("b.dat"), "8MiB");
+    write(&cfg, &format!("{}{a}{b}{probe}", header(dir.path())));
+    d.signal("HUP");
+    let e = d.wait_for(
+        "drive b probing after SIGHUP",
+        Duration::from_secs(30),
+        |e| {
+            e.value("driveprobe_probe_ops_total", &[("drive", "b")])
+                .is_some_and(|v| v > 0.0)
+        },
+    );
+    assert_eq!(
+        counter(&e, "driveprobe_config_last_reload_successful", &[]),
+        1.0
+    );
+    let a_ops = counter(&e, "driveprobe_probe_ops_total", &[("drive", "a")]);
+    // A bad config: refused, the old one keeps running.
+    write(
+        &cfg,
+        &format!(
+            "{}{a}{b}{probe}\n[[probe]]\nname = \"rd\"\nworkload = {{ rate_iops = -5 }}\n",
+            header(dir.path())
+        ),
+    );
+    d.signal("HUP");
+    let e = d.wait_for("the refusal exported", Duration::from_secs(15), |e| {
+        e.value("driveprobe_config_last_reload_successful", &[]) == Some(0.0)
+    });
+    assert_eq!(counter(&e, "driveprobe_drive_up", &[("drive", "b")]), 1.0);
+    std::thread::sleep(Duration::from_secs(2));
+    let e = d.scrape();
+    assert!(
+        counter(&e, "driveprobe_probe_ops_total", &[("drive", "a")]) > a_ops,
+        "probes go on"
+    );
+    let log = d.log();
+    assert!(log.contains("refused"), "the log says why: {log}");
+    let (st, _) = d.terminate(Duration::from_secs(5));
+    assert!(st.success());
+}
+
+/// A run due since Jan 1st (the schedule was first seen long ago) starts at once.
+const DUE_LONG_AGO: &str = "0 0 1 1 *";
+
+fn run_config(dir: &Path, suite: &str, max: &str) -> String {
+    format!(
+        "{}[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\n\n{}[[probe]]\nname = \"rd\"\ndrives = [\"*\"]\nworkload = {{ rate_iops = 100 }}\n\n\
+[[schedule]]\nname = \"s\"\ndrives = [\"a\"]\nsuite = \"{suite}\"\nscale = \"quick\"\ncron = \"{DUE_LONG_AGO}\"\nmax_duration = \"{max}\"\n",
+        header(dir),
+        file_drive("a", &dir.join("a.dat"), "32MiB"),
+    )
+}
+
+fn runs(d: &Daemon) -> Vec<serde_json::Value> {
+    let (code, _, body) = d.get("/api/v1/runs");
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str::<serde_json::Value>(&body)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn wait_run_status(d: &Daemon, want: &str, limit: Duration) -> serde_json::Value {
+    let t0 = Instant::now();
+    loop {
+        let r = runs(d);
+        if let Some(x) = r.iter().find(|x| x["status"] == want) {
+            return x.clone();
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "no run became {want} in {limit:?}: {r:?}\nlog:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn a_scheduled_run_pauses_the_canary_exports_its_results_and_is_not_repeated_after_restart() {
+    let dir = shm_dir();
+    let cfg = dir.path().join("d.toml");
+    write(&cfg, &run_config(dir.path(), "latency", "10m"));
+    seed_state(dir.path(), &["s/a"]);
+    let d = Daemon::start(&cfg, &[]);
+    wait_run_status(&d, "running", Duration::from_secs(20));
+    let e = d.wait_for(
+        "the canary paused for the run",
+        Duration::from_secs(10),
+        |e| {
+            e.value("driveprobe_probe_paused", &[("drive", "a")]) == Some(1.0)
+                && e.value(
+                    "driveprobe_probe_running",
+                    &[("drive", "a"), ("probe", "rd")],
+                ) == Some(0.0)
+        },
+    );
+    let paused_ops = counter(&e, "driveprobe_probe_ops_total", &[("drive", "a")]);
+    std::thread::sleep(Duration::from_secs(1));
+    let e = d.scrape();
+    let still = runs(&d).iter().any(|r| r["status"] == "running");
+    if still {
+        // Still the same run (a quick latency suite takes longer than this): no canary I/O.
+        assert_eq!(
+            counter(&e, "driveprobe_probe_ops_total", &[("drive", "a")]),
+            paused_ops,
+            "no canary I/O during the run"
+        );
+    }
+    let run = wait_run_status(&d, "passed", Duration::from_secs(180));
+    let id = run["id"].as_str().unwrap().to_string();
+    let e = d.wait_for(
+        "run gauges and the canary back",
+        Duration::from_secs(20),
+        |e| {
+            e.has("driveprobe_run_iops")
+                && e.value(
+                    "driveprobe_probe_running",
+                    &[("drive", "a"), ("probe", "rd")],
+                ) == Some(1.0)
+        },
+    );
+    let points = e.find(
+        "driveprobe_run_iops",
+        &[("drive", "a"), ("suite", "latency")],
+    );
+    assert!(
+        points.len() >= 9,
+        "the latency matrix has 9 points: {}",
+        points.len()
+    );
+    assert!(points.iter().all(|p| p.value > 0.0));
+    assert_eq!(
+        counter(
+            &e,
+            "driveprobe_run_last_passed",
+            &[("drive", "a"), ("suite", "latency")]
+        ),
+        1.0
+    );
+    assert!(
+        counter(
+            &e,
+            "driveprobe_run_duration_seconds",
+            &[("drive", "a"), ("suite", "latency")]
+        ) > 1.0
+    );
+    assert!(!e
+        .find(
+            "driveprobe_run_latency_seconds",
+            &[("drive", "a"), ("stat", "p99")]
+        )
+        .is_empty());
+    assert!(
+        counter(&e, "driveprobe_self_written_bytes_total", &[("drive", "a")])
+            >= (32u64 << 20) as f64,
+        "the run's writes (purge fill and preconditioning) are accounted"
+    );
+    let (code, h, html) = d.get(&format!("/runs/{id}/report"));
+    assert_eq!(code, 200);
+    assert!(h["content-type"].starts_with("text/html"));
+    assert!(html.contains("<svg"), "the report has charts");
+    assert!(dir.path().join(format!("state/runs/{id}.json")).exists());
+    d.terminate(Duration::from_secs(5));
+
+    // Restart: the results are back, the run is not repeated.
+    let d = Daemon::start(&cfg, &[]);
+    let e = d.wait_for("run gauges restored", Duration::from_secs(15), |e| {
+        e.has("driveprobe_run_iops")
+    });
+    assert_eq!(
+        counter(
+            &e,
+            "driveprobe_run_last_passed",
+            &[("drive", "a"), ("suite", "latency")]
+        ),
+        1.0
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let r = runs(&d);
+    assert_eq!(r.len(), 1, "no second run: {r:?}");
+    d.terminate(Duration::from_secs(5));
+}
+
+#[test]
+fn a_run_past_its_maximum_duration_is_stopped_and_marked_timed_out() {
+    let dir = shm_dir();
+    let cfg = dir.path().join("d.toml");
+    write(&cfg, &run_config(dir.path(), "enterprise", "3s"));
+    seed_state(dir.path(), &["s/a"]);
+    let d = Daemon::start(&cfg, &[]);
+    let run = wait_run_status(&d, "timed_out", Duration::from_secs(30));
+    let dur = run["ended"].as_i64().unwrap() - run["started"].as_i64().unwrap();
+    assert!(
+        (3..=8).contains(&dur),
+        "stopped about at its maximum duration: {dur} s"
+    );
+    d.wait_for("the canary resumes", Duration::from_secs(10), |e| {
+        e.value(
+            "driveprobe_probe_running",
+            &[("drive", "a"), ("probe", "rd")],
+        ) == Some(1.0)
+    });
+    let st = state_json(dir.path());
+    assert_eq!(st["schedules"]["s/a"]["running"], false);
+    d.terminate(Duration::from_secs(5));
+}
+
+#[test]
+fn sigterm_mid_run_stops_within_5_s_marks_the_run_and_a_restart_does_not_repeat_it() {
+    let dir = shm_dir();
+    let cfg = dir.path().join("d.toml");
+    write(&cfg, &run_config(dir.path(), "enterprise", "1h"));
+    seed_state(dir.path(), &["s/a"]);
+    let d = Daemon::start(&cfg, &[]);
+    wait_run_status(&d, "running", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(2));
+    let (st, took) = d.terminate(Duration::from_secs(5));
+    assert!(st.success(), "{st:?}");
+    println!("SIGTERM mid-run to exit: {took:?}");
+    let s = state_json(dir.path());
+    let runs_ = s["runs"].as_array().unwrap();
+    assert_eq!(runs_.len(), 1);
+    assert_eq!(runs_[0]["status"], "stopped");
+    assert_eq!(s["schedules"]["s/a"]["running"], false);
+    let handled = s["schedules"]["s/a"]["last_due_handled"].as_i64().unwrap();
+    assert!(handled <= now());
+
+    let d = Daemon::start(&cfg, &[]);
+    std::thread::sleep(Duration::from_secs(4));
+    let r = runs(&d);
+    assert_eq!(r.len(), 1, "the stopped run is not started again: {r:?}");
+    d.terminate(Duration::from_secs(5));
+}
+
+#[test]
+fn kill_9_mid_run_leaves_it_interrupted_and_not_repeated() {
+    let dir = shm_dir();
+    let cfg = dir.path().join("d.toml");
+    write(&cfg, &run_config(dir.path(), "enterprise", "1h"));
+    seed_state(dir.path(), &["s/a"]);
+    let mut d = Daemon::start(&cfg, &[]);
+    wait_run_status(&d, "running", Duration::from_secs(20));
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    let d = Daemon::start(&cfg, &[]);
+    let r = wait_run_status(&d, "interrupted", Duration::from_secs(10));
+    assert!(r["ended"].is_i64());
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(runs(&d).len(), 1, "not repeated");
+    d.terminate(Duration::from_secs(5));
+}
+
+#[test]
+fn the_wear_budget_pauses_writing_probes_and_says_so() {
+    let dir = shm_dir();
+    let cfg = dir.path().join("d.toml");
+    write(
+        &cfg,
+        &format!(
+            "{}[wear_budget]\nunrated_bytes_per_day = \"2MiB\"\n\n{}\
+[[probe]]\nname = \"wr\"\ndrives = [\"a\"]\nworkload = {{ read_pct = 0, rate_iops = 300 }}\n",
+            header(dir.path()),
+            file_drive("a", &dir.path().join("a.dat"), "8MiB"),
+        ),
+    );
+    let d = Daemon::start(&cfg, &[]);
+    let e = d.wait_for("the budget spent", Duration::from_secs(30), |e| {
+        e.value("driveprobe_wear_budget_exceeded", &[("drive", "a")]) == Some(1.0)
+    });
+    assert_eq!(
+        counter(&e, "driveprobe_wear_budget_bytes", &[("drive", "a")]),
+        (2u64 << 20) as f64
+    );
+    let e = d.wait_for("the writing probe held", Duration::from_secs(5), |e| {
+        e.value(
+            "driveprobe_probe_running",
+            &[("drive", "a"), ("probe", "wr")],
+        ) == Some(0.0)
+    });
+    assert_eq!(
+        counter(&e, "driveprobe_probe_paused", &[("drive", "a")]),
+        1.0
+    );
+    let ops = counter(
+        &e,
+        "driveprobe_probe_ops_total",
+        &[("drive", "a"), ("op", "write")],
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let e = d.scrape();
+    assert_eq!(
+        counter(
+            &e,
+            "driveprobe_probe_ops_total",
+            &[("drive", "a"), ("op", "write")]
+        ),
+        ops,
+        "no writes over budget"
+    );
+    let spent = counter(&e, "driveprobe_self_written_bytes_total", &[("drive", "a")]);
+    // At most one interval (1 s at 300 x 4 KiB) past the budget.
+    assert!(
+        spent >= (2u64 << 20) as f64 && spent <= (2u64 << 20) as f64 + 300.0 * 4096.0 * 1.5,
+        "{spent}"
+    );
+    d.terminate(Duration::from_secs(5));
+}
+
+#[test]
+fn speaks_the_systemd_notify_protocol() {
+    let dir = shm_dir();
+    let sock_path = dir.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let cfg = dir.path().join("d.toml");
+    write(
+        &cfg,
+        &format!(
+            "{}{}[[probe]]\nname = \"rd\"\nworkload = {{ rate_iops = 50 }}\n",
+            header(dir.path()),
+            file_drive("a", &dir.path().join("a.dat"), "8MiB")
+        ),
+    );
+    let d = Daemon::start(
+        &cfg,
+        &[
+            ("NOTIFY_SOCKET", sock_path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "1000000"),
+        ],
+    );
+    let recv = |want: &str| -> Vec<String> {
+        let mut seen = Vec::new();
+        let t0 = Instant::now();
+        let mut buf = [0u8; 4096];
+        while t0.elapsed() < Duration::from_secs(30) {
+            let n = sock.recv(&mut buf).expect("a notify message");
+            let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let done = msg.lines().any(|l| l == want);
+            seen.push(msg);
+            if done {
+                return seen;
+            }
+        }
+        panic!("never saw {want}: {seen:?}");
+    };
+    let first = recv("READY=1");
+    assert!(first.last().unwrap().contains("STATUS="), "{first:?}");
+    recv("WATCHDOG=1");
+    let t0 = Instant::now();
+    recv("WATCHDOG=1");
+    assert!(
+        t0.elapsed() < Duration::from_millis(900),
+        "watchdog at half the period"
+    );
+    d.signal("HUP");
+    let reload = recv("RELOADING=1");
+    assert!(
+        reload.last().unwrap().contains("MONOTONIC_USEC="),
+        "{reload:?}"
+    );
+    recv("READY=1");
+    let pid = d.pid();
+    let child = std::thread::spawn(move || d.terminate(Duration::from_secs(5)));
+    recv("STOPPING=1");
+    let (st, _) = child.join().unwrap();
+    assert!(st.success());
+    let _ = pid;
+}
+
+#[test]
+fn refuses_a_bad_config_and_a_busy_port_in_one_line() {
+    let dir = shm_dir();
+    let cfg = dir.path().join("bad.toml");
+    write(&cfg, "[server]\nlisten = 12\n");
+    let out = std::process::Command::new(BIN)
+        .args(["daemon", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.toml:2:"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = holder.local_addr().unwrap().to_string();
+    let good = dir.path().join("good.toml");
+    write(
+        &good,
+        &format!(
+            "{}{}",
+            header(dir.path()),
+            file_drive("a", &dir.path().join("a.dat"), "4MiB")
+        ),
+    );
+    let out = std::process::Command::new(BIN)
+        .args(["daemon", "--config"])
+        .arg(&good)
+        .args(["--listen", &addr])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.trim().lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("driveprobe: error: cannot listen on") && last.contains("[server] listen"),
+        "{err}"
+    );
+}
