@@ -685,3 +685,66 @@ fn refuses_a_bad_config_and_a_busy_port_in_one_line() {
         "{err}"
     );
 }
+
+/// `driveprobe` with no arguments (what `cargo run --release` runs) is the daemon on the
+/// built-in config: a 256 MiB file target in $XDG_STATE_HOME/driveprobe, one canary, on
+/// 127.0.0.1:39480. Run as an unprivileged user (as root the state would go to
+/// /var/lib/driveprobe, on this machine's disk), with its state in /dev/shm.
+#[test]
+fn the_bare_command_runs_the_built_in_config() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = shm_dir();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let xdg = dir.path().join("xdg");
+    let mut child = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(BIN)
+        .env("XDG_STATE_HOME", &xdg)
+        .env("HOME", dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("setpriv (util-linux; scripts/test installs it)");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let cleanup = |c: &mut std::process::Child| {
+        let _ = c.kill();
+        let _ = c.wait();
+    };
+    if line.trim() != "listening on http://127.0.0.1:39480/" {
+        cleanup(&mut child);
+        panic!("unexpected first line {line:?}");
+    }
+    let t0 = Instant::now();
+    let ok = loop {
+        let (code, _, body) = common::daemon::http_get("127.0.0.1:39480", "/metrics", &[]);
+        let e = Exposition::parse(&body);
+        if code == 200
+            && e.value(
+                "driveprobe_probe_ops_total",
+                &[("drive", "default"), ("probe", "canary-4k-read"), ("op", "read")],
+            )
+            .is_some_and(|v| v > 0.0)
+        {
+            break true;
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let target = xdg.join("driveprobe/canary.dat");
+    let size = std::fs::metadata(&target).map(|m| m.len()).ok();
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let st = child.wait().unwrap();
+    assert!(ok, "no canary I/O on the built-in config within 60 s");
+    assert_eq!(size, Some(256 << 20), "{}", target.display());
+    assert!(st.success(), "{st:?}");
+    println!("live metrics {:?} after start", t0.elapsed());
+}
