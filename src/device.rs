@@ -504,6 +504,20 @@ fn size_by_seeking(dev: &Path) -> Result<u64, DeviceError> {
     f.seek(SeekFrom::End(0)).map_err(io_err(dev))
 }
 
+/// The unit serial number from a SCSI VPD page 80h (`device/vpd_pg80` in sysfs): what a
+/// SATA or SAS disk reports as its serial when udev (`ID_SERIAL_SHORT`) is not there.
+pub fn parse_vpd_serial(page: &[u8]) -> Option<String> {
+    if page.len() < 4 || page[1] != 0x80 {
+        return None;
+    }
+    let len = u16::from_be_bytes([page[2], page[3]]) as usize;
+    let body = page.get(4..4 + len.min(page.len() - 4))?;
+    let s: String = String::from_utf8_lossy(body)
+        .trim_matches(|c: char| c.is_whitespace() || c == '\0')
+        .to_string();
+    (!s.is_empty()).then_some(s)
+}
+
 fn read_identity(paths: &SystemPaths, disk: &str, major: u32, minor: u32) -> DeviceIdentity {
     let dir = paths.class_block(disk);
     let udev = fs::read_to_string(paths.udev_data.join(format!("b{major}:{minor}")))
@@ -520,6 +534,11 @@ fn read_identity(paths: &SystemPaths, disk: &str, major: u32, minor: u32) -> Dev
     };
     let serial = read_attr(&dir.join("device/serial"))
         .or_else(|| udev_prop("ID_SERIAL_SHORT"))
+        .or_else(|| {
+            fs::read(dir.join("device/vpd_pg80"))
+                .ok()
+                .and_then(|b| parse_vpd_serial(&b))
+        })
         .or_else(loop_serial);
     let wwn = read_attr(&dir.join("wwid"))
         .or_else(|| read_attr(&dir.join("device/wwid")))
@@ -754,6 +773,21 @@ fn whole_disk_info(paths: &SystemPaths, name: &str) -> Result<BlockDeviceInfo, D
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn vpd_page_80_gives_the_serial() {
+        let mut p = vec![0x00, 0x80, 0x00, 0x14];
+        p.extend_from_slice(b"QM00005             ");
+        assert_eq!(parse_vpd_serial(&p).as_deref(), Some("QM00005"));
+        assert_eq!(parse_vpd_serial(&[0, 0x83, 0, 2, b'a', b'b']), None);
+        assert_eq!(
+            parse_vpd_serial(&[0, 0x80, 0, 40, b'x']).as_deref(),
+            Some("x")
+        );
+        assert_eq!(parse_vpd_serial(&[0, 0x80, 0, 4, b' ', 0, b' ', 0]), None);
+        assert_eq!(parse_vpd_serial(&[]), None);
+    }
+
     use super::*;
 
     const MOUNTINFO: &str = "\

@@ -199,7 +199,10 @@ fn serves_live_metrics_for_file_target_drives() {
     assert_eq!(v.as_array().unwrap().len(), 2);
     let (code, _, page) = d.get("/");
     assert_eq!(code, 200);
-    assert!(page.contains("rd") && page.contains(">a<") || page.contains("a"));
+    assert!(
+        page.contains("a.dat") && page.contains("b.dat"),
+        "the page lists both file targets"
+    );
 
     let (st, took) = d.terminate(Duration::from_secs(5));
     assert!(st.success(), "exit status {st:?}");
@@ -725,7 +728,11 @@ fn the_bare_command_runs_the_built_in_config() {
         if code == 200
             && e.value(
                 "driveprobe_probe_ops_total",
-                &[("drive", "default"), ("probe", "canary-4k-read"), ("op", "read")],
+                &[
+                    ("drive", "default"),
+                    ("probe", "canary-4k-read"),
+                    ("op", "read"),
+                ],
             )
             .is_some_and(|v| v > 0.0)
         {

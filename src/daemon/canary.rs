@@ -22,8 +22,11 @@ use crate::target::{self, Target};
 use super::window::OpWindow;
 use super::{now_unix, Ctx, DriveCtl};
 
-/// How long one engine run of a canary lasts before the next checks.
-pub const SEGMENT: Duration = Duration::from_secs(60);
+/// The longest one engine run of a canary lasts. Conditions are checked every interval,
+/// so this only bounds how long one set of engine threads and buffers lives.
+pub const SEGMENT: Duration = Duration::from_secs(6 * 3600);
+/// How often a running canary checks that its file target is still the file it opened.
+const RECHECK_FILE: Duration = Duration::from_secs(5);
 
 pub fn collector_name(probe: &str) -> String {
     format!("canary:{probe}")
@@ -79,7 +82,9 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
             }
         };
         set_collector(&ctx, &name, &collector, true, setup.elapsed(), None);
-        let control = RunControl::new();
+        let control = RunControl::new().discarding_intervals();
+        let opened = identity_of(target.path());
+        let mut last_check = Instant::now();
         // Count this canary active, then look again: a run that took the drive meanwhile
         // (it registers first, then waits for the count to reach zero) is seen here.
         drive.active.fetch_add(1, Ordering::SeqCst);
@@ -100,6 +105,13 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
             publish(&ctx, &name, &probe, &win_r, &win_w, true);
             if hold_reason(&ctx, &drive, &probe).is_some() {
                 control.stop();
+            }
+            if drive.cfg.file_target.is_some() && last_check.elapsed() >= RECHECK_FILE {
+                last_check = Instant::now();
+                if identity_of(target.path()) != opened {
+                    tracing::warn!(drive = %name, probe = %probe.name, "the file target was deleted or replaced; reopening it");
+                    control.stop();
+                }
             }
         };
         let result = engine::run_observed(&job, &target, &control, &mut on_interval);
@@ -163,12 +175,23 @@ fn hold_reason(ctx: &Ctx, drive: &DriveCtl, probe: &Probe) -> Option<String> {
 }
 
 /// The probe's job, run for one segment, never stopped by its errors (they are counted).
+/// At queue depth 1 it runs on psync: a rate-limited QD1 probe gains nothing from a ring,
+/// and a blocking pread costs fewer wake-ups per I/O than a submission and a completion.
 fn segment_job(probe: &Probe) -> Result<engine::Job, engine::JobError> {
     let mut spec = probe.job.to_spec();
     spec.stop = Stop::Time(SEGMENT);
     spec.error_limit = u64::MAX;
     spec.ramp = Duration::ZERO;
+    if spec.depth == 1 {
+        spec.backend = engine::BackendChoice::Psync;
+    }
     spec.validate()
+}
+
+/// (device, inode) of a path now, if it exists.
+fn identity_of(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Opens what the probe runs on, through the write gate when it writes.

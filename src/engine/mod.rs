@@ -97,6 +97,9 @@ pub struct RunControl {
     /// Bytes written by every run under this control (children share it), counted by the
     /// collector once per interval: what a caller accounting wear reads while it runs.
     written: Arc<AtomicU64>,
+    /// Do not keep the list of intervals in the result (a caller that observes every
+    /// interval itself and runs for hours: the daemon's canaries).
+    discard_intervals: bool,
 }
 
 impl RunControl {
@@ -110,7 +113,14 @@ impl RunControl {
             stop: Arc::new(AtomicBool::new(false)),
             parent: Some(self.stop.clone()),
             written: self.written.clone(),
+            discard_intervals: self.discard_intervals,
         }
+    }
+    /// A control whose runs keep no interval list in their result (`on_interval` still
+    /// sees every interval): memory stays flat however long the run.
+    pub fn discarding_intervals(mut self) -> RunControl {
+        self.discard_intervals = true;
+        self
     }
     /// Bytes written so far by the runs under this control (measured intervals only: I/O
     /// in a ramp is not counted).
@@ -317,7 +327,7 @@ pub fn run_observed(
     }
     drop(tx);
 
-    let mut collector = Collector::new(job.workers as usize, interval_ns, control.written.clone());
+    let mut collector = Collector::new(job.workers as usize, interval_ns, control);
     let outcomes: Vec<WorkerOutcome> = std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for setup in setups {
@@ -429,12 +439,18 @@ struct Collector {
     intervals: Vec<IntervalSummary>,
     last_end: u64,
     written: Arc<AtomicU64>,
+    discard_intervals: bool,
+    /// Emptied merged intervals, for reuse (boxed as the pending map holds them).
+    #[allow(clippy::vec_box)]
+    spare: Vec<Box<IntervalStats>>,
 }
 
 impl Collector {
-    fn new(workers: usize, interval: u64, written: Arc<AtomicU64>) -> Self {
+    fn new(workers: usize, interval: u64, control: &RunControl) -> Self {
         Collector {
-            written,
+            written: control.written.clone(),
+            discard_intervals: control.discard_intervals,
+            spare: Vec::new(),
             workers,
             interval,
             measure_start: 0,
@@ -449,8 +465,10 @@ impl Collector {
     }
 
     fn add(&mut self, w: usize, b: &IntervalStats, emit: &mut Emit) {
+        let spare = &mut self.spare;
         let agg = self.pending.entry(b.index).or_insert_with(|| {
-            let mut n = IntervalStats::new();
+            // Reuse a merged interval already emitted: no large allocation per interval.
+            let mut n = spare.pop().unwrap_or_else(IntervalStats::new);
             n.index = b.index;
             n
         });
@@ -492,7 +510,16 @@ impl Collector {
                     write: &agg.write,
                 },
             );
-            self.intervals.push(summary);
+            if !self.discard_intervals {
+                self.intervals.push(summary);
+            }
+            let mut agg = agg;
+            agg.read.reset();
+            agg.write.reset();
+            agg.end_ns = 0;
+            if self.spare.len() < 2 {
+                self.spare.push(agg);
+            }
         }
     }
 }

@@ -1,0 +1,622 @@
+//! The status page at `/`: one server-rendered HTML page for an SRE (no JavaScript, no
+//! network assets; it reloads itself every 10 s). Every string that comes from the status
+//! (drive names, models, error messages, paths) is escaped.
+//!
+//! [`render`] is pure: a status and the time in, HTML out.
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+use super::fmt::{self as f, esc, opt, NONE};
+use super::routes::{heartbeat, report_url};
+use crate::health::model::Verdict;
+use crate::schedule::RunStatus;
+use crate::status::{DriveStatus, OpStatus, ProbeStatus, Status};
+
+/// Columns of the drive table.
+const DRIVE_COLUMNS: usize = 11;
+
+/// Runs listed on the page (newest first); `/api/v1/runs` has them all.
+pub const RUNS_SHOWN: usize = 25;
+
+const STYLE: &str = r#"
+*{box-sizing:border-box}
+body{margin:0;background:#eceff4;color:#1d2430;font:14px/1.45 "DejaVu Sans","Segoe UI",Roboto,Helvetica,Arial,sans-serif}
+main{max-width:1500px;margin:0 auto;padding:14px 18px 8px}
+header{margin:2px 0 12px}
+h1{font-size:22px;margin:0 0 2px}
+h2{font-size:17px;margin:0 0 6px}
+a{color:#1f5fbf}
+.sub{color:#5b6576;margin:0}
+.card{background:#fff;border:1px solid #d7dce5;border-radius:6px;padding:12px 16px 14px;margin:0 0 14px;overflow-x:auto}
+table{border-collapse:collapse;font-size:13px;width:100%}
+th,td{padding:4px 8px;border-bottom:1px solid #e3e7ee;text-align:left;vertical-align:top;font-variant-numeric:tabular-nums}
+th{background:#f5f7fa;font-weight:600;color:#333b48;white-space:nowrap}
+td.n,th.n{text-align:right;white-space:nowrap}
+td.nw{white-space:nowrap}
+tr.down>td:first-child{border-left:4px solid #b42318}
+tr.up>td:first-child{border-left:4px solid #12b76a}
+tr.drive>td{border-bottom:none}
+tr.canaries>td{padding-top:0}
+td.wide{min-width:12em}
+td.name{min-width:9em;max-width:16em;overflow-wrap:anywhere}
+table.probes{font-size:12px;width:auto;margin:2px 0 0}
+table.probes th,table.probes td{padding:1px 6px;border-bottom:1px solid #eef1f5}
+table.probes th{background:none;color:#5b6576;font-weight:600}
+ul.reasons{margin:2px 0 0;padding-left:16px;font-size:12px;color:#333b48}
+.ok{color:#067647;font-weight:600}
+.warn{color:#b54708;font-weight:600}
+.bad{color:#b42318;font-weight:600}
+.dim{color:#6b7280}
+.small{font-size:12px}
+dl.kv{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:0}
+dl.kv dt{color:#5b6576}
+dl.kv dd{margin:0}
+footer{color:#6b7280;font-size:12px;margin:0 0 14px}
+"#;
+
+/// The whole page for `status` at Unix time `now`.
+pub fn render(status: &Status, now: f64) -> String {
+    let mut h = String::with_capacity(16 * 1024 + status.drives.len() * 4096);
+    let down = status.drives.values().filter(|d| !d.up).count();
+    let title = if down > 0 {
+        format!("driveprobe: {down} of {} drives down", status.drives.len())
+    } else {
+        format!("driveprobe: {} drives", status.drives.len())
+    };
+    let _ = write!(
+        h,
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"10\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <title>{}</title><style>{STYLE}</style></head>\n<body><main>\n",
+        esc(&title)
+    );
+    header(&mut h, status, now);
+    overview(&mut h, status, now);
+    drives(&mut h, status, now);
+    runs(&mut h, status, now);
+    schedules(&mut h, status, now);
+    let _ = write!(
+        h,
+        "<footer>driveprobe {} · <a href=\"/metrics\">/metrics</a> · \
+         <a href=\"/api/v1/drives\">/api/v1/drives</a> · <a href=\"/api/v1/runs\">/api/v1/runs</a> · \
+         <a href=\"/healthz\">/healthz</a></footer>\n</main></body></html>\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    h
+}
+
+fn header(h: &mut String, s: &Status, now: f64) {
+    let _ = writeln!(
+        h,
+        "<header><h1>driveprobe</h1><p class=\"sub\">Generated {} · started {} ({}) · \
+         this page reloads every 10 s · <a href=\"/metrics\">metrics</a> · \
+         <a href=\"/api/v1/drives\">drives JSON</a> · <a href=\"/api/v1/runs\">runs JSON</a> · \
+         <a href=\"/healthz\">healthz</a></p></header>",
+        f::utc(now),
+        f::utc(s.started_unix),
+        f::relative(s.started_unix, now),
+    );
+}
+
+fn overview(h: &mut String, s: &Status, now: f64) {
+    h.push_str("<section class=\"card\" id=\"overview\"><h2>Overview</h2><dl class=\"kv\">\n");
+
+    let up = s.drives.values().filter(|d| d.up).count();
+    let total = s.drives.len();
+    let cls = if up == total { "ok" } else { "bad" };
+    let _ = writeln!(
+        h,
+        "<dt>Drives up</dt><dd><span class=\"{cls}\">{up} of {total}</span></dd>"
+    );
+
+    let mut verdicts = [0usize; 4];
+    for d in s.drives.values() {
+        if let Some(hs) = &d.health {
+            verdicts[verdict_index(hs.verdict)] += 1;
+        }
+    }
+    let mut parts = Vec::new();
+    for v in [
+        Verdict::Failing,
+        Verdict::Warning,
+        Verdict::Ok,
+        Verdict::Unknown,
+    ] {
+        let n = verdicts[verdict_index(v)];
+        if n > 0 {
+            parts.push(format!(
+                "<span class=\"{}\">{n} {}</span>",
+                verdict_class(v),
+                v.name()
+            ));
+        }
+    }
+    let _ = writeln!(
+        h,
+        "<dt>Health</dt><dd>{}</dd>",
+        if parts.is_empty() {
+            "no readings yet".to_string()
+        } else {
+            parts.join(", ")
+        }
+    );
+
+    let sched = match heartbeat(s.scheduler.last_tick_unix, now) {
+        Ok(()) => format!(
+            "<span class=\"ok\">running</span> (last pass {})",
+            f::relative(s.scheduler.last_tick_unix, now)
+        ),
+        Err(why) => format!("<span class=\"bad\">{}</span>", esc(&why)),
+    };
+    let _ = writeln!(h, "<dt>Scheduler</dt><dd>{sched}</dd>");
+
+    let c = &s.config;
+    let file = match &c.path {
+        Some(p) => format!("<code>{}</code>", esc(&p.display().to_string())),
+        None => "built-in config".to_string(),
+    };
+    let reload = if c.last_reload_successful {
+        format!(
+            "<span class=\"ok\">loaded</span> {} ({})",
+            f::utc(c.last_reload_success_unix),
+            f::relative(c.last_reload_success_unix, now)
+        )
+    } else {
+        format!(
+            "<span class=\"bad\">last reload refused</span>; running the config loaded {}",
+            f::utc(c.last_reload_success_unix)
+        )
+    };
+    let _ = write!(h, "<dt>Config</dt><dd>{file}: {reload}");
+    if let Some(e) = &c.last_error {
+        let _ = write!(h, "<br><span class=\"bad small\">{}</span>", esc(e));
+    }
+    h.push_str("</dd>\n</dl></section>\n");
+}
+
+fn verdict_index(v: Verdict) -> usize {
+    match v {
+        Verdict::Ok => 0,
+        Verdict::Warning => 1,
+        Verdict::Failing => 2,
+        Verdict::Unknown => 3,
+    }
+}
+
+fn verdict_class(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Ok => "ok",
+        Verdict::Warning => "warn",
+        Verdict::Failing => "bad",
+        Verdict::Unknown => "dim",
+    }
+}
+
+fn drives(h: &mut String, s: &Status, now: f64) {
+    h.push_str("<section class=\"card\" id=\"drives\"><h2>Drives</h2>\n");
+    if s.drives.is_empty() {
+        h.push_str("<p class=\"dim\">No drives are registered in the config.</p></section>\n");
+        return;
+    }
+    h.push_str(
+        "<table class=\"drives\"><thead><tr><th>Drive</th><th>State</th><th>Model</th>\
+         <th>Firmware</th><th>Serial</th><th>Health</th><th class=\"n\">Temp</th>\
+         <th class=\"n\">Endurance used</th><th>Projected wear-out</th>\
+         <th class=\"n\">DWPD obs. / rated</th><th class=\"n\">Wear budget today</th>\
+         </tr></thead>\n<tbody>\n",
+    );
+    for d in s.drives.values() {
+        drive_row(h, d, now);
+    }
+    h.push_str("</tbody></table></section>\n");
+}
+
+fn drive_row(h: &mut String, d: &DriveStatus, now: f64) {
+    let state = if d.up { "up" } else { "down" };
+    let _ = write!(
+        h,
+        "<tr class=\"drive {state}\" data-drive=\"{}\"><td class=\"name\"><b>{}</b>",
+        esc(&d.name),
+        esc(&d.name)
+    );
+    if let Some(dev) = &d.device {
+        let _ = write!(
+            h,
+            "<br><span class=\"dim small\">{}</span>",
+            esc(&dev.display().to_string())
+        );
+    }
+    if let Some(t) = &d.target {
+        if Some(t) != d.device.as_ref() {
+            let _ = write!(
+                h,
+                "<br><span class=\"dim small\">target {}</span>",
+                esc(&t.display().to_string())
+            );
+        }
+    }
+    h.push_str("</td>");
+
+    // State, with the reason and any failing collector.
+    if d.up {
+        h.push_str("<td class=\"wide\"><span class=\"ok\">up</span>");
+    } else {
+        let _ = write!(
+            h,
+            "<td class=\"wide\"><span class=\"bad\">down</span><br><span class=\"small\">{}</span>",
+            opt(d.down_reason.as_deref())
+        );
+    }
+    let failing: Vec<String> = d
+        .collectors
+        .iter()
+        .filter(|(_, c)| !c.success)
+        .map(|(name, c)| {
+            format!(
+                "<li><span class=\"bad\">{} failed:</span> {}</li>",
+                esc(name),
+                opt(c.error.as_deref())
+            )
+        })
+        .collect();
+    if !failing.is_empty() {
+        let _ = write!(h, "<ul class=\"reasons\">{}</ul>", failing.concat());
+    }
+    h.push_str("</td>");
+
+    let id = &d.identity;
+    let _ = write!(
+        h,
+        "<td>{}</td><td class=\"nw\">{}</td><td class=\"nw\">{}</td>",
+        opt(id.model.as_deref()),
+        opt(id.firmware.as_deref()),
+        opt(id.serial.as_deref())
+    );
+
+    // Health verdict and reasons, temperature.
+    match &d.health {
+        Some(hs) => {
+            let _ = write!(
+                h,
+                "<td class=\"wide\"><span class=\"{}\">{}</span> <span class=\"dim small\">{}</span>",
+                verdict_class(hs.verdict),
+                hs.verdict.name(),
+                f::relative(hs.read_unix, now)
+            );
+            if !hs.reasons.is_empty() {
+                h.push_str("<ul class=\"reasons\">");
+                for r in &hs.reasons {
+                    let _ = write!(h, "<li>{}</li>", esc(r));
+                }
+                h.push_str("</ul>");
+            }
+            h.push_str("</td>");
+            let r = &hs.report;
+            let temp = match r.temperature_celsius {
+                Some(t) if t.is_finite() => {
+                    let hot = r
+                        .temperature_critical_celsius
+                        .is_some_and(|c| t >= c)
+                        .then_some("bad")
+                        .or(r
+                            .temperature_warning_celsius
+                            .is_some_and(|w| t >= w)
+                            .then_some("warn"));
+                    match hot {
+                        Some(c) => format!("<span class=\"{c}\">{} °C</span>", f::grouped(t, 0)),
+                        None => format!("{} °C", f::grouped(t, 0)),
+                    }
+                }
+                _ => NONE.to_string(),
+            };
+            let _ = write!(h, "<td class=\"n\">{temp}</td>");
+        }
+        None => h.push_str("<td class=\"dim\">not read yet</td><td class=\"n\">-</td>"),
+    }
+
+    // Endurance.
+    match &d.endurance {
+        Some(e) => {
+            let used = e.used_ratio.map_or(NONE.to_string(), f::percent);
+            let wearout = match e.projected_wearout_unix_seconds {
+                Some(t) => {
+                    let left = e
+                        .days_left
+                        .filter(|d| d.is_finite() && *d >= 0.0)
+                        .map(|d| {
+                            format!(
+                                " <span class=\"dim small\">({} days)</span>",
+                                f::grouped(d, 0)
+                            )
+                        })
+                        .unwrap_or_default();
+                    format!("{}{left}", f::date(t))
+                }
+                None => NONE.to_string(),
+            };
+            let dwpd = format!(
+                "{} / {}",
+                e.drive_writes_per_day.map_or(NONE.to_string(), dwpd),
+                e.rated_drive_writes_per_day.map_or(NONE.to_string(), dwpd)
+            );
+            let _ = write!(
+                h,
+                "<td class=\"n\">{used}</td><td class=\"nw\">{wearout}</td><td class=\"n\">{dwpd}</td>"
+            );
+        }
+        None => h.push_str("<td class=\"n\">-</td><td>-</td><td class=\"n\">-</td>"),
+    }
+
+    // Wear budget.
+    let w = &d.wear;
+    let budget = if w.budget_bytes_per_day > 0.0 && w.budget_bytes_per_day.is_finite() {
+        let share = w.written_today_bytes as f64 / w.budget_bytes_per_day;
+        format!(
+            "{} / {} <span class=\"dim small\">({})</span>",
+            f::bytes(w.written_today_bytes as f64),
+            f::bytes(w.budget_bytes_per_day),
+            f::percent(share)
+        )
+    } else {
+        format!("{} / no budget", f::bytes(w.written_today_bytes as f64))
+    };
+    let budget = if w.exceeded {
+        format!("<span class=\"bad\">exceeded</span><br>{budget}")
+    } else {
+        budget
+    };
+    let _ = write!(h, "<td class=\"n\">{budget}</td>");
+
+    // Canary probes, on a row of their own under the drive.
+    let _ = write!(
+        h,
+        "</tr>\n<tr class=\"canaries {state}\"><td></td><td colspan=\"{}\"><span class=\"dim small\">canary probes</span> ",
+        DRIVE_COLUMNS - 1
+    );
+    if let Some(p) = &d.canary_paused {
+        let _ = write!(h, "<span class=\"warn\">paused: {}</span> ", esc(p));
+    }
+    if d.probes.is_empty() {
+        h.push_str("<span class=\"dim\">no probes</span>");
+    } else {
+        h.push_str(
+            "<table class=\"probes\"><thead><tr><th>probe</th><th>op</th><th class=\"n\">p50</th>\
+             <th class=\"n\">p99</th><th class=\"n\">p99.9</th><th class=\"n\">max</th>\
+             <th class=\"n\">ops</th><th class=\"n\">errors</th></tr></thead><tbody>",
+        );
+        for (name, p) in &d.probes {
+            probe_rows(h, name, p);
+        }
+        h.push_str("</tbody></table>");
+    }
+    h.push_str("</td></tr>\n");
+}
+
+fn dwpd(v: f64) -> String {
+    if v > 0.0 && v < 0.01 {
+        format!("{v:.4}")
+    } else {
+        f::sig3(v)
+    }
+}
+
+fn probe_rows(h: &mut String, name: &str, p: &ProbeStatus) {
+    let mut ops: Vec<(&str, &OpStatus)> = Vec::new();
+    if !p.writes || p.read.ops_total > 0 || p.read.window.is_some() {
+        ops.push(("read", &p.read));
+    }
+    if p.writes || p.write.ops_total > 0 || p.write.window.is_some() {
+        ops.push(("write", &p.write));
+    }
+    for (op, o) in ops {
+        let label = if p.running {
+            esc(name)
+        } else {
+            format!("{} <span class=\"dim\">(stopped)</span>", esc(name))
+        };
+        let (p50, p99, p999, max) = match &o.window {
+            Some(w) => (
+                f::latency(w.quantiles[0]),
+                f::latency(w.quantiles[2]),
+                f::latency(w.quantiles[3]),
+                f::latency(w.max),
+            ),
+            None => Default::default(),
+        };
+        let or_none = |s: String| if s.is_empty() { NONE.to_string() } else { s };
+        let errors = if o.errors_total > 0 {
+            format!("<span class=\"bad\">{}</span>", f::count(o.errors_total))
+        } else {
+            "0".to_string()
+        };
+        let _ = write!(
+            h,
+            "<tr><td class=\"nw\">{label}</td><td>{op}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{errors}</td></tr>",
+            or_none(p50),
+            or_none(p99),
+            or_none(p999),
+            or_none(max),
+            f::count(o.ops_total),
+        );
+    }
+}
+
+fn run_status_class(s: RunStatus) -> &'static str {
+    match s {
+        RunStatus::Passed => "ok",
+        RunStatus::Running => "warn",
+        RunStatus::Failed | RunStatus::TimedOut => "bad",
+        RunStatus::Interrupted | RunStatus::Stopped => "dim",
+    }
+}
+
+fn run_status_name(s: RunStatus) -> &'static str {
+    match s {
+        RunStatus::Running => "running",
+        RunStatus::Passed => "passed",
+        RunStatus::Failed => "failed",
+        RunStatus::TimedOut => "timed out",
+        RunStatus::Interrupted => "interrupted",
+        RunStatus::Stopped => "stopped",
+    }
+}
+
+fn runs(h: &mut String, s: &Status, now: f64) {
+    let _ = writeln!(
+        h,
+        "<section class=\"card\" id=\"runs\"><h2>Last runs</h2>\
+         <p class=\"sub small\">Newest first, the last {RUNS_SHOWN}; \
+         <a href=\"/api/v1/runs\">/api/v1/runs</a> has all {}.</p>",
+        s.runs.len()
+    );
+    if s.runs.is_empty() {
+        h.push_str("<p class=\"dim\">No runs yet.</p></section>\n");
+        return;
+    }
+    h.push_str(
+        "<table class=\"runs\"><thead><tr><th>Run</th><th>Drive</th><th>Suite</th><th>Schedule</th>\
+         <th>Status</th><th>Started</th><th class=\"n\">Duration</th><th>Report</th></tr></thead>\n<tbody>\n",
+    );
+    for r in s.runs.iter().rev().take(RUNS_SHOWN) {
+        let started = r.started as f64;
+        let duration = match r.ended {
+            Some(e) => f::span(e as f64 - started),
+            None if r.status == RunStatus::Running => {
+                format!("{} so far", f::span(now - started))
+            }
+            None => NONE.to_string(),
+        };
+        let report = match report_url(r) {
+            Some(url) => format!("<a href=\"{}\">report</a>", esc(&url)),
+            None => "<span class=\"dim\">none</span>".to_string(),
+        };
+        let _ = writeln!(
+            h,
+            "<tr class=\"run\"><td class=\"nw\">{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td class=\"{}\">{}</td><td class=\"nw\">{}</td><td class=\"n\">{duration}</td><td>{report}</td></tr>",
+            esc(&r.id),
+            esc(&r.drive),
+            esc(&r.suite),
+            opt(r.schedule.as_deref()),
+            run_status_class(r.status),
+            run_status_name(r.status),
+            f::utc(started),
+        );
+    }
+    h.push_str("</tbody></table></section>\n");
+}
+
+fn schedules(h: &mut String, s: &Status, now: f64) {
+    h.push_str("<section class=\"card\" id=\"schedules\"><h2>Schedules</h2>\n");
+    let names: BTreeSet<&String> = s
+        .scheduler
+        .next_due
+        .keys()
+        .chain(s.scheduler.running.keys())
+        .collect();
+    if names.is_empty() {
+        h.push_str("<p class=\"dim\">No schedules.</p></section>\n");
+        return;
+    }
+    h.push_str(
+        "<table class=\"schedules\"><thead><tr><th>Schedule</th><th>Next due</th>\
+         <th>Running now</th></tr></thead>\n<tbody>\n",
+    );
+    for name in names {
+        let due = match s.scheduler.next_due.get(name) {
+            Some(&t) => format!(
+                "{} <span class=\"dim small\">({})</span>",
+                f::utc(t as f64),
+                f::relative(t as f64, now)
+            ),
+            None => NONE.to_string(),
+        };
+        let running = match s.scheduler.running.get(name) {
+            Some(id) => format!("<span class=\"warn\">{}</span>", esc(id)),
+            None => "<span class=\"dim\">no</span>".to_string(),
+        };
+        let _ = writeln!(
+            h,
+            "<tr class=\"schedule\"><td>{}</td><td class=\"nw\">{due}</td><td>{running}</td></tr>",
+            esc(name)
+        );
+    }
+    h.push_str("</tbody></table></section>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::{CollectorStatus, WindowQuantiles};
+
+    #[test]
+    fn empty_status_renders() {
+        let html = render(&Status::default(), 1.7e9);
+        assert!(html.contains("No drives are registered"));
+        assert!(html.contains("No runs yet"));
+        assert!(html.contains("No schedules"));
+        assert!(html.ends_with("</html>\n"));
+    }
+
+    #[test]
+    fn every_status_string_is_escaped() {
+        let evil = "<script>alert('x')</script>&\"";
+        let mut s = Status::default();
+        let mut d = DriveStatus {
+            name: evil.into(),
+            down_reason: Some(evil.into()),
+            canary_paused: Some(evil.into()),
+            ..Default::default()
+        };
+        d.identity.model = Some(evil.into());
+        d.identity.serial = Some(evil.into());
+        d.identity.firmware = Some(evil.into());
+        d.collectors.insert(
+            evil.into(),
+            CollectorStatus {
+                error: Some(evil.into()),
+                ..Default::default()
+            },
+        );
+        d.probes.insert(
+            evil.into(),
+            ProbeStatus {
+                read: OpStatus {
+                    ops_total: 5,
+                    window: Some(WindowQuantiles {
+                        ops: 5,
+                        quantiles: [f64::NAN, f64::INFINITY, -1.0, 1e300],
+                        max: f64::MAX,
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        );
+        d.device = Some(evil.into());
+        s.drives.insert(evil.into(), d);
+        s.config.last_error = Some(evil.into());
+        s.config.path = Some(evil.into());
+        s.scheduler.next_due.insert(evil.into(), i64::MAX);
+        s.scheduler.running.insert(evil.into(), evil.into());
+        s.runs.push(crate::schedule::RunRecord {
+            id: evil.into(),
+            suite: evil.into(),
+            drive: evil.into(),
+            schedule: Some(evil.into()),
+            started: i64::MIN,
+            ended: Some(i64::MAX),
+            status: RunStatus::Failed,
+            result_path: Some(evil.into()),
+        });
+        let html = render(&s, f64::NAN);
+        assert!(!html.contains("<script"), "{html}");
+        assert!(!html.contains("'x'"));
+        assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;"));
+        // An id that is not URL-safe gets no report link.
+        assert!(!html.contains("/runs/&lt;"));
+    }
+}

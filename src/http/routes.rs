@@ -1,0 +1,449 @@
+//! The handler: one request (method, URI, headers; the body is never read) in, one
+//! response out. It knows nothing of sockets, so TLS or basic auth can wrap it: check the
+//! `Authorization` header before calling [`App::respond`].
+//!
+//! The status lock is taken only inside synchronous functions (copy or encode, then
+//! release), so it is never held across an `.await`. Rendering that may panic (a bug in
+//! an encoder) is caught and answered with a 500, so one bad page never takes the
+//! connection, let alone the server, down.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Response, StatusCode, Uri};
+use serde::Serialize;
+use tokio::sync::Semaphore;
+
+use super::{fmt, page};
+use crate::metrics::{self, Format};
+use crate::schedule::RunRecord;
+use crate::status::Shared;
+
+/// The scheduler must have ticked within this many seconds for `/healthz` to say ok.
+pub const HEARTBEAT_LIMIT_SECONDS: f64 = 30.0;
+/// The longest run id `/runs/ID/report` accepts.
+pub const MAX_RUN_ID_LEN: usize = 128;
+/// The largest result document `/runs/ID/report` reads.
+pub const MAX_RESULT_BYTES: u64 = 64 << 20;
+/// Reports rendered at the same time (each reads and renders on a blocking thread);
+/// further requests wait their turn.
+const CONCURRENT_REPORTS: usize = 2;
+
+const TEXT: &str = "text/plain; charset=utf-8";
+const HTML: &str = "text/html; charset=utf-8";
+const JSON: &str = "application/json";
+/// The pages are self-contained: no scripts, no network, inline styles only.
+const HTML_POLICY: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; \
+                           base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// Wall-clock time as Unix seconds.
+pub fn now_unix() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// What a path names.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Route<'a> {
+    Page,
+    Metrics,
+    Healthz,
+    Drives,
+    Runs,
+    Report(&'a str),
+    NotFound,
+}
+
+pub(crate) fn route(path: &str) -> Route<'_> {
+    match path {
+        "/" => Route::Page,
+        "/metrics" => Route::Metrics,
+        "/healthz" => Route::Healthz,
+        "/api/v1/drives" => Route::Drives,
+        "/api/v1/runs" => Route::Runs,
+        _ => match path
+            .strip_prefix("/runs/")
+            .and_then(|rest| rest.strip_suffix("/report"))
+        {
+            Some(id) if valid_run_id(id) => Route::Report(id),
+            _ => Route::NotFound,
+        },
+    }
+}
+
+/// A run id as it may appear in a URL: 1 to [`MAX_RUN_ID_LEN`] of `[A-Za-z0-9._-]`, not
+/// `.` or `..`.
+pub fn valid_run_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_RUN_ID_LEN
+        && id != "."
+        && id != ".."
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// The report page of a run, when it can have one.
+pub fn report_url(run: &RunRecord) -> Option<String> {
+    (run.result_path.is_some() && valid_run_id(&run.id)).then(|| format!("/runs/{}/report", run.id))
+}
+
+/// A response before it is turned into hyper's type.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub status: StatusCode,
+    pub content_type: &'static str,
+    pub body: Bytes,
+    pub extra: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Reply {
+    fn new(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Reply {
+        Reply {
+            status,
+            content_type,
+            body: body.into(),
+            extra: Vec::new(),
+        }
+    }
+
+    /// A one-line plain-text answer; control characters in `line` become spaces.
+    pub fn line(status: StatusCode, line: &str) -> Reply {
+        let mut text: String = line
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        text.push('\n');
+        Reply::new(status, TEXT, text)
+    }
+
+    fn html(body: String) -> Reply {
+        let mut r = Reply::new(StatusCode::OK, HTML, body);
+        r.extra.push((
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(HTML_POLICY),
+        ));
+        r
+    }
+
+    fn json<T: Serialize + ?Sized>(value: &T) -> Reply {
+        match serde_json::to_vec(value) {
+            Ok(mut v) => {
+                v.push(b'\n');
+                Reply::new(StatusCode::OK, JSON, v)
+            }
+            Err(e) => Reply::line(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("cannot encode the status as JSON: {e}"),
+            ),
+        }
+    }
+
+    /// The hyper response; for HEAD the same headers (Content-Length included) and no body.
+    pub fn into_response(self, head: bool) -> Response<Full<Bytes>> {
+        let len = self.body.len();
+        let body = if head { Bytes::new() } else { self.body };
+        let mut resp = Response::new(Full::new(body));
+        *resp.status_mut() = self.status;
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(self.content_type),
+        );
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        h.insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        );
+        for (k, v) in self.extra {
+            h.insert(k, v);
+        }
+        resp
+    }
+}
+
+/// Runs a synchronous renderer, turning a panic into a 500.
+fn guarded(what: &str, f: impl FnOnce() -> Reply) -> Reply {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        tracing::error!(page = what, "http: a renderer panicked; answered 500");
+        Reply::line(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("internal error while rendering {what}"),
+        )
+    })
+}
+
+/// The application: the status it shows and what it needs to answer.
+pub struct App {
+    shared: Arc<Shared>,
+    reports: Semaphore,
+}
+
+impl App {
+    pub fn new(shared: Arc<Shared>) -> App {
+        App {
+            shared,
+            reports: Semaphore::new(CONCURRENT_REPORTS),
+        }
+    }
+
+    /// Answers one request. Only GET and HEAD are served (405 otherwise, with `Allow`).
+    pub async fn respond(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+    ) -> Response<Full<Bytes>> {
+        let head = match *method {
+            Method::GET => false,
+            Method::HEAD => true,
+            _ => {
+                let mut r = Reply::line(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method not allowed: this server only answers GET and HEAD",
+                );
+                r.extra
+                    .push((header::ALLOW, HeaderValue::from_static("GET, HEAD")));
+                return r.into_response(false);
+            }
+        };
+        let reply = match route(uri.path()) {
+            Route::Page => guarded("the status page", || self.page()),
+            Route::Metrics => guarded("the metrics", || self.metrics(headers)),
+            Route::Healthz => self.healthz(),
+            Route::Drives => guarded("the drives", || self.drives()),
+            Route::Runs => guarded("the runs", || self.runs()),
+            Route::Report(id) => self.report(id).await,
+            Route::NotFound => Reply::line(
+                StatusCode::NOT_FOUND,
+                "not found: see / for the status page, /metrics, /healthz, /api/v1/drives, /api/v1/runs",
+            ),
+        };
+        reply.into_response(head)
+    }
+
+    fn page(&self) -> Reply {
+        let now = now_unix();
+        let html = {
+            let s = self.shared.lock();
+            page::render(&s, now)
+        };
+        Reply::html(html)
+    }
+
+    fn metrics(&self, headers: &HeaderMap) -> Reply {
+        // Several Accept headers mean the same as one with their values joined.
+        let accept: Vec<&str> = headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        let accept = (!accept.is_empty()).then(|| accept.join(", "));
+        let format = Format::negotiate(accept.as_deref());
+        let text = {
+            let s = self.shared.lock();
+            metrics::render(&s, format)
+        };
+        let mut r = Reply::new(StatusCode::OK, format.content_type(), text);
+        r.extra
+            .push((header::VARY, HeaderValue::from_static("Accept")));
+        r
+    }
+
+    fn healthz(&self) -> Reply {
+        let tick = self.shared.lock().scheduler.last_tick_unix;
+        match heartbeat(tick, now_unix()) {
+            Ok(()) => Reply::line(StatusCode::OK, "ok"),
+            Err(why) => Reply::line(StatusCode::SERVICE_UNAVAILABLE, &why),
+        }
+    }
+
+    fn drives(&self) -> Reply {
+        let s = self.shared.lock();
+        let drives: Vec<_> = s.drives.values().collect();
+        Reply::json(&drives)
+    }
+
+    fn runs(&self) -> Reply {
+        #[derive(Serialize)]
+        struct RunView<'a> {
+            #[serde(flatten)]
+            run: &'a RunRecord,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            report: Option<String>,
+        }
+        let s = self.shared.lock();
+        let runs: Vec<RunView> = s
+            .runs
+            .iter()
+            .rev()
+            .map(|run| RunView {
+                run,
+                report: report_url(run),
+            })
+            .collect();
+        Reply::json(&runs)
+    }
+
+    async fn report(&self, id: &str) -> Reply {
+        let path = {
+            let s = self.shared.lock();
+            s.runs
+                .iter()
+                .rev()
+                .find(|r| r.id == id)
+                .map(|r| r.result_path.clone())
+        };
+        let path = match path {
+            None => return Reply::line(StatusCode::NOT_FOUND, &format!("no run {id}")),
+            Some(None) => {
+                return Reply::line(
+                    StatusCode::NOT_FOUND,
+                    &format!("run {id} has no result document"),
+                )
+            }
+            Some(Some(p)) => p,
+        };
+        let Ok(_permit) = self.reports.acquire().await else {
+            return Reply::line(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
+        };
+        let id = id.to_string();
+        let id_for_log = id.clone();
+        match tokio::task::spawn_blocking(move || report_page(&id, &path)).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(run = %id_for_log, error = %e, "http: rendering a report failed");
+                Reply::line(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal error while rendering the report",
+                )
+            }
+        }
+    }
+}
+
+/// Whether the scheduler's heartbeat at `tick` is recent at `now`, or why not (one line).
+pub fn heartbeat(tick: f64, now: f64) -> Result<(), String> {
+    if !tick.is_finite() || tick <= 0.0 {
+        return Err("unhealthy: the scheduler has not run yet".into());
+    }
+    let age = now - tick;
+    if age.is_nan() {
+        Err("unhealthy: the clock cannot be read".into())
+    } else if age > HEARTBEAT_LIMIT_SECONDS {
+        Err(format!(
+            "unhealthy: the scheduler's last pass was {} ago (limit {HEARTBEAT_LIMIT_SECONDS} s)",
+            fmt::span(age)
+        ))
+    } else if age < -HEARTBEAT_LIMIT_SECONDS {
+        Err(format!(
+            "unhealthy: the scheduler's last pass is {} in the future (did the clock step back?)",
+            fmt::span(-age)
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// Reads and renders one result document (blocking). A document that is not there is a
+/// 404; one that cannot be read or is not a valid document is a 500.
+fn report_page(id: &str, path: &Path) -> Reply {
+    use std::io::Read;
+    let name = path.display().to_string();
+    let read = std::fs::File::open(path).and_then(|f| {
+        let mut bytes = Vec::new();
+        f.take(MAX_RESULT_BYTES + 1).read_to_end(&mut bytes)?;
+        Ok(bytes)
+    });
+    let bytes = match read {
+        Ok(b) if b.len() as u64 > MAX_RESULT_BYTES => {
+            return Reply::line(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!(
+                "run {id}: {name}: larger than {} MiB, not rendered here; use driveprobe report",
+                MAX_RESULT_BYTES >> 20
+            ),
+            )
+        }
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Reply::line(
+                StatusCode::NOT_FOUND,
+                &format!("run {id}: result document {name} is gone"),
+            )
+        }
+        Err(e) => {
+            return Reply::line(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("run {id}: cannot read {name}: {e}"),
+            )
+        }
+    };
+    match crate::report::parse(&bytes, &name) {
+        Ok(doc) => {
+            let label = crate::report::document_label(path, &doc);
+            Reply::html(crate::report::render(&[(label, doc)]))
+        }
+        Err(e) => Reply::line(StatusCode::INTERNAL_SERVER_ERROR, &format!("run {id}: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_and_run_ids() {
+        assert_eq!(route("/"), Route::Page);
+        assert_eq!(route("/metrics"), Route::Metrics);
+        assert_eq!(route("/healthz"), Route::Healthz);
+        assert_eq!(route("/api/v1/drives"), Route::Drives);
+        assert_eq!(route("/api/v1/runs"), Route::Runs);
+        assert_eq!(route("/runs/r-1.a_b/report"), Route::Report("r-1.a_b"));
+        for bad in [
+            "/metrics/",
+            "//metrics",
+            "/runs//report",
+            "/runs/../report",
+            "/runs/./report",
+            "/runs/a/b/report",
+            "/runs/a%2Fb/report",
+            "/runs/a b/report",
+            "/runs/é/report",
+            "/runs/a/report/",
+            "/runs/a",
+            "",
+            "*",
+        ] {
+            assert_eq!(route(bad), Route::NotFound, "{bad}");
+        }
+        let long = format!("/runs/{}/report", "a".repeat(MAX_RUN_ID_LEN));
+        assert!(matches!(route(&long), Route::Report(_)));
+        let long = format!("/runs/{}/report", "a".repeat(MAX_RUN_ID_LEN + 1));
+        assert_eq!(route(&long), Route::NotFound);
+    }
+
+    #[test]
+    fn heartbeat_limits() {
+        assert!(heartbeat(1000.0, 1000.0).is_ok());
+        assert!(heartbeat(1000.0, 1030.0).is_ok());
+        assert!(heartbeat(1000.0, 1031.0).unwrap_err().contains("31 s ago"));
+        assert!(heartbeat(1000.0, 900.0).unwrap_err().contains("future"));
+        assert!(heartbeat(0.0, 1000.0).unwrap_err().contains("not run"));
+        assert!(heartbeat(f64::NAN, 1000.0).is_err());
+        assert!(heartbeat(1000.0, f64::NAN).is_err());
+    }
+
+    #[test]
+    fn one_line_replies() {
+        let r = Reply::line(StatusCode::NOT_FOUND, "a\nb\r\tc");
+        assert_eq!(&r.body[..], b"a b  c\n");
+    }
+}

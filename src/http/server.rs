@@ -1,0 +1,344 @@
+//! Sockets: the accept loop, the connection cap, one HTTP/1.1 connection, and shutdown.
+//!
+//! The cap counts open connections. At the cap, a new connection evicts the oldest one
+//! that is idle (no request in flight: a keep-alive connection between requests, or one
+//! still sending its headers), or failing that one whose response has been stuck for
+//! [`Limits::stuck_after`]; when every connection is busy the new one is closed at once.
+//! So idle or slow clients can hold at most the cap's worth of sockets and never lock a
+//! scraper out, and a request being answered is never cut off by a newcomer.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::Request;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
+
+use super::routes::App;
+use super::Limits;
+
+/// Resolves when `rx` says true, or when its sender is gone (nobody can stop us later).
+pub(crate) async fn shutdown_requested(rx: &mut watch::Receiver<bool>) {
+    loop {
+        if *rx.borrow_and_update() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// One open connection, as the cap sees it.
+struct Slot {
+    /// Requests in flight (from the handler's start until the response body is dropped).
+    busy: AtomicUsize,
+    /// When the connection last became busy, in nanoseconds since the tracker's epoch.
+    busy_since: AtomicU64,
+    /// Told to close by a newcomer at the cap.
+    evict: Notify,
+}
+
+/// The open connections, oldest first.
+struct Tracker {
+    max: usize,
+    stuck_after: Duration,
+    epoch: Instant,
+    next_id: AtomicU64,
+    open: Mutex<BTreeMap<u64, Arc<Slot>>>,
+}
+
+impl Tracker {
+    fn new(limits: &Limits) -> Tracker {
+        Tracker {
+            max: limits.max_connections.max(1),
+            stuck_after: limits.stuck_after,
+            epoch: Instant::now(),
+            next_id: AtomicU64::new(0),
+            open: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether `slot` may be closed for a newcomer (or on eviction, whether to drop it
+    /// now rather than let its request finish).
+    fn evictable(&self, slot: &Slot) -> bool {
+        if slot.busy.load(Ordering::Acquire) == 0 {
+            return true;
+        }
+        let since = slot.busy_since.load(Ordering::Acquire);
+        let stuck = u64::try_from(self.stuck_after.as_nanos()).unwrap_or(u64::MAX);
+        self.now_ns().saturating_sub(since) >= stuck
+    }
+
+    /// Registers a new connection, evicting one at the cap; None when none can make room.
+    fn admit(self: &Arc<Self>) -> Option<Registered> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if open.len() >= self.max {
+            let victim = open
+                .iter()
+                .find(|(_, s)| s.busy.load(Ordering::Acquire) == 0)
+                .or_else(|| open.iter().find(|(_, s)| self.evictable(s)))
+                .map(|(&id, _)| id)?;
+            if let Some(s) = open.remove(&victim) {
+                s.evict.notify_one();
+            }
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot {
+            busy: AtomicUsize::new(0),
+            busy_since: AtomicU64::new(0),
+            evict: Notify::new(),
+        });
+        open.insert(id, slot.clone());
+        Some(Registered {
+            tracker: self.clone(),
+            id,
+            slot,
+        })
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// A connection's place in the tracker; leaving it (the task ends or is aborted) frees it.
+struct Registered {
+    tracker: Arc<Tracker>,
+    id: u64,
+    slot: Arc<Slot>,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut open = self.tracker.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.remove(&self.id);
+    }
+}
+
+/// Marks a connection busy while it lives: from the handler's start until the response
+/// body has been written (it travels inside the body).
+struct Busy {
+    slot: Arc<Slot>,
+}
+
+impl Busy {
+    fn new(tracker: &Tracker, slot: Arc<Slot>) -> Busy {
+        if slot.busy.fetch_add(1, Ordering::AcqRel) == 0 {
+            slot.busy_since.store(tracker.now_ns(), Ordering::Release);
+        }
+        Busy { slot }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.slot.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that keeps its connection marked busy until it is dropped.
+pub(crate) struct Guarded {
+    inner: Full<Bytes>,
+    _busy: Busy,
+}
+
+impl Body for Guarded {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown`; see [`super::serve`].
+pub(crate) async fn run(
+    listener: TcpListener,
+    app: Arc<App>,
+    mut shutdown: watch::Receiver<bool>,
+    limits: Limits,
+) -> io::Result<()> {
+    let tracker = Arc::new(Tracker::new(&limits));
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown_requested(&mut shutdown) => break,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    // At the cap with every connection busy: close the newcomer.
+                    let Some(reg) = tracker.admit() else {
+                        tracing::debug!(max = tracker.max, "http: every connection is busy; closed a new one");
+                        continue;
+                    };
+                    let _ = stream.set_nodelay(true);
+                    tasks.spawn(connection(stream, app.clone(), reg, limits.clone(), shutdown.clone()));
+                }
+                Err(e) => {
+                    // A client that gave up is nobody's problem; anything else (out of
+                    // file descriptors, memory) gets a pause so the loop does not spin.
+                    if !matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionAborted
+                            | io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::ConnectionRefused
+                            | io::ErrorKind::Interrupted
+                            | io::ErrorKind::WouldBlock
+                    ) {
+                        tracing::warn!(error = %e, "http: accept failed; retrying in 100 ms");
+                        tokio::select! {
+                            _ = shutdown_requested(&mut shutdown) => break,
+                            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                        }
+                    }
+                }
+            },
+        }
+    }
+    // Stop accepting; every connection was told through its own receiver: idle ones close
+    // now, in-flight requests get the grace period, then whatever is left is aborted.
+    drop(listener);
+    let drained = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(limits.shutdown_grace, drained)
+        .await
+        .is_err()
+    {
+        tasks.shutdown().await;
+    }
+    Ok(())
+}
+
+/// One HTTP/1.1 connection over any byte stream (a TLS stream can be passed here as well
+/// as a TCP one). Returns when the connection ends, is evicted, or after shutdown.
+async fn connection<I>(
+    io: I,
+    app: Arc<App>,
+    reg: Registered,
+    limits: Limits,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let tracker = reg.tracker.clone();
+    let slot = reg.slot.clone();
+    let svc = {
+        let (tracker, slot) = (tracker.clone(), slot.clone());
+        service_fn(move |req: Request<Incoming>| {
+            let busy = Busy::new(&tracker, slot.clone());
+            let app = app.clone();
+            async move {
+                // The body (if any) is never read.
+                let resp = app.respond(req.method(), req.uri(), req.headers()).await;
+                Ok::<_, Infallible>(resp.map(|inner| Guarded { inner, _busy: busy }))
+            }
+        })
+    };
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true)
+        .half_close(false);
+    let conn = builder.serve_connection(TokioIo::new(io), svc);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = slot.evict.notified() => {
+            if tracker.evictable(&slot) {
+                return; // dropping the connection closes the socket
+            }
+            // Became busy meanwhile: finish that request (within the stuck limit), then close.
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(limits.stuck_after, conn).await;
+            return;
+        }
+        // The server aborts what is left after its grace period.
+        _ = shutdown_requested(&mut shutdown) => conn.as_mut().graceful_shutdown(),
+    }
+    let _ = conn.await;
+    drop(reg);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(max: usize) -> Limits {
+        Limits {
+            max_connections: max,
+            stuck_after: Duration::from_secs(3600),
+            ..Limits::default()
+        }
+    }
+
+    #[test]
+    fn the_cap_evicts_the_oldest_idle_connection() {
+        let t = Arc::new(Tracker::new(&limits(3)));
+        let a = t.admit().unwrap();
+        let b = t.admit().unwrap();
+        let c = t.admit().unwrap();
+        let busy_a = Busy::new(&t, a.slot.clone());
+        // a is busy: b (the oldest idle one) makes room.
+        let d = t.admit().unwrap();
+        assert_eq!(t.len(), 3);
+        assert!(t.open.lock().unwrap().contains_key(&a.id));
+        assert!(!t.open.lock().unwrap().contains_key(&b.id));
+        drop(b);
+        assert_eq!(t.len(), 3);
+        // Every connection busy: nobody is admitted.
+        let _busy = [Busy::new(&t, c.slot.clone()), Busy::new(&t, d.slot.clone())];
+        assert!(t.admit().is_none());
+        assert_eq!(t.len(), 3);
+        // a finishes its response and becomes the one to go.
+        drop(busy_a);
+        let _e = t.admit().unwrap();
+        assert!(!t.open.lock().unwrap().contains_key(&a.id));
+        drop(a);
+        assert_eq!(t.len(), 3);
+    }
+
+    #[test]
+    fn a_stuck_response_can_be_evicted() {
+        let t = Arc::new(Tracker::new(&Limits {
+            max_connections: 1,
+            stuck_after: Duration::ZERO,
+            ..Limits::default()
+        }));
+        let a = t.admit().unwrap();
+        let _busy = Busy::new(&t, a.slot.clone());
+        assert!(t.evictable(&a.slot));
+        assert!(t.admit().is_some());
+    }
+}
