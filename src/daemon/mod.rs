@@ -127,6 +127,24 @@ impl DriveCtl {
         }
     }
 
+    /// Resolves the identity again (now), logging a change of state.
+    pub fn refresh_identity(&self) {
+        let r = identity::resolve(&self.cfg);
+        let was = std::mem::replace(
+            &mut *self.resolved.lock().unwrap_or_else(|e| e.into_inner()),
+            r.clone(),
+        );
+        match (&was, &r) {
+            (Ok(_), Err(why)) => {
+                tracing::warn!(drive = %self.cfg.name, reason = %why, "drive is down; its probes stop")
+            }
+            (Err(_), Ok(now)) => {
+                tracing::info!(drive = %self.cfg.name, target = %now.target.display(), "drive is up")
+            }
+            _ => {}
+        }
+    }
+
     /// Where the drive is, or why it is down.
     pub fn resolved(&self) -> Result<Resolved, String> {
         self.resolved
@@ -214,23 +232,14 @@ impl Ctx {
         today as f64 >= budget
     }
 
-    /// Resolves every drive's identity again, and publishes up/down and the wear figures.
-    pub fn refresh_drives(&self) {
+    /// Publishes up/down and the wear figures of every drive, resolving their identities
+    /// again first when `resolve`.
+    pub fn refresh_drives(&self, resolve: bool) {
         for d in self.drives.values() {
-            let r = identity::resolve(&d.cfg);
-            let was = std::mem::replace(
-                &mut *d.resolved.lock().unwrap_or_else(|e| e.into_inner()),
-                r.clone(),
-            );
-            match (&was, &r) {
-                (Ok(_), Err(why)) => {
-                    tracing::warn!(drive = %d.cfg.name, reason = %why, "drive is down; its probes stop")
-                }
-                (Err(_), Ok(now)) => {
-                    tracing::info!(drive = %d.cfg.name, target = %now.target.display(), "drive is up")
-                }
-                _ => {}
+            if resolve {
+                d.refresh_identity();
             }
+            let r = d.resolved();
             let (budget, today, lifetime) = self.wear(d);
             let paused = d.paused().or_else(|| {
                 (today as f64 >= budget && d.cfg.writable()).then(|| {
@@ -345,7 +354,7 @@ impl Generation {
                 }
             }
         }
-        ctx.refresh_drives();
+        ctx.refresh_drives(false);
         let mut threads = Vec::new();
         let mut beats = Vec::new();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {

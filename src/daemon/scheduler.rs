@@ -29,6 +29,10 @@ use crate::target::{self, Target};
 
 use super::{now_unix, Beat, Ctx, DriveCtl};
 
+/// Seconds between two identity checks of every drive (a drive that vanishes is down
+/// within this; a run re-checks its drive just before it starts).
+pub const RESOLVE_EVERY: i64 = 2;
+
 /// One run going on.
 #[derive(Debug)]
 pub struct RunHandle {
@@ -170,7 +174,9 @@ pub fn tick(ctx: &Arc<Ctx>, plans: &[Plan], now: i64) {
     for r in ctx.runs.all() {
         account_writes(ctx, &r, now);
     }
-    ctx.refresh_drives();
+    // Identities every few seconds (sysfs and the mount table are read for each drive);
+    // the wear figures every tick.
+    ctx.refresh_drives(now % RESOLVE_EVERY == 0);
 
     let busy: BTreeSet<String> = ctx.runs.all().iter().map(|r| r.drive.clone()).collect();
     let schedules: Vec<plan_mod::Schedule> = plans.iter().map(|p| p.schedule.clone()).collect();
@@ -255,6 +261,7 @@ fn account_writes(ctx: &Ctx, r: &RunHandle, now: i64) {
 /// drive is down or over budget, or the state cannot be saved); it stays due.
 fn try_start(ctx: &Arc<Ctx>, p: &Plan, due: i64, deadline: i64, now: i64) -> Option<String> {
     let drive = ctx.drives.get(&p.schedule.drive)?.clone();
+    drive.refresh_identity();
     if let Err(why) = drive.resolved() {
         tracing::info!(schedule = %p.key, reason = %why, "run due, but the drive is down; waiting");
         return None;

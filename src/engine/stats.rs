@@ -78,6 +78,10 @@ impl DirStats {
         self.lat_sq_sum += other.lat_sq_sum;
         self.lat_min = self.lat_min.min(other.lat_min);
         self.lat_max = self.lat_max.max(other.lat_max);
+        if other.ops == 0 {
+            // Nothing recorded: skip the walk over the histogram's counts.
+            return;
+        }
         // Same bounds on both sides: add cannot fail or grow.
         self.hist
             .add(&other.hist)
@@ -92,7 +96,11 @@ impl DirStats {
         self.lat_sq_sum = 0;
         self.lat_min = u64::MAX;
         self.lat_max = 0;
-        self.hist.reset();
+        // Clearing writes every count (and makes every page of them resident): skip it
+        // when nothing was recorded (a read-only job's write side, an idle interval).
+        if !self.hist.is_empty() {
+            self.hist.reset();
+        }
     }
 
     /// The exact sum of the recorded latencies, in nanoseconds.
