@@ -139,7 +139,8 @@ pub struct OpStatus {
     pub window: Option<WindowQuantiles>,
 }
 
-/// Quantiles over a probe's sliding window, seconds (HDR precision: 0.1%).
+/// Quantiles over a probe's sliding window, seconds (HDR precision: within 1% for the
+/// daemon's canaries, whose histograms keep 2 significant digits).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct WindowQuantiles {
     /// I/Os in the window.

@@ -4,9 +4,9 @@
 //! Each interval arrives as an HDR histogram. The window keeps, per interval, only the
 //! recorded (value, count) pairs, a few dozen for a canary, and one merged sparse map of
 //! the whole window; an interval leaving the window is subtracted from the map. So the
-//! quantiles are the HDR histogram's own (within 0.1%) over exactly the intervals in the
-//! window, and memory stays proportional to the distinct latencies seen, not to the
-//! histogram's range.
+//! quantiles are the HDR histogram's own (to its precision: 2 significant digits, within
+//! 1%, for the daemon's canaries) over exactly the intervals in the window, and memory
+//! stays proportional to the distinct latencies seen, not to the histogram's range.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -74,7 +74,7 @@ impl OpWindow {
                 pairs.push((value, count));
                 // `le` buckets: a latency equal to a bound belongs to that bound's bucket
                 // (placed by the lowest value the HDR bucket stands for, so an exact
-                // bound is not pushed up by the histogram's 0.1% rounding).
+                // bound is not pushed up by the histogram's rounding).
                 let low = s.histogram().lowest_equivalent(value);
                 let i = bounds.partition_point(|&b| b < low);
                 self.buckets[i] += count;

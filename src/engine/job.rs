@@ -13,6 +13,8 @@ use crate::units::{self, format_size};
 pub enum JobError {
     #[error(transparent)]
     Unit(#[from] units::UnitError),
+    #[error("{0} significant digits of latency: give 2 or 3")]
+    LatencyDigits(u8),
     #[error("'{0}' is not a block size mix: write size:weight pairs separated by commas, such as 512:4,4k:67,8k:29 (or fio's 4k/70:8k/30)")]
     SizeMix(String),
     #[error("'{0}' is not an access distribution: write uniform, or zoned access%/size% pairs such as zoned:50/5:30/15:20/80 (each column adding up to 100)")]
@@ -291,6 +293,9 @@ pub struct JobSpec {
     pub error_limit: u64,
     pub seed: u64,
     pub backend: BackendChoice,
+    /// Significant digits of the latency histograms: 3 (values within 0.1%, 270 KB per
+    /// histogram) or 2 (within 1%, 37 KB: for always-on canaries on many drives).
+    pub latency_digits: u8,
 }
 
 impl Default for JobSpec {
@@ -315,6 +320,7 @@ impl Default for JobSpec {
             error_limit: 10,
             seed: 0x6472_6976_6570_726f, // "driveprobe"
             backend: BackendChoice::Auto,
+            latency_digits: 3,
         }
     }
 }
@@ -348,6 +354,8 @@ pub struct Job {
     pub(crate) seed: u64,
     #[serde(skip)]
     pub(crate) backend: BackendChoice,
+    #[serde(skip)]
+    pub(crate) latency_digits: u8,
 }
 
 impl JobSpec {
@@ -385,6 +393,9 @@ impl JobSpec {
                 what: "error limit",
             });
         }
+        if !(2..=3).contains(&self.latency_digits) {
+            return Err(JobError::LatencyDigits(self.latency_digits));
+        }
         if let Some(r) = self.rate {
             if !(r.iops.is_finite() && r.iops > 0.0) {
                 return Err(JobError::Rate(r.iops));
@@ -413,6 +424,7 @@ impl JobSpec {
             error_limit: self.error_limit,
             seed: self.seed,
             backend: self.backend,
+            latency_digits: self.latency_digits,
         })
     }
 }
@@ -438,6 +450,7 @@ impl Job {
             error_limit: self.error_limit,
             seed: self.seed,
             backend: self.backend,
+            latency_digits: self.latency_digits,
         }
     }
 

@@ -301,7 +301,7 @@ pub fn run_observed(
             .then(|| VerifyState::new(min_bs, start, len, !job.writes()));
         let (spare_tx, spare_rx) = sync_channel(4);
         for _ in 0..2 {
-            let _ = spare_tx.send(IntervalStats::new());
+            let _ = spare_tx.send(IntervalStats::new(job.latency_digits));
         }
         spare_txs.push(spare_tx);
         let share = byte_budget / workers + if i < byte_budget % workers { 1 } else { 0 };
@@ -323,11 +323,17 @@ pub fn run_observed(
             interval: interval_ns,
             tx: tx.clone(),
             spare_rx,
+            digits: job.latency_digits,
         });
     }
     drop(tx);
 
-    let mut collector = Collector::new(job.workers as usize, interval_ns, control);
+    let mut collector = Collector::new(
+        job.workers as usize,
+        interval_ns,
+        control,
+        job.latency_digits,
+    );
     let outcomes: Vec<WorkerOutcome> = std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for setup in setups {
@@ -440,14 +446,17 @@ struct Collector {
     last_end: u64,
     written: Arc<AtomicU64>,
     discard_intervals: bool,
+    /// Significant digits of the histograms.
+    digits: u8,
     /// Emptied merged intervals, for reuse (boxed as the pending map holds them).
     #[allow(clippy::vec_box)]
     spare: Vec<Box<IntervalStats>>,
 }
 
 impl Collector {
-    fn new(workers: usize, interval: u64, control: &RunControl) -> Self {
+    fn new(workers: usize, interval: u64, control: &RunControl, digits: u8) -> Self {
         Collector {
+            digits,
             written: control.written.clone(),
             discard_intervals: control.discard_intervals,
             spare: Vec::new(),
@@ -457,18 +466,18 @@ impl Collector {
             last_index: vec![None; workers],
             done: vec![false; workers],
             pending: BTreeMap::new(),
-            total_read: DirStats::new(),
-            total_write: DirStats::new(),
+            total_read: DirStats::with_digits(digits),
+            total_write: DirStats::with_digits(digits),
             intervals: Vec::new(),
             last_end: 0,
         }
     }
 
     fn add(&mut self, w: usize, b: &IntervalStats, emit: &mut Emit) {
-        let spare = &mut self.spare;
+        let (spare, digits) = (&mut self.spare, self.digits);
         let agg = self.pending.entry(b.index).or_insert_with(|| {
             // Reuse a merged interval already emitted: no large allocation per interval.
-            let mut n = spare.pop().unwrap_or_else(IntervalStats::new);
+            let mut n = spare.pop().unwrap_or_else(|| IntervalStats::new(digits));
             n.index = b.index;
             n
         });

@@ -43,7 +43,14 @@ impl Default for DirStats {
 }
 
 impl DirStats {
+    /// Latencies to 3 significant digits (within 0.1%).
     pub fn new() -> Self {
+        Self::with_digits(SIGFIGS)
+    }
+
+    /// Latencies to `digits` significant digits (2 or 3; anything else is taken as 3).
+    pub fn with_digits(digits: u8) -> Self {
+        let digits = if digits == 2 { 2 } else { SIGFIGS };
         DirStats {
             ops: 0,
             bytes: 0,
@@ -52,7 +59,7 @@ impl DirStats {
             lat_sq_sum: 0,
             lat_min: u64::MAX,
             lat_max: 0,
-            hist: Histogram::new_with_bounds(1, MAX_TRACKED_NS, SIGFIGS)
+            hist: Histogram::new_with_bounds(1, MAX_TRACKED_NS, digits)
                 .expect("static histogram bounds are valid"),
         }
     }

@@ -36,12 +36,13 @@ pub struct IntervalStats {
 }
 
 impl IntervalStats {
-    pub fn new() -> Box<Self> {
+    /// Empty statistics with histograms of `digits` significant digits.
+    pub fn new(digits: u8) -> Box<Self> {
         Box::new(IntervalStats {
             index: 0,
             end_ns: 0,
-            read: DirStats::new(),
-            write: DirStats::new(),
+            read: DirStats::with_digits(digits),
+            write: DirStats::with_digits(digits),
         })
     }
 }
@@ -186,6 +187,8 @@ pub struct WorkerSetup {
     pub interval: u64,
     pub tx: SyncSender<Msg>,
     pub spare_rx: Receiver<Box<IntervalStats>>,
+    /// Significant digits of the latency histograms.
+    pub digits: u8,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -212,6 +215,7 @@ struct Core {
     cur: Box<IntervalStats>,
     tx: SyncSender<Msg>,
     spare_rx: Receiver<Box<IntervalStats>>,
+    digits: u8,
     outcome: WorkerOutcome,
     stopping: bool,
 }
@@ -244,9 +248,10 @@ impl Core {
             verify: s.verify,
             tl: timeline,
             next_boundary: measure_start + s.interval,
-            cur: IntervalStats::new(),
+            cur: IntervalStats::new(s.digits),
             tx: s.tx,
             spare_rx: s.spare_rx,
+            digits: s.digits,
             outcome: WorkerOutcome::default(),
             stopping: false,
         }
@@ -273,7 +278,7 @@ impl Core {
     fn send_interval(&mut self, end: u64) {
         let fresh = match self.spare_rx.recv() {
             Ok(b) => b,
-            Err(_) => IntervalStats::new(), // collector gone: keep going, nobody listens
+            Err(_) => IntervalStats::new(self.digits), // collector gone: keep going, nobody listens
         };
         let mut full = std::mem::replace(&mut self.cur, fresh);
         full.index = (end - self.tl.measure_start).div_ceil(self.tl.interval) - 1;
