@@ -238,6 +238,37 @@ mod tests {
         assert_eq!(w.status().ops_total, 51);
     }
 
+    /// With the canaries' 2 significant digits the quantiles are within 1% of the exact
+    /// ones.
+    #[test]
+    fn two_digit_histograms_stay_within_one_percent() {
+        let mut rng = Rng::new(11);
+        let mut w = OpWindow::new(60.0);
+        let mut all = Vec::new();
+        for i in 0..20 {
+            let mut s = DirStats::with_digits(2);
+            for _ in 0..500 {
+                let v = (30_000.0 * (300f64).powf(rng.unit_open0())) as u64;
+                s.record(v, 4096);
+                all.push(v);
+            }
+            w.add(i as f64 + 1.0, &s);
+        }
+        all.sort_unstable();
+        let q = w.quantiles().unwrap();
+        for (k, (_, p)) in WINDOW_QUANTILES.iter().enumerate() {
+            let rank = ((p / 100.0) * all.len() as f64).ceil() as usize;
+            let exact = all[rank - 1] as f64 / 1e9;
+            let err = (q.quantiles[k] - exact).abs() / exact;
+            assert!(
+                err < 0.01,
+                "p{p}: {} against {exact} ({err})",
+                q.quantiles[k]
+            );
+        }
+        assert_eq!(q.max, *all.last().unwrap() as f64 / 1e9);
+    }
+
     #[test]
     fn buckets_follow_le_bounds() {
         let mut w = OpWindow::new(60.0);

@@ -568,6 +568,24 @@ mod tests {
     }
 
     #[test]
+    fn latency_digits_are_2_or_3() {
+        for (d, ok) in [(1, false), (2, true), (3, true), (4, false)] {
+            let spec = JobSpec {
+                latency_digits: d,
+                ..JobSpec::default()
+            };
+            assert_eq!(spec.validate().is_ok(), ok, "{d} digits");
+        }
+        let job = JobSpec {
+            latency_digits: 2,
+            ..JobSpec::default()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(job.to_spec().latency_digits, 2);
+    }
+
+    #[test]
     fn validation() {
         let ok = JobSpec::default().validate().unwrap();
         assert_eq!(ok.rw_name(), "randread");
