@@ -557,7 +557,7 @@ impl Snapshot {
         );
         self.gauge_opt(
             "driveprobe_run_last_success_timestamp_seconds",
-            "Unix time at which the last run of the suite on the drive that passed started.",
+            "Unix time at which the last run of the suite on the drive that passed ended.",
             &ds(),
             r.last_success_unix,
         );

@@ -218,9 +218,9 @@ fn nvme() -> DriveStatus {
             notes: vec![],
         }),
         collectors: collectors(&[
-            ("canary", true, 0.000_9),
+            ("canary:canary-4k-read", true, 0.000_9),
             ("health", true, 0.004_25),
-            ("identity", true, 0.001_5),
+            ("run:enterprise", true, 0.0),
         ]),
         probes,
         canary_paused: None,
@@ -298,7 +298,7 @@ fn sata() -> DriveStatus {
             notes: vec!["no rating".into()],
             ..Default::default()
         }),
-        collectors: collectors(&[("health", true, 1.75), ("identity", true, 0.002)]),
+        collectors: collectors(&[("health", true, 1.75)]),
         probes,
         canary_paused: Some("the wear budget for today is spent".into()),
         wear: WearStatus {
@@ -317,7 +317,7 @@ fn down() -> DriveStatus {
         name: "spare3".into(),
         up: false,
         down_reason: Some("no device with serial ZA1B2C3D is present".into()),
-        collectors: collectors(&[("identity", false, 0.000_3)]),
+        collectors: collectors(&[("canary:canary-4k-read", false, 0.000_3)]),
         wear: WearStatus {
             budget_bytes_per_day: 1_073_741_824.0,
             ..Default::default()
