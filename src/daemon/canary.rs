@@ -17,7 +17,7 @@ use crate::config::Probe;
 use crate::engine::{self, IntervalDetail, IntervalSummary, RunControl, Stop};
 use crate::safety::{self, WriteRequest};
 use crate::status::CollectorStatus;
-use crate::target::{self, Target};
+use crate::target::Target;
 
 use super::window::OpWindow;
 use super::{now_unix, Ctx, DriveCtl};
@@ -109,7 +109,7 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
             if drive.cfg.file_target.is_some() && last_check.elapsed() >= RECHECK_FILE {
                 last_check = Instant::now();
                 if identity_of(target.path()) != opened {
-                    tracing::warn!(drive = %name, probe = %probe.name, "the file target was deleted or replaced; reopening it");
+                    tracing::warn!(drive = %name, probe = %probe.name, "the file target was deleted, replaced or truncated; reopening it");
                     control.stop();
                 }
             }
@@ -191,10 +191,13 @@ fn segment_job(probe: &Probe) -> Result<engine::Job, engine::JobError> {
     spec.validate()
 }
 
-/// (device, inode) of a path now, if it exists.
-fn identity_of(path: &Path) -> Option<(u64, u64)> {
+/// (device, inode, size) of a path now, if it exists: a change means the file was
+/// deleted, replaced or truncated.
+fn identity_of(path: &Path) -> Option<(u64, u64, u64)> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino(), m.len()))
 }
 
 /// Opens what the probe runs on, through the write gate when it writes.
@@ -202,9 +205,8 @@ fn open_target(drive: &DriveCtl, probe: &Probe) -> Result<Target, String> {
     let resolved = drive.resolved()?;
     let path = resolved.target.as_path();
     if let Some(ft) = &drive.cfg.file_target {
-        // The daemon owns its file target: a missing one is (re)created at its size.
-        target::create_file_if_missing(&ft.path, ft.size)
-            .map_err(|e| format!("file target {}: {e}", ft.path.display()))?;
+        // The daemon owns its file target: a missing or truncated one is made again.
+        super::ensure_file_target(ft)?;
     }
     let permit = if probe.writes {
         Some(permit_for(drive, path)?)

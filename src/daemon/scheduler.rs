@@ -25,7 +25,7 @@ use crate::protocol::suite::{self, Observer, SuiteOptions};
 use crate::safety;
 use crate::schedule::{self as plan_mod, Decision, RunRecord, RunStatus};
 use crate::status::{RunLatency, RunPoint, RunSummary};
-use crate::target::{self, Target};
+use crate::target::Target;
 
 use super::{now_unix, Beat, Ctx, DriveCtl};
 
@@ -407,8 +407,7 @@ fn open_for_run(ctx: &Ctx, drive: &DriveCtl) -> Result<Target, String> {
     let r = drive.resolved()?;
     let permit = match &drive.cfg.file_target {
         Some(ft) => {
-            target::create_file_if_missing(&ft.path, ft.size)
-                .map_err(|e| format!("file target {}: {e}", ft.path.display()))?;
+            super::ensure_file_target(ft)?;
             safety::authorize_file_writes(&ft.path).map_err(|e| e.to_string())?
         }
         None => {
