@@ -139,7 +139,7 @@ fn kill_9_at_random_moments_twenty_times_never_repeats_a_run() {
     std::fs::create_dir_all(&state_dir).unwrap();
     let state_file = state_dir.join("state.json");
     let cfg = dir.path().join("d.toml");
-    let mut rng = Lcg(0x5eed_0f_d21e);
+    let mut rng = Lcg(0x005e_ed0f_d21e);
     let mut killed_running = 0;
     for life in 0..20 {
         let mut text = format!(
