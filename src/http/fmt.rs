@@ -2,26 +2,11 @@
 //! function takes any value (NaN, infinities, negative, huge) without panicking; what
 //! cannot be shown sensibly is shown as `-`.
 
+pub use crate::report::fmt::{esc, grouped, sig3};
 use crate::schedule::cron::civil_from_days;
 
 /// What the page shows for an unknown or nonsensical value.
 pub const NONE: &str = "-";
-
-/// Escapes text for HTML element content and quoted attribute values.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// An optional string, escaped, or `-`.
 pub fn opt(s: Option<&str>) -> String {
@@ -29,34 +14,6 @@ pub fn opt(s: Option<&str>) -> String {
         Some(s) if !s.is_empty() => esc(s),
         _ => NONE.to_string(),
     }
-}
-
-/// A number rounded to `decimals` places with thousands separators: `98,024`, `1,150.5`.
-pub fn grouped(v: f64, decimals: usize) -> String {
-    if !v.is_finite() {
-        return NONE.to_string();
-    }
-    let text = format!("{:.*}", decimals, v.abs());
-    let (int, frac) = match text.split_once('.') {
-        Some((i, f)) => (i, Some(f)),
-        None => (text.as_str(), None),
-    };
-    let mut out = String::with_capacity(text.len() + text.len() / 3 + 1);
-    if v < 0.0 && text.chars().any(|c| c.is_ascii_digit() && c != '0') {
-        out.push('-');
-    }
-    let digits = int.len();
-    for (i, c) in int.chars().enumerate() {
-        if i > 0 && (digits - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if let Some(f) = frac {
-        out.push('.');
-        out.push_str(f);
-    }
-    out
 }
 
 /// A count with thousands separators: `1,234,567`.
@@ -70,18 +27,6 @@ pub fn count(n: u64) -> String {
         out.push(c);
     }
     out
-}
-
-/// Three significant figures (whole numbers from 100 up): `2.62`, `26.2`, `262`, `1,150`.
-pub fn sig3(v: f64) -> String {
-    let a = v.abs();
-    if a >= 99.95 {
-        grouped(v, 0)
-    } else if a >= 9.995 {
-        grouped(v, 1)
-    } else {
-        grouped(v, 2)
-    }
 }
 
 /// A latency in seconds, in the unit that suits it: `850 ns`, `203 µs`, `2.62 ms`, `1.20 s`.

@@ -6,7 +6,7 @@
 //! [`render`] is pure (documents in, HTML out); [`load`] reads and checks one document.
 
 mod chart;
-mod fmt;
+pub(crate) mod fmt;
 mod page;
 
 use std::collections::HashMap;
