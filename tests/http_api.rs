@@ -7,11 +7,13 @@
 //! Each test runs its own server on 127.0.0.1:0 in a tokio runtime on a helper thread and
 //! talks raw HTTP/1.1 to it over `std::net::TcpStream`.
 
+mod common;
+
+use common::chromium;
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -813,68 +815,6 @@ fn shutdown_stops_the_server() {
         TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err(),
         "still accepting after shutdown"
     );
-}
-
-// ------------------------------------------------------------------ Chromium
-
-const CHROMIUM: &str = "/usr/bin/chromium";
-
-/// Runs headless Chromium with `args` on `url`, killing it after `limit`.
-fn chromium(profile: &Path, args: &[&str], url: &str, limit: Duration) -> Output {
-    assert!(
-        Path::new(CHROMIUM).exists(),
-        "{CHROMIUM} is missing: run scripts/test (it installs Debian's chromium), or apt-get install chromium"
-    );
-    let mut child = Command::new(CHROMIUM)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot start chromium");
-    let started = Instant::now();
-    // Read the pipes on threads so a chatty Chromium cannot block on a full pipe.
-    let mut so = child.stdout.take().unwrap();
-    let mut se = child.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = so.read_to_end(&mut v);
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = se.read_to_end(&mut v);
-        v
-    });
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    Output {
-        status,
-        stdout: t_out.join().unwrap(),
-        stderr: t_err.join().unwrap(),
-    }
 }
 
 /// `html` with the values of every `name="..."` attribute removed.

@@ -7,10 +7,13 @@
 //! network references), through the CLI, and in headless Chromium (Debian's `chromium`):
 //! a screenshot that is not blank and a DOM that holds the charts.
 
+mod common;
+
+use common::chromium;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 use driveprobe::health::model::{Identity, Transport};
 use driveprobe::protocol::result::{
@@ -964,68 +967,6 @@ fn cli_bad_inputs_give_one_line() {
     // No document at all is bad usage.
     let out = exe().arg("report").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-}
-
-// ------------------------------------------------------------------ Chromium
-
-const CHROMIUM: &str = "/usr/bin/chromium";
-
-/// Runs headless Chromium with `args` on `url`, killing it after `limit`.
-fn chromium(profile: &Path, args: &[&str], url: &str, limit: Duration) -> Output {
-    assert!(
-        Path::new(CHROMIUM).exists(),
-        "{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium; scripts/test does)"
-    );
-    let mut child = Command::new(CHROMIUM)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot start chromium");
-    let started = Instant::now();
-    // Read the pipes on threads so a chatty Chromium cannot block on a full pipe.
-    let mut so = child.stdout.take().unwrap();
-    let mut se = child.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut so, &mut v);
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut se, &mut v);
-        v
-    });
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    Output {
-        status,
-        stdout: t_out.join().unwrap(),
-        stderr: t_err.join().unwrap(),
-    }
 }
 
 struct Image {

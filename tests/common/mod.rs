@@ -197,3 +197,64 @@ impl Drop for Mount {
         }
     }
 }
+
+/// Debian's Chromium, which scripts/test installs (the HTML pages are checked in it).
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// Runs headless Chromium with `args` on `url`, killing it after `limit`.
+pub fn chromium(profile: &Path, args: &[&str], url: &str, limit: Duration) -> std::process::Output {
+    assert!(
+        Path::new(CHROMIUM).exists(),
+        "{CHROMIUM} is missing: run scripts/test (it installs Debian's chromium), or apt-get install chromium"
+    );
+    let mut child = Command::new(CHROMIUM)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start chromium");
+    let started = Instant::now();
+    // Read the pipes on threads so a chatty Chromium cannot block on a full pipe.
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut so, &mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut se, &mut v);
+        v
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::process::Output {
+        status,
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
+}
