@@ -106,7 +106,10 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
             if hold_reason(&ctx, &drive, &probe).is_some() {
                 control.stop();
             }
-            if drive.cfg.file_target.is_some() && last_check.elapsed() >= RECHECK_FILE {
+            // Checked every few seconds, and at once after an interval with errors (a
+            // truncated file fails every read past its new end).
+            let errors = d.read.errors + d.write.errors > 0;
+            if drive.cfg.file_target.is_some() && (errors || last_check.elapsed() >= RECHECK_FILE) {
                 last_check = Instant::now();
                 if identity_of(target.path()) != opened {
                     tracing::warn!(drive = %name, probe = %probe.name, "the file target was deleted, replaced or truncated; reopening it");
