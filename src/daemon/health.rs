@@ -6,7 +6,7 @@
 //! over days, not one lifetime average).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::health::endurance::{self, Sample};
 use crate::health::model::PowerState;
@@ -139,10 +139,4 @@ fn merge_identity(into: &mut health::Identity, from: &health::Identity) {
     into.capacity_bytes = from.capacity_bytes.or(into.capacity_bytes);
     into.logical_block_size = from.logical_block_size.or(into.logical_block_size);
     into.rotation_rpm = from.rotation_rpm.or(into.rotation_rpm);
-}
-
-/// How long the health thread may go without finishing a poll before the daemon calls
-/// it stuck (a smartctl is killed after 30 s; an ioctl to a dead drive can hang).
-pub fn stuck_after(interval: Duration) -> Duration {
-    interval + Duration::from_secs(120)
 }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::RunControl;
 use crate::protocol::result::{Phase, Round, SuiteResult, WorkloadDesc};
-use crate::protocol::suite::{self, Observer, SuiteOptions};
+use crate::protocol::suite::{self, SuiteOptions};
 use crate::safety;
 use crate::schedule::{self as plan_mod, Decision, RunRecord, RunStatus};
 use crate::status::{RunLatency, RunPoint, RunSummary};
@@ -347,13 +347,6 @@ fn sanitize(s: &str) -> String {
         .collect()
 }
 
-/// Beats for the watchdog while a suite runs.
-struct RunObserver;
-impl Observer for RunObserver {
-    fn phase(&mut self, _: usize, _: usize, _: &str, _: u32) {}
-    fn round(&mut self, _: &Round, _: Option<&crate::protocol::steady::Check>) {}
-}
-
 fn run_thread(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, h: Arc<RunHandle>, scale: suite::Scale) {
     // The canaries see the drive held and stop within an interval; wait for them.
     let t0 = Instant::now();
@@ -365,7 +358,7 @@ fn run_thread(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, h: Arc<RunHandle>, scale: sui
             return Err("the drive's canaries did not stop within 15 s".into());
         }
         let suite = suite::find(&h.suite).map_err(|e| e.to_string())?;
-        let target = open_for_run(&ctx, &drive)?;
+        let target = open_for_run(&drive)?;
         let identity = ctx
             .shared
             .lock()
@@ -378,7 +371,7 @@ fn run_thread(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, h: Arc<RunHandle>, scale: sui
             rated: Some(drive.cfg.rated.clone()),
             seed: None,
         };
-        let (result, err) = suite::run_suite(&suite, &target, &opts, &h.control, &mut RunObserver);
+        let (result, err) = suite::run_suite(&suite, &target, &opts, &h.control, &mut suite::Quiet);
         Ok((result, err.map(|e| e.to_string())))
     })();
     account_writes(&ctx, &h, now_unix() as i64);
@@ -403,7 +396,7 @@ fn run_thread(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, h: Arc<RunHandle>, scale: sui
 }
 
 /// Opens the drive's run target through the write gate (suites write).
-fn open_for_run(ctx: &Ctx, drive: &DriveCtl) -> Result<Target, String> {
+fn open_for_run(drive: &DriveCtl) -> Result<Target, String> {
     let r = drive.resolved()?;
     let permit = match &drive.cfg.file_target {
         Some(ft) => {
@@ -416,7 +409,6 @@ fn open_for_run(ctx: &Ctx, drive: &DriveCtl) -> Result<Target, String> {
                 .map_err(|e| e.to_string())?
         }
     };
-    let _ = ctx;
     Target::open(&r.target, true, Some(&permit)).map_err(|e| e.to_string())
 }
 

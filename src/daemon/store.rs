@@ -70,10 +70,6 @@ impl Store {
         }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// The state, locked (a poisoned lock is taken as it is: plain data).
     pub fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())

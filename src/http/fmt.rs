@@ -34,16 +34,7 @@ pub fn latency(seconds: f64) -> String {
     if !seconds.is_finite() || seconds < 0.0 {
         return NONE.to_string();
     }
-    let ns = seconds * 1e9;
-    if ns < 999.5 {
-        format!("{} ns", grouped(ns, 0))
-    } else if ns < 999_500.0 {
-        format!("{} µs", sig3(ns / 1e3))
-    } else if ns < 999_500_000.0 {
-        format!("{} ms", sig3(ns / 1e6))
-    } else {
-        format!("{} s", sig3(seconds))
-    }
+    crate::report::fmt::latency(seconds * 1e9)
 }
 
 /// Bytes in decimal units, as datasheets give them: `400 GB`, `1.20 TB`.
