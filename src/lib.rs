@@ -5,6 +5,7 @@
 //! compiled with `unsafe_code` denied.
 #![deny(unsafe_code)]
 
+pub mod app;
 pub mod cli;
 pub mod config;
 pub mod daemon;
