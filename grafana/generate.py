@@ -1609,6 +1609,97 @@ def drive():
         collapsed=True,
     )
 
+    app_by = "max by (suite, workload, threads)"
+    apps = Row(
+        "Applications",
+        [
+            table(
+                "Application workloads of the last runs",
+                "none",
+                [
+                    (
+                        "%s (driveprobe_app_transactions_per_second{%s})" % (app_by, SEL),
+                        "TPS",
+                    ),
+                    (
+                        '%s (driveprobe_app_latency_seconds{%s, stat="mean"})' % (app_by, SEL),
+                        "mean",
+                    ),
+                    (
+                        '%s (driveprobe_app_latency_seconds{%s, stat="p99"})' % (app_by, SEL),
+                        "p99",
+                    ),
+                ],
+                ["suite", "workload", "threads"],
+                [
+                    column("TPS", unit="short"),
+                    column("mean", unit="s"),
+                    column("p99", unit="s"),
+                ],
+                "sysbench OLTP on a private MariaDB (workload oltp_read_write, one row per "
+                "thread count) and RocksDB db_bench (one row per phase) with their data on the "
+                "drive, from the last run of each suite: transactions (operations) per second "
+                "and latency per transaction (operation).",
+                h=8,
+            ),
+            timeseries(
+                "Transactions per second, run after run",
+                "short",
+                [
+                    target(
+                        "%s (driveprobe_app_transactions_per_second{%s})" % (app_by, SEL),
+                        "{{suite}} {{workload}} T{{threads}}",
+                    )
+                ],
+                "Each application point's TPS (ops/s) as of the last finished run: a step is a "
+                "new run. Compare with last month over a long time range.",
+            ),
+            timeseries(
+                "p99 latency, run after run",
+                "s",
+                [
+                    target(
+                        '%s (driveprobe_app_latency_seconds{%s, stat="p99"})' % (app_by, SEL),
+                        "{{suite}} {{workload}} T{{threads}}",
+                    )
+                ],
+                "Each application point's 99th-percentile latency as of the last finished run.",
+            ),
+            bargauge(
+                "TPS by threads",
+                "short",
+                [
+                    instant(
+                        "%s (driveprobe_app_transactions_per_second{%s})" % (app_by, SEL),
+                        "{{suite}} {{workload}} T{{threads}}",
+                    )
+                ],
+                "Transactions (operations) per second of each point of the last runs: the "
+                "oltp thread counts side by side.",
+                w=12,
+                h=8,
+            ),
+            bargauge(
+                "TPS against the previous run",
+                "percentunit",
+                [
+                    instant(
+                        "%s (driveprobe:app_tps:ratio_previous_run{%s})" % (app_by, SEL),
+                        "{{suite}} {{workload}} T{{threads}}",
+                    )
+                ],
+                "Each application point's TPS in the last run over the run before (100% "
+                "unchanged). DriveprobeAppRegression fires below "
+                "driveprobe:threshold:run_regression_ratio (80%). Empty until a suite has run "
+                "twice under these rules.",
+                w=12,
+                h=8,
+                steps=thresholds((None, "red"), (0.8, "green")),
+            ),
+        ],
+        collapsed=True,
+    )
+
     collectors = Row(
         "Collectors",
         [
@@ -1650,9 +1741,10 @@ def drive():
         "driveprobe-drive",
         "driveprobe / Drive",
         "One drive: canary latency against its own baseline, IOPS and errors, health, "
-        "endurance, driveprobe's own writes, the last full runs and the collectors.",
+        "endurance, driveprobe's own writes, the last full runs, application workloads and "
+        "the collectors.",
         ["driveprobe", "storage"],
-        [latency, io, health, endurance, wear, runs, collectors],
+        [latency, io, health, endurance, wear, runs, apps, collectors],
         templating,
         [link_to("Fleet", "driveprobe-fleet", "Every drive")],
     )

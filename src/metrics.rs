@@ -549,6 +549,30 @@ impl Snapshot {
                 );
             }
         }
+        for p in &r.app_points {
+            let l = vec![
+                ("drive", drive.to_string()),
+                ("suite", suite.to_string()),
+                ("workload", p.workload.clone()),
+                ("threads", p.threads.to_string()),
+            ];
+            self.gauge(
+                "driveprobe_app_transactions_per_second",
+                "Transactions per second (sysbench OLTP) or operations per second (db_bench phase) of an application workload point of the suite's last finished run on the drive.",
+                l.clone(),
+                p.ops_per_second,
+            );
+            for (stat, v) in [("mean", p.latency_mean), ("p99", p.latency_p99)] {
+                let mut ls = l.clone();
+                ls.push(("stat", stat.to_string()));
+                self.gauge(
+                    "driveprobe_app_latency_seconds",
+                    "Latency of an application workload point (a transaction, or a db_bench operation) of the suite's last finished run on the drive, in seconds; stat is mean or p99.",
+                    ls,
+                    v,
+                );
+            }
+        }
         self.gauge_opt(
             "driveprobe_run_steady_state",
             "1 when every steady-state phase of the suite's last run reached steady state by the SNIA rule, 0 when one gave up. Absent for suites without one.",

@@ -3,8 +3,18 @@
 //!
 //! # Files
 //!
-//! [`authorize_file_writes`] gives a permit for an existing regular file (symlinks
-//! followed), naming it by `(st_dev, st_ino)`: the engine keeps every write inside the file.
+//! [`authorize_file_writes`] gives a permit for an existing regular file, naming it by
+//! `(st_dev, st_ino)`: the engine keeps every write inside the file. Two ways a write to
+//! "the file" could land in another file are refused:
+//!
+//! - the path is a symbolic link (its last component): the link could name a neighbour,
+//!   or be swapped between the check and the open. The user is told to give the file
+//!   itself. (A link to a block device never gets here: the caller sends a block device,
+//!   link or not, through [`authorize_block_writes`], with all its checks.)
+//! - the file has more than one hard link: its data is also another name's data.
+//!
+//! `target::Target::open` checks both again on the descriptor it opened (`O_NOFOLLOW`,
+//! `st_nlink`), so a swap after this check is caught too.
 //!
 //! # Block devices
 //!
@@ -92,6 +102,10 @@ pub enum SafetyError {
     },
     #[error("{path} is not a regular file: a file target must be an existing regular file; create and preallocate it first")]
     NotRegularFile { path: PathBuf },
+    #[error("{path} is a symbolic link (to {to}): driveprobe writes only to the file it is given, never through a link; give the file's own path")]
+    Symlink { path: PathBuf, to: PathBuf },
+    #[error("{path} has {links} hard links: writing to it would change the file under its other names too; give a file of its own (one link)")]
+    HardLinked { path: PathBuf, links: u64 },
     #[error("writing to block device {path} destroys its data: pass --allow-destructive and --expect-serial (or --expect-wwn) to confirm")]
     DestructiveNotAllowed { path: PathBuf },
     #[error("writing to block device {path} needs the drive's identity: pass --expect-serial or --expect-wwn naming the drive you mean to overwrite")]
@@ -137,15 +151,29 @@ pub enum SafetyError {
 }
 
 /// Regular files: writes stay inside the file (the engine keeps every I/O inside the
-/// region, and the region inside the file), so a regular file always gets a permit.
+/// region, and the region inside the file), so a regular file of its own (not a symbolic
+/// link, one hard link) gets a permit.
 pub fn authorize_file_writes(path: &Path) -> Result<WritePermit, SafetyError> {
-    let meta = std::fs::metadata(path).map_err(|source| SafetyError::FileAccess {
+    let meta = std::fs::symlink_metadata(path).map_err(|source| SafetyError::FileAccess {
         path: path.to_path_buf(),
         source,
     })?;
+    if meta.file_type().is_symlink() {
+        let to = std::fs::read_link(path).unwrap_or_default();
+        return Err(SafetyError::Symlink {
+            path: path.to_path_buf(),
+            to,
+        });
+    }
     if !meta.file_type().is_file() {
         return Err(SafetyError::NotRegularFile {
             path: path.to_path_buf(),
+        });
+    }
+    if meta.nlink() > 1 {
+        return Err(SafetyError::HardLinked {
+            path: path.to_path_buf(),
+            links: meta.nlink(),
         });
     }
     Ok(WritePermit {
@@ -294,7 +322,20 @@ mod tests {
             ino: meta.ino(),
         };
         assert_eq!(authorize_file_writes(&f).unwrap().object(), want);
-        assert_eq!(authorize_file_writes(&link).unwrap().object(), want);
+        // Not through a symbolic link: it could name another file than the user meant.
+        let err = authorize_file_writes(&link).unwrap_err();
+        assert!(matches!(err, SafetyError::Symlink { .. }), "{err}");
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        // Not a file with a second name: writes would show under that name too.
+        let twin = dir.path().join("twin");
+        std::fs::hard_link(&f, &twin).unwrap();
+        let err = authorize_file_writes(&f).unwrap_err();
+        assert!(
+            matches!(err, SafetyError::HardLinked { links: 2, .. }),
+            "{err}"
+        );
+        std::fs::remove_file(&twin).unwrap();
+        assert_eq!(authorize_file_writes(&f).unwrap().object(), want);
     }
 
     #[test]

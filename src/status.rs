@@ -178,6 +178,23 @@ pub struct RunSummary {
     pub last_success_unix: Option<f64>,
     /// Measured points (steady state figures, sweep points, curve points...).
     pub points: Vec<RunPoint>,
+    /// Application workload points (oltp by thread count, kv by db_bench phase): the
+    /// `driveprobe_app_*` gauges.
+    pub app_points: Vec<AppRunPoint>,
+}
+
+/// One measured application workload point of a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct AppRunPoint {
+    /// `oltp_read_write`, or the db_bench phase (`readwhilewriting`...).
+    pub workload: String,
+    pub threads: u32,
+    /// Transactions (sysbench) or operations (db_bench) per second.
+    pub ops_per_second: f64,
+    /// Seconds.
+    pub latency_mean: f64,
+    /// Seconds: the p99 over the whole run.
+    pub latency_p99: f64,
 }
 
 /// One measured workload point of a run.

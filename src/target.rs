@@ -20,6 +20,8 @@ pub enum TargetError {
         "{0}: permission denied: run as a user who may open it (block devices usually need root)"
     )]
     PermissionDenied(PathBuf),
+    #[error("{0}: its filesystem is mounted read-only: remount it read-write to write to it (reading needs no change)")]
+    ReadOnly(PathBuf),
     #[error("{0}: the filesystem refuses O_DIRECT: pass --buffered to go through the page cache")]
     DirectRefused(PathBuf),
     #[error("{0}: not a regular file or a block device")]
@@ -42,6 +44,10 @@ pub enum TargetError {
     },
     #[error("{0}: the write permit was issued for another file or device: refusing to write")]
     PermitMismatch(PathBuf),
+    #[error("{0}: is a symbolic link now: refusing to write through it; give the file's own path")]
+    SymlinkForWrite(PathBuf),
+    #[error("{path}: has {links} hard links now: refusing to write, it would change the file under its other names too; give a file of its own")]
+    HardLinked { path: PathBuf, links: u64 },
     #[error("{0}: the region is empty")]
     EmptyRegion(PathBuf),
     #[error(transparent)]
@@ -81,9 +87,7 @@ fn io_err(path: &Path, e: io::Error) -> TargetError {
     match e.kind() {
         io::ErrorKind::NotFound => TargetError::NotFound(path.to_path_buf()),
         io::ErrorKind::PermissionDenied => TargetError::PermissionDenied(path.to_path_buf()),
-        _ if e.raw_os_error() == Some(libc::EROFS) => {
-            TargetError::PermissionDenied(path.to_path_buf())
-        }
+        _ if e.raw_os_error() == Some(libc::EROFS) => TargetError::ReadOnly(path.to_path_buf()),
         _ => TargetError::Io {
             path: path.to_path_buf(),
             source: e,
@@ -113,6 +117,13 @@ impl Target {
         if is_block && permit.is_some() {
             flags |= libc::O_EXCL;
         }
+        let file_permit =
+            permit.is_some_and(|p| matches!(p.object(), PermittedObject::File { .. }));
+        if file_permit {
+            // The permit names a file, not a link to one: a link swapped in after the
+            // check is not followed (ELOOP).
+            flags |= libc::O_NOFOLLOW;
+        }
         let file = OpenOptions::new()
             .read(true)
             .write(permit.is_some())
@@ -121,6 +132,8 @@ impl Target {
             .map_err(|e| {
                 if e.raw_os_error() == Some(libc::EINVAL) && direct {
                     TargetError::DirectRefused(path.to_path_buf())
+                } else if e.raw_os_error() == Some(libc::ELOOP) && file_permit {
+                    TargetError::SymlinkForWrite(path.to_path_buf())
                 } else {
                     io_err(path, e)
                 }
@@ -138,6 +151,12 @@ impl Target {
             };
             if !ok {
                 return Err(TargetError::PermitMismatch(path.to_path_buf()));
+            }
+            if opened.file_type().is_file() && opened.nlink() > 1 {
+                return Err(TargetError::HardLinked {
+                    path: path.to_path_buf(),
+                    links: opened.nlink(),
+                });
             }
         }
         let (kind, size, align) = if is_block {
@@ -297,8 +316,9 @@ fn dio_align(file: &File, path: &Path) -> Result<u64, TargetError> {
 /// written. Returns true when the file was created.
 ///
 /// The file appears whole or not at all: it is filled under a temporary name in the same
-/// directory and then linked to `path` (a link fails when `path` exists), so a second
-/// thread or process opening `path` meanwhile never sees a short file.
+/// directory and then renamed to `path` without replacing anything (`RENAME_NOREPLACE`),
+/// so a second thread or process opening `path` meanwhile never sees a short file, nor a
+/// file with two links (which the write gate refuses).
 pub fn create_file_if_missing(path: &Path, size: u64) -> Result<bool, TargetError> {
     use std::io::Write;
     if std::fs::symlink_metadata(path).is_ok() {
@@ -350,12 +370,74 @@ pub fn create_file_if_missing(path: &Path, size: u64) -> Result<bool, TargetErro
         f.sync_all()
     })();
     drop(f);
-    let linked = result.and_then(|()| std::fs::hard_link(&tmp, path));
+    let linked = result.and_then(|()| publish(&tmp, path));
     let _ = std::fs::remove_file(&tmp);
     match linked {
         Ok(()) => Ok(true),
         // Someone else created it meanwhile: theirs is whole too.
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(io_err(path, e)),
+    }
+}
+
+/// Gives `tmp` the name `path`, failing with `AlreadyExists` when `path` exists:
+/// `renameat2(RENAME_NOREPLACE)`, or, where the filesystem does not support it, a hard
+/// link (the caller removes `tmp`, so the file has two links only for a moment).
+fn publish(tmp: &Path, path: &Path) -> io::Result<()> {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    match renameat_with(CWD, tmp, CWD, path, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(()),
+        Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {
+            std::fs::hard_link(tmp, path)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::safety;
+
+    #[test]
+    fn a_created_file_has_one_link_and_an_existing_one_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.dat");
+        assert!(create_file_if_missing(&p, 64 << 10).unwrap());
+        let m = std::fs::metadata(&p).unwrap();
+        assert_eq!((m.len(), m.nlink()), (64 << 10, 1));
+        let before = std::fs::read(&p).unwrap();
+        assert!(!create_file_if_missing(&p, 128 << 10).unwrap());
+        assert_eq!(std::fs::read(&p).unwrap(), before);
+        // No temporary file left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_file_permit_does_not_follow_a_link_or_write_a_second_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        let other = dir.path().join("other");
+        std::fs::write(&f, vec![1u8; 8192]).unwrap();
+        std::fs::write(&other, vec![2u8; 8192]).unwrap();
+        let permit = safety::authorize_file_writes(&f).unwrap();
+        assert!(Target::open(&f, false, Some(&permit)).unwrap().writable());
+
+        // A link to the permitted file itself, swapped in after the check: not followed.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        let e = Target::open(&link, false, Some(&permit)).unwrap_err();
+        assert!(matches!(e, TargetError::SymlinkForWrite(_)), "{e}");
+        // A link to another file: refused too, and `other` is opened read-only at most.
+        let link2 = dir.path().join("link2");
+        std::os::unix::fs::symlink(&other, &link2).unwrap();
+        assert!(Target::open(&link2, false, Some(&permit)).is_err());
+        assert!(!Target::open(&link2, false, None).unwrap().writable());
+
+        // A second name made after the permit: refused at open.
+        std::fs::hard_link(&f, dir.path().join("twin")).unwrap();
+        let e = Target::open(&f, false, Some(&permit)).unwrap_err();
+        assert!(matches!(e, TargetError::HardLinked { links: 2, .. }), "{e}");
+        assert_eq!(std::fs::read(&other).unwrap(), vec![2u8; 8192]);
     }
 }

@@ -199,51 +199,144 @@ fn good_configs_pass_check_config() {
     }
 }
 
+/// `driveprobe daemon -c FILE`, killed after 20 s: a config it accepted would run on.
+fn daemon_with(file: &Path) -> Output {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let state = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_driveprobe"))
+        .args(["daemon", "-c"])
+        .arg(file)
+        .args(["--listen", "127.0.0.1:0", "--state-dir"])
+        .arg(state.path())
+        .env_remove("NOTIFY_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// The refusal of a bad config: exit status 2, nothing on stdout, one line on stderr:
+/// `driveprobe: error: FILE:LINE:COLUMN: ...` with the `# expect:` text and advice.
+/// Returns the line.
+fn assert_refused(f: &Path, how: &str, out: &Output) -> String {
+    let text = std::fs::read_to_string(f).unwrap();
+    let expect = text
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("# expect: "))
+        .unwrap_or_else(|| panic!("{}: first line must be `# expect: ...`", f.display()))
+        .trim();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let what = format!("{} ({how})", f.display());
+    assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "{what}: stdout {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{what}: {stderr}");
+    let prefix = format!("driveprobe: error: {}:", f.display());
+    let rest = lines[0]
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("{what}: {stderr}"));
+    let mut parts = rest.splitn(3, ':');
+    let line: usize = parts.next().unwrap().parse().unwrap_or(0);
+    let column: usize = parts.next().unwrap_or("").parse().unwrap_or(0);
+    assert!(line >= 1 && column >= 1, "{what}: no line:column: {stderr}");
+    assert!(
+        line <= text.lines().count().max(1),
+        "{what}: line {line} is past the end"
+    );
+    assert!(
+        rest.contains(expect),
+        "{what}: wanted {expect:?} in {stderr}"
+    );
+    assert!(
+        rest.contains(';') || rest.contains(": give") || rest.contains(": write"),
+        "{what}: the message does not say what to do: {stderr}"
+    );
+    lines[0].to_string()
+}
+
 #[test]
 fn bad_configs_are_refused_with_position_and_advice() {
     let files = fixtures("bad");
     assert!(files.len() >= 30, "only {} bad configs", files.len());
     for f in &files {
-        let text = std::fs::read_to_string(f).unwrap();
-        let expect = text
-            .lines()
-            .next()
-            .and_then(|l| l.strip_prefix("# expect: "))
-            .unwrap_or_else(|| panic!("{}: first line must be `# expect: ...`", f.display()))
-            .trim();
-        let out = check_config(f);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{}: {stderr}", f.display());
-        assert!(out.stdout.is_empty(), "{}", f.display());
-        let lines: Vec<&str> = stderr.lines().collect();
-        assert_eq!(lines.len(), 1, "{}: {stderr}", f.display());
-        let prefix = format!("driveprobe: error: {}:", f.display());
-        let rest = lines[0]
-            .strip_prefix(&prefix)
-            .unwrap_or_else(|| panic!("{}: {stderr}", f.display()));
-        let mut parts = rest.splitn(3, ':');
-        let line: usize = parts.next().unwrap().parse().unwrap_or(0);
-        let column: usize = parts.next().unwrap_or("").parse().unwrap_or(0);
-        assert!(
-            line >= 1 && column >= 1,
-            "{}: no line:column: {stderr}",
-            f.display()
+        assert_refused(f, "check-config", &check_config(f));
+    }
+}
+
+/// The daemon refuses the same configs the same way: exit status 2 and the same line as
+/// `check-config` (it never starts on a config check-config refuses).
+#[test]
+fn the_daemon_refuses_every_bad_config_like_check_config() {
+    let files = fixtures("bad");
+    let mut kinds = BTreeSet::new();
+    for f in &files {
+        let by_check = assert_refused(f, "check-config", &check_config(f));
+        let by_daemon = assert_refused(f, "daemon -c", &daemon_with(f));
+        assert_eq!(by_check, by_daemon, "{}", f.display());
+        kinds.insert(
+            f.file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .split('_')
+                .next()
+                .unwrap()
+                .to_string(),
         );
-        assert!(
-            line <= text.lines().count().max(1),
-            "{}: line {line} is past the end",
-            f.display()
-        );
-        assert!(
-            rest.contains(expect),
-            "{}: wanted {expect:?} in {stderr}",
-            f.display()
-        );
-        assert!(
-            rest.contains(';') || rest.contains(": give") || rest.contains(": write"),
-            "{}: the message does not say what to do: {stderr}",
-            f.display()
-        );
+    }
+    println!(
+        "{} bad configs refused by check-config and daemon -c (exit 2, FILE:LINE:COL, advice); name prefixes: {kinds:?}",
+        files.len()
+    );
+}
+
+/// The corpus covers what issue 7 lists, each kind at least once (by file name).
+#[test]
+fn the_bad_config_corpus_covers_every_kind() {
+    let names: Vec<String> = fixtures("bad")
+        .iter()
+        .map(|f| f.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    for (kind, needles) in [
+        ("wrong types", &["wrong_type_"][..]),
+        ("unknown keys", &["unknown_"][..]),
+        (
+            "bad sizes",
+            &["bad_size", "zero_size", "unaligned_size"][..],
+        ),
+        ("bad cron expressions", &["cron_"][..]),
+        ("duplicate drive names", &["duplicate_drive_name"][..]),
+        (
+            "a probe naming an unknown drive",
+            &["probe_unknown_drive"][..],
+        ),
+        (
+            "a write probe on a raw device without destructive",
+            &["probe_writes_raw"][..],
+        ),
+        ("TOML syntax", &["toml_syntax", "unterminated_string"][..]),
+    ] {
+        let n = names
+            .iter()
+            .filter(|n| needles.iter().any(|x| n.starts_with(x)))
+            .count();
+        assert!(n >= 1, "no bad config for {kind}");
+        println!("{kind}: {n}");
     }
 }
 

@@ -14,8 +14,9 @@ use driveprobe::health::model::{
 };
 use driveprobe::metrics::{render, render_opts, Format};
 use driveprobe::status::{
-    CollectorStatus, ConfigStatus, DriveStatus, HealthStatus, OpStatus, ProbeStatus, RunLatency,
-    RunPoint, RunSummary, SchedulerStatus, Status, WearStatus, WindowQuantiles, LATENCY_BUCKETS,
+    AppRunPoint, CollectorStatus, ConfigStatus, DriveStatus, HealthStatus, OpStatus, ProbeStatus,
+    RunLatency, RunPoint, RunSummary, SchedulerStatus, Status, WearStatus, WindowQuantiles,
+    LATENCY_BUCKETS,
 };
 
 /// Unix seconds of 2026-11-30T06:00:00Z: "now" in the fixed status.
@@ -166,6 +167,7 @@ fn nvme() -> DriveStatus {
                 point("4k-randwrite", 1, 1, 41_300.0, 4096.0),
                 point("8k-70read", 1, 1, 11_800.0, 8192.0),
             ],
+            app_points: vec![],
         },
     );
     last_runs.insert(
@@ -183,6 +185,32 @@ fn nvme() -> DriveStatus {
                 point("4k-randwrite", 4, 32, 310_000.0, 4096.0),
                 point("128k-seqread", 1, 32, 56_000.0, 131_072.0),
                 point("128k-seqwrite", 1, 32, 52_000.0, 131_072.0),
+            ],
+            app_points: vec![],
+        },
+    );
+    let app = |threads: u32, tps: f64, mean: f64, p99: f64| AppRunPoint {
+        workload: "oltp_read_write".into(),
+        threads,
+        ops_per_second: tps,
+        latency_mean: mean,
+        latency_p99: p99,
+    };
+    last_runs.insert(
+        "oltp".to_string(),
+        RunSummary {
+            id: "20261129T040000Z-db1-oltp".into(),
+            suite: "oltp".into(),
+            status: "passed".into(),
+            started_unix: NOW - 93_600.0,
+            duration_seconds: 1_830.0,
+            steady_state: None,
+            last_success_unix: Some(NOW - 93_600.0),
+            points: vec![],
+            app_points: vec![
+                app(2, 612.5, 0.003_26, 0.006_91),
+                app(8, 1_480.25, 0.005_4, 0.014_46),
+                app(32, 2_010.0, 0.015_9, 0.046_63),
             ],
         },
     );

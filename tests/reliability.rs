@@ -1,6 +1,8 @@
 //! The daemon when things go wrong under it (issue 7, the parts that need no VM): its file
-//! target deleted or truncated while a canary runs, and kill -9 at random moments of
+//! target deleted, truncated or made read-only while canaries run; its state directory
+//! full or read-only (a small tmpfs mounted by the test); and kill -9 at random moments of
 //! scheduled runs, twenty times, with the state file carried from one life to the next.
+//! The mount tests need root.
 
 mod common;
 
@@ -9,6 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::daemon::{file_drive, Daemon};
+use common::{need_root, Mount};
 
 fn shm_dir() -> tempfile::TempDir {
     tempfile::Builder::new()
@@ -118,6 +121,9 @@ fn a_deleted_or_truncated_file_target_is_made_again_and_the_canary_goes_on() {
     assert!(st.success());
 }
 
+/// How many lives the kill -9 test gives the daemon (each ended by SIGKILL).
+const LIVES: u32 = 20;
+
 /// A small deterministic generator for the kill moments.
 struct Lcg(u64);
 impl Lcg {
@@ -144,7 +150,7 @@ fn kill_9_at_random_moments_twenty_times_never_repeats_a_run() {
     let cfg = dir.path().join("d.toml");
     let mut rng = Lcg(0x005e_ed0f_d21e);
     let mut killed_running = 0;
-    for life in 0..20 {
+    for life in 0..LIVES {
         let mut text = format!(
             "state_dir = \"{}\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\n\n{}\
 [[probe]]\nname = \"rd\"\nworkload = {{ rate_iops = 100 }}\n\n",
@@ -198,14 +204,372 @@ fn kill_9_at_random_moments_twenty_times_never_repeats_a_run() {
         "a schedule ran twice: {per_schedule:?}"
     );
     println!(
-        "20 kills ({killed_running} while a run was going): {} runs recorded, one per schedule at most; statuses: {:?}",
+        "{LIVES} kills ({killed_running} while a run was going): {} runs recorded, one per schedule at most; statuses: {:?}",
         runs.len(),
         runs.iter()
             .map(|r| r["status"].as_str().unwrap_or("?").to_string())
             .collect::<Vec<_>>()
     );
     // Most lives got their run started before the kill (the start is saved first).
-    assert!(runs.len() >= 10, "{runs:?}\nlog:\n{}", d.log());
+    assert!(
+        runs.len() as u32 >= LIVES / 2,
+        "{runs:?}\nlog:\n{}",
+        d.log()
+    );
     let (st, _) = d.terminate(Duration::from_secs(5));
     assert!(st.success());
+}
+
+/// How many times each host fault is injected (episodes: fault, assertions, repair).
+const STATE_FULL_EPISODES: u32 = 3;
+const STATE_READ_ONLY_EPISODES: u32 = 3;
+const FILE_READ_ONLY_EPISODES: u32 = 2;
+
+fn counter(d: &Daemon, drive: &str, probe: &str, op: &str) -> f64 {
+    d.scrape()
+        .value(
+            "driveprobe_probe_ops_total",
+            &[("drive", drive), ("probe", probe), ("op", op)],
+        )
+        .unwrap_or(0.0)
+}
+
+fn errors(d: &Daemon, drive: &str, probe: &str, op: &str) -> f64 {
+    d.scrape()
+        .value(
+            "driveprobe_probe_errors_total",
+            &[("drive", drive), ("probe", probe), ("op", op)],
+        )
+        .unwrap_or(0.0)
+}
+
+/// Lines of the log containing `text`.
+fn count(log: &str, text: &str) -> usize {
+    log.lines().filter(|l| l.contains(text)).count()
+}
+
+/// Two file-target drives in `dir`: `a` with a read canary, `b` with a verifying write
+/// canary, and (when `schedule`) a short scheduled suite on `b`.
+fn two_canaries(dir: &Path, state: &Path, b_target: &Path, schedule: bool) -> String {
+    let mut text = format!(
+        "state_dir = \"{}\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\n\n{}{}\
+[[probe]]\nname = \"rd\"\ndrives = [\"a\"]\nworkload = {{ rate_iops = 200 }}\n\n\
+[[probe]]\nname = \"wr\"\ndrives = [\"b\"]\nworkload = {{ read_pct = 50, rate_iops = 200, verify = true }}\n\n",
+        state.display(),
+        file_drive("a", &dir.join("a.dat"), "8MiB"),
+        file_drive("b", b_target, "8MiB"),
+    );
+    if schedule {
+        text.push_str(
+            "[[schedule]]\nname = \"s\"\ndrives = [\"b\"]\nsuite = \"latency\"\nscale = \"quick\"\ncron = \"0 0 1 1 *\"\nmax_duration = \"10s\"\n",
+        );
+    }
+    text
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum StateFault {
+    Full,
+    ReadOnly,
+}
+
+/// Fills the filesystem of `dir` with one file until ENOSPC; returns it.
+fn fill(dir: &Path) -> std::path::PathBuf {
+    use std::io::Write;
+    let p = dir.join("filler");
+    let mut f = std::fs::File::create(&p).unwrap();
+    let chunk = vec![0x5au8; 4096];
+    loop {
+        match f.write_all(&chunk) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(e) => panic!("filling {}: {e}", dir.display()),
+        }
+    }
+    let _ = f.sync_all();
+    p
+}
+
+/// `mount -o remount,OPTS`, retried while a save holds a file open for writing (EBUSY).
+fn remount(m: &Mount, opts: &str) {
+    let t0 = Instant::now();
+    loop {
+        let ok = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,{opts}")])
+            .arg(m.dir())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "remount,{opts} failed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn schedule_runs(d: &Daemon) -> Vec<serde_json::Value> {
+    let (code, _, body) = d.get("/api/v1/runs");
+    assert_eq!(code, 200, "{body}");
+    let runs: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    runs.into_iter().filter(|r| r["schedule"] == "s").collect()
+}
+
+/// The state directory on a small tmpfs, made full or read-only `episodes` times under a
+/// daemon running a read canary and a verifying write canary. During each fault: the
+/// canaries go on, /metrics answers, the failure is logged once, state.json keeps its last
+/// saved bytes (and parses). In the first fault a scheduled run becomes due (a reload adds
+/// its schedule): it does not start while its start cannot be saved, and starts after the
+/// repair. After each repair the state is saved again.
+fn state_dir_fault(kind: StateFault, episodes: u32) {
+    need_root();
+    let dir = shm_dir();
+    let state = dir.path().join("state");
+    let mnt = Mount::virtual_fs("tmpfs", Some("size=256k"), &state);
+    let state_file = state.join("state.json");
+    // The schedule's bookkeeping says first seen long ago: once the schedule is in the
+    // config, its Jan 1st run is due at once.
+    std::fs::write(
+        &state_file,
+        r#"{"version":1,"schedules":{"s/b":{"first_seen":0}}}"#,
+    )
+    .unwrap();
+    let cfg = dir.path().join("d.toml");
+    let b = dir.path().join("b.dat");
+    std::fs::write(&cfg, two_canaries(dir.path(), &state, &b, false)).unwrap();
+    let d = Daemon::start(&cfg, &[("RUST_LOG", "driveprobe=info")]);
+    wait_until("I/O on both canaries", Duration::from_secs(30), &d, || {
+        counter(&d, "a", "rd", "read") > 50.0 && counter(&d, "b", "wr", "write") > 50.0
+    });
+    // A save with the canary's written bytes in it (saved every 5 s).
+    wait_until(
+        "a save of the written bytes",
+        Duration::from_secs(15),
+        &d,
+        || std::fs::read_to_string(&state_file).is_ok_and(|t| t.contains("self_written")),
+    );
+
+    const FAIL: &str = "cannot save the state";
+    const AGAIN: &str = "the state is saved again";
+    let mut injected = 0;
+    for episode in 0..episodes {
+        let saved = std::fs::read(&state_file).unwrap();
+        let filler = match kind {
+            StateFault::Full => Some(fill(&state)),
+            StateFault::ReadOnly => {
+                remount(&mnt, "ro");
+                None
+            }
+        };
+        injected += 1;
+        if episode == 0 {
+            std::fs::write(&cfg, two_canaries(dir.path(), &state, &b, true)).unwrap();
+            d.signal("HUP");
+            wait_until("the reload", Duration::from_secs(15), &d, || {
+                d.log().contains("config reloaded")
+            });
+        }
+        wait_until(
+            "the save failure logged",
+            Duration::from_secs(15),
+            &d,
+            || count(&d.log(), FAIL) > episode as usize,
+        );
+        let (a0, w0) = (
+            counter(&d, "a", "rd", "read"),
+            counter(&d, "b", "wr", "write"),
+        );
+        std::thread::sleep(Duration::from_secs(11)); // two more save attempts at least
+        let (a1, w1) = (
+            counter(&d, "a", "rd", "read"),
+            counter(&d, "b", "wr", "write"),
+        );
+        assert!(
+            a1 > a0 + 100.0,
+            "{kind:?} {episode}: the read canary stopped: {a0} -> {a1}"
+        );
+        assert!(
+            w1 > w0 + 50.0,
+            "{kind:?} {episode}: the write canary stopped: {w0} -> {w1}"
+        );
+        let log = d.log();
+        assert_eq!(
+            count(&log, FAIL),
+            episode as usize + 1,
+            "{kind:?} {episode}: the failure is logged once per episode:\n{log}"
+        );
+        let now = std::fs::read(&state_file).unwrap();
+        assert_eq!(
+            now, saved,
+            "{kind:?} {episode}: state.json changed while it could not be saved"
+        );
+        serde_json::from_slice::<serde_json::Value>(&now).expect("state.json parses");
+        if episode == 0 {
+            assert!(
+                schedule_runs(&d).is_empty(),
+                "{kind:?}: a run started though its start could not be saved"
+            );
+        }
+
+        // Repair.
+        match filler {
+            Some(f) => std::fs::remove_file(f).unwrap(),
+            None => remount(&mnt, "rw"),
+        }
+        wait_until("the state saved again", Duration::from_secs(15), &d, || {
+            count(&d.log(), AGAIN) > episode as usize
+                && std::fs::read(&state_file).is_ok_and(|t| t != saved)
+        });
+        let text = std::fs::read_to_string(&state_file).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&text).expect("state.json parses");
+        if episode == 0 {
+            wait_until("the due run started", Duration::from_secs(15), &d, || {
+                !schedule_runs(&d).is_empty()
+            });
+            // It ends within its max_duration; the write canary then resumes.
+            wait_until("the run ended", Duration::from_secs(40), &d, || {
+                schedule_runs(&d).iter().all(|r| r["status"] != "running")
+            });
+            let runs = schedule_runs(&d);
+            assert_eq!(runs.len(), 1, "{runs:?}");
+            let w = counter(&d, "b", "wr", "write");
+            wait_until(
+                "the write canary after the run",
+                Duration::from_secs(20),
+                &d,
+                || counter(&d, "b", "wr", "write") > w + 50.0,
+            );
+        }
+        assert!(doc["version"] == 1, "{text}");
+    }
+    let log = d.log();
+    assert!(!log.contains("panicked"), "{log}");
+    assert_eq!(count(&log, FAIL), episodes as usize);
+    assert_eq!(count(&log, AGAIN), episodes as usize);
+    assert_eq!(
+        errors(&d, "b", "wr", "read"),
+        0.0,
+        "verify or read errors on b"
+    );
+    assert_eq!(errors(&d, "a", "rd", "read"), 0.0);
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success());
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(
+        runs.len(),
+        1,
+        "one run, and no failed starts recorded: {runs:?}"
+    );
+    println!(
+        "state directory {kind:?}: injected {injected} times; each time the canaries went on, \
+         the failure was logged once, state.json kept its bytes; the due run waited and then ran once"
+    );
+}
+
+#[test]
+fn a_full_state_directory_loses_nothing_and_delays_only_runs() {
+    state_dir_fault(StateFault::Full, STATE_FULL_EPISODES);
+}
+
+#[test]
+fn a_read_only_state_directory_loses_nothing_and_delays_only_runs() {
+    state_dir_fault(StateFault::ReadOnly, STATE_READ_ONLY_EPISODES);
+}
+
+/// The write canary's file target made read-only under the daemon (a read-only bind
+/// mount over its directory; root ignores mode bits, and the kernel lets an open
+/// descriptor go on writing): the write canary stops writing and says why
+/// (collector_success 0, the log), the read canary on the other drive goes on without an
+/// error, nothing panics; once the mount is writable again the write canary resumes.
+#[test]
+fn a_file_target_made_read_only_holds_the_write_canary_only() {
+    need_root();
+    let dir = shm_dir();
+    let wdir = dir.path().join("w");
+    std::fs::create_dir_all(&wdir).unwrap();
+    let state = dir.path().join("state");
+    let cfg = dir.path().join("d.toml");
+    std::fs::write(
+        &cfg,
+        two_canaries(dir.path(), &state, &wdir.join("b.dat"), false),
+    )
+    .unwrap();
+    let d = Daemon::start(&cfg, &[("RUST_LOG", "driveprobe=info")]);
+    wait_until("I/O on both canaries", Duration::from_secs(30), &d, || {
+        counter(&d, "a", "rd", "read") > 50.0 && counter(&d, "b", "wr", "write") > 50.0
+    });
+    let success = |d: &Daemon| {
+        d.scrape().value(
+            "driveprobe_collector_success",
+            &[("drive", "b"), ("collector", "canary:wr")],
+        )
+    };
+    let mut injected = 0;
+    for episode in 0..FILE_READ_ONLY_EPISODES {
+        let ro = Mount::bind_read_only(&wdir);
+        injected += 1;
+        let t0 = Instant::now();
+        wait_until(
+            "the write canary holds",
+            Duration::from_secs(20),
+            &d,
+            || success(&d) == Some(0.0),
+        );
+        let held_after = t0.elapsed();
+        let (a0, w0) = (
+            counter(&d, "a", "rd", "read"),
+            counter(&d, "b", "wr", "write"),
+        );
+        std::thread::sleep(Duration::from_secs(4));
+        let (a1, w1) = (
+            counter(&d, "a", "rd", "read"),
+            counter(&d, "b", "wr", "write"),
+        );
+        assert!(
+            a1 > a0 + 400.0,
+            "{episode}: the read canary slowed: {a0} -> {a1}"
+        );
+        assert_eq!(
+            w1, w0,
+            "{episode}: the write canary wrote to a read-only file target"
+        );
+        let (_, _, body) = d.get("/api/v1/drives");
+        assert!(
+            body.contains("read-only"),
+            "{episode}: the reason is not shown: {body}"
+        );
+        drop(ro);
+        let t1 = Instant::now();
+        wait_until(
+            "the write canary resumes",
+            Duration::from_secs(40),
+            &d,
+            || success(&d) == Some(1.0) && counter(&d, "b", "wr", "write") > w1 + 50.0,
+        );
+        println!(
+            "file target read-only, episode {episode}: held after {held_after:?}, resumed {:?} after the repair",
+            t1.elapsed()
+        );
+    }
+    let log = d.log();
+    assert!(!log.contains("panicked"), "{log}");
+    assert!(log.contains("read-only"), "{log}");
+    assert_eq!(
+        errors(&d, "a", "rd", "read"),
+        0.0,
+        "the read canary saw errors"
+    );
+    assert_eq!(errors(&d, "b", "wr", "read"), 0.0, "verify errors on b");
+    assert_eq!(
+        d.scrape().value("driveprobe_drive_up", &[("drive", "a")]),
+        Some(1.0)
+    );
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success());
+    println!("file target read-only: injected {injected} times; held and resumed each time");
 }

@@ -5,204 +5,19 @@
 //! loop device with `losetup --find`, so the tests run concurrently; guards detach, unmount
 //! and swapoff in `Drop`. The machine's own disks are never touched.
 
-use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::fs;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::{
+    checksum, image, loop_serial, marked_image, need_root, partition_image, run, sync, Dm, Loop,
+    Mount, Swap, MIB,
+};
 use driveprobe::device::{self, InUse};
 use driveprobe::safety::{self, PermittedObject, SafetyError, WriteRequest};
-
-fn need_root() {
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "needs root: loop devices (run these tests as root)"
-    );
-}
-
-fn run(cmd: &str, args: &[&str]) -> String {
-    run_with_stdin(cmd, args, None)
-}
-
-fn run_with_stdin(cmd: &str, args: &[&str], stdin: Option<&str>) -> String {
-    let mut child = Command::new(cmd)
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// A loop device, detached on drop.
-struct Loop {
-    dev: PathBuf,
-}
-
-impl Loop {
-    fn attach(file: &Path, extra: &[&str]) -> Loop {
-        let mut args = vec!["--find", "--show"];
-        args.extend_from_slice(extra);
-        let file = file.to_str().unwrap();
-        args.push(file);
-        let dev = PathBuf::from(run("losetup", &args).trim());
-        Loop { dev }
-    }
-
-    fn path(&self) -> &Path {
-        &self.dev
-    }
-
-    fn s(&self) -> &str {
-        self.dev.to_str().unwrap()
-    }
-
-    /// `/dev/loopNpK`, waiting for devtmpfs to create it. A kernel built without
-    /// partition table parsers (as this test's 6.18 VM kernel is) finds no partitions on
-    /// `--partscan`; then `partx -a` parses the table in user space and adds them with
-    /// BLKPG (no writes to the device).
-    fn partition(&self, k: u32) -> PathBuf {
-        let p = PathBuf::from(format!("{}p{k}", self.s()));
-        let start = Instant::now();
-        let mut partx_done = false;
-        while !p.exists() {
-            if !partx_done && start.elapsed() > Duration::from_millis(500) {
-                run("partx", &["-a", self.s()]);
-                partx_done = true;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "{} did not appear",
-                p.display()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        p
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let st = Command::new("losetup").arg("-d").arg(&self.dev).status();
-        if !matches!(st, Ok(s) if s.success()) {
-            eprintln!("warning: losetup -d {} failed", self.dev.display());
-        }
-    }
-}
-
-/// A mount, unmounted on drop.
-struct Mount {
-    dir: PathBuf,
-}
-
-impl Mount {
-    fn new(dev: &Path, dir: &Path) -> Mount {
-        fs::create_dir_all(dir).unwrap();
-        run("mount", &[dev.to_str().unwrap(), dir.to_str().unwrap()]);
-        Mount {
-            dir: dir.to_path_buf(),
-        }
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let ok = matches!(Command::new("umount").arg(&self.dir).status(), Ok(s) if s.success());
-        if !ok {
-            eprintln!(
-                "warning: umount {} failed, detaching lazily",
-                self.dir.display()
-            );
-            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        }
-    }
-}
-
-/// A swap area, swapped off on drop.
-struct Swap {
-    dev: PathBuf,
-}
-
-impl Swap {
-    fn on(dev: &Path) -> Swap {
-        run("mkswap", &["-q", dev.to_str().unwrap()]);
-        run("swapon", &[dev.to_str().unwrap()]);
-        Swap {
-            dev: dev.to_path_buf(),
-        }
-    }
-}
-
-impl Drop for Swap {
-    fn drop(&mut self) {
-        let ok = matches!(Command::new("swapoff").arg(&self.dev).status(), Ok(s) if s.success());
-        if !ok {
-            eprintln!("warning: swapoff {} failed", self.dev.display());
-        }
-    }
-}
-
-/// A device-mapper linear device, removed on drop.
-struct Dm {
-    name: String,
-}
-
-impl Drop for Dm {
-    fn drop(&mut self) {
-        let ok = matches!(Command::new("dmsetup").args(["remove", &self.name]).status(), Ok(s) if s.success());
-        if !ok {
-            eprintln!("warning: dmsetup remove {} failed", self.name);
-        }
-    }
-}
-
-/// A sparse image file of `size` bytes in `dir`.
-fn image(dir: &Path, name: &str, size: u64) -> PathBuf {
-    let p = dir.join(name);
-    fs::File::create(&p).unwrap().set_len(size).unwrap();
-    p
-}
-
-/// An image with a few non-zero marker blocks, so the checksum covers real data.
-fn marked_image(dir: &Path, name: &str, size: u64) -> PathBuf {
-    let p = image(dir, name, size);
-    let mut f = fs::OpenOptions::new().write(true).open(&p).unwrap();
-    use std::io::{Seek, SeekFrom};
-    for off in [0, size / 2, size - 4096] {
-        f.seek(SeekFrom::Start(off)).unwrap();
-        f.write_all(&[0xA5; 4096]).unwrap();
-    }
-    p
-}
-
-fn checksum(file: &Path) -> u128 {
-    xxhash_rust::xxh3::xxh3_128(&fs::read(file).unwrap())
-}
-
-fn loop_serial(file: &Path) -> String {
-    format!("loop:{}", fs::canonicalize(file).unwrap().display())
-}
 
 fn destructive(serial: &str) -> WriteRequest {
     WriteRequest {
@@ -221,12 +36,6 @@ fn refuse(dev: &Path, req: &WriteRequest, backing: &Path) -> SafetyError {
     eprintln!("refused as expected: {err}");
     err
 }
-
-fn sync() {
-    run("sync", &[]);
-}
-
-const MIB: u64 = 1 << 20;
 
 #[test]
 fn refuses_without_allow_destructive() {
@@ -332,26 +141,12 @@ fn refuses_mounted_filesystem() {
         .contains(&format!("{} is mounted on {}", lo.s(), mnt.display())));
 }
 
-/// Writes an MBR with one Linux partition from 1 MiB to the end.
-fn partition(file: &Path) {
-    run_with_stdin(
-        "sfdisk",
-        &[
-            "--quiet",
-            "--no-reread",
-            "--no-tell-kernel",
-            file.to_str().unwrap(),
-        ],
-        Some("label: dos\nstart=2048, type=83\n"),
-    );
-}
-
 #[test]
 fn refuses_disk_whose_partition_is_mounted() {
     need_root();
     let dir = tempfile::tempdir().unwrap();
     let file = image(dir.path(), "disk.img", 64 * MIB);
-    partition(&file);
+    partition_image(&file);
     let lo = Loop::attach(&file, &["--partscan"]);
     let p1 = lo.partition(1);
     run(
@@ -473,7 +268,7 @@ fn refuses_device_with_holder() {
     let name = format!(
         "driveprobe-test-{}-{}",
         std::process::id(),
-        lo.dev.file_name().unwrap().to_str().unwrap()
+        lo.path().file_name().unwrap().to_str().unwrap()
     );
     let sectors = 16 * MIB / 512;
     run(

@@ -7,6 +7,12 @@
 //! [`ChildGuard`] kills the whole group when it is dropped, so that nothing is left
 //! running when a run fails, times out or is interrupted.
 
+pub mod dbbench;
+pub mod fio_job;
+pub mod kv;
+pub mod oltp;
+pub mod sysbench;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -112,6 +118,72 @@ impl Drop for ChildGuard {
             signal_group(child.id(), rustix::process::Signal::KILL);
             let _ = child.wait();
         }
+    }
+}
+
+/// The first of `names` that is a file: a name with a `/` is taken as a path; the others
+/// are looked up in `search` (a PATH-like list) or, without it, in PATH and then the
+/// sbin directories (servers such as `mariadbd` live there, off a user's PATH).
+pub(crate) fn find_program<S: AsRef<std::ffi::OsStr>>(
+    names: &[S],
+    search: Option<&std::ffi::OsStr>,
+) -> Option<std::path::PathBuf> {
+    use std::path::{Path, PathBuf};
+    let dirs: Vec<PathBuf> = match search {
+        Some(p) => std::env::split_paths(p).collect(),
+        None => {
+            let mut d: Vec<PathBuf> = std::env::var_os("PATH")
+                .map(|p| std::env::split_paths(&p).collect())
+                .unwrap_or_default();
+            d.extend(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from));
+            d
+        }
+    };
+    names.iter().find_map(|name| {
+        let name = Path::new(name.as_ref());
+        if name.components().count() > 1 {
+            return name.is_file().then(|| name.to_path_buf());
+        }
+        dirs.iter().map(|d| d.join(name)).find(|p| p.is_file())
+    })
+}
+
+/// Bytes free for an unprivileged writer in `dir`'s filesystem; None when the filesystem
+/// has no size (ramfs and some FUSE filesystems report no blocks at all).
+pub(crate) fn free_bytes(dir: &std::path::Path) -> std::io::Result<Option<u64>> {
+    let st = rustix::fs::statvfs(dir).map_err(std::io::Error::from)?;
+    Ok((st.f_blocks > 0).then(|| st.f_bavail.saturating_mul(st.f_frsize)))
+}
+
+/// How a [`wait`] ended.
+#[derive(Debug)]
+pub enum Waited {
+    Exited(std::process::ExitStatus),
+    /// The run's control was stopped; the child is still running (its guard ends it).
+    Stopped,
+    /// The limit passed; the child is still running (its guard ends it).
+    TimedOut,
+}
+
+/// Waits for the child to exit, for `control` to be stopped, or for `limit`, checking
+/// every 25 ms.
+pub fn wait(
+    g: &mut ChildGuard,
+    control: &crate::engine::RunControl,
+    limit: std::time::Duration,
+) -> std::io::Result<Waited> {
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(s) = g.child_mut().try_wait()? {
+            return Ok(Waited::Exited(s));
+        }
+        if control.is_stopped() {
+            return Ok(Waited::Stopped);
+        }
+        if t0.elapsed() >= limit {
+            return Ok(Waited::TimedOut);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
     }
 }
 

@@ -93,7 +93,7 @@ pub struct BenchArgs {
     numjobs: u32,
     /// Measured run time (10, 10s, 2m); without it the run does --io-size bytes, or one pass over the region per worker.
     #[arg(long, value_name = "DURATION")]
-    runtime: Option<String>,
+    pub(super) runtime: Option<String>,
     /// Accepted for fio compatibility: with --runtime the run is always time based.
     #[arg(long = "time-based", alias = "time_based", hide = true)]
     _time_based: bool,
@@ -189,6 +189,15 @@ pub struct BenchArgs {
     /// Run a named suite of the drive test protocol instead of one workload.
     #[arg(long, value_name = "NAME", help_heading = "Suites")]
     pub(super) suite: Option<String>,
+    /// Run a fio job file on the target (${TARGET} in it is the target), its jobs ingested
+    /// as suite points; --runtime bounds it (default 1h).
+    #[arg(
+        long = "fio-job",
+        value_name = "FILE",
+        help_heading = "Suites",
+        conflicts_with = "suite"
+    )]
+    pub(super) fio_job: Option<std::path::PathBuf>,
     /// List the suites and what each runs.
     #[arg(long = "list-suites", help_heading = "Suites")]
     pub(super) list_suites: bool,
@@ -507,7 +516,7 @@ pub fn run(a: BenchArgs) -> Result<u8, Failure> {
         print!("{}", super::suite::list());
         return Ok(0);
     }
-    if a.suite.is_some() {
+    if a.suite.is_some() || a.fio_job.is_some() {
         return super::suite::run(&a);
     }
     let (job, size, offset) = build_job(&a)?;

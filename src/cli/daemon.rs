@@ -11,7 +11,7 @@ use crate::daemon::{self, DaemonError, Options};
 
 #[derive(Debug, Args, Default)]
 #[command(
-    after_help = "Without --config it runs the built-in config: a 256 MiB file target in the state directory ($XDG_STATE_HOME/driveprobe, or /var/lib/driveprobe as root) with one 4 KiB random-read canary at 50 IOPS, listening on 127.0.0.1:39480.\n\nSignals: SIGHUP reloads the config (a bad one is refused and the old one keeps running); SIGTERM and SIGINT stop within 5 seconds, saving the state.\n\nLogs go to stderr; set RUST_LOG (for example RUST_LOG=driveprobe=debug) for more or less.\n\nExit status: 0 after a clean stop, 2 for a refused config, 1 for anything else that stops it from starting."
+    after_help = "Without --config it runs the built-in config: a 256 MiB file target in the state directory ($XDG_STATE_HOME/driveprobe, or /var/lib/driveprobe as root) with one 4 KiB random-read canary at 50 IOPS, listening on 127.0.0.1:39480.\n\nSignals: SIGHUP reloads the config and the web config (a bad one is refused and the old one keeps running); SIGTERM and SIGINT stop within 5 seconds, saving the state.\n\nLogs go to stderr; set RUST_LOG (for example RUST_LOG=driveprobe=debug) for more or less.\n\nExit status: 0 after a clean stop, 2 for a refused config or web config, 1 for anything else that stops it from starting."
 )]
 pub struct DaemonArgs {
     /// The TOML config file (see config/driveprobe.example.toml; check it with
@@ -26,6 +26,15 @@ pub struct DaemonArgs {
     /// state_dir.
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// TLS and basic auth from this web config file, in the YAML format Prometheus
+    /// exporters share (tls_server_config, basic_auth_users, http_server_config); reread
+    /// on SIGHUP. Without it: plain HTTP, no auth.
+    #[arg(
+        long = "web-config-file",
+        visible_alias = "web.config.file",
+        value_name = "FILE"
+    )]
+    web_config_file: Option<PathBuf>,
 }
 
 pub fn run(args: DaemonArgs) -> Result<u8, Failure> {
@@ -34,10 +43,11 @@ pub fn run(args: DaemonArgs) -> Result<u8, Failure> {
         config: args.config,
         listen: args.listen,
         state_dir: args.state_dir,
+        web_config: args.web_config_file,
     };
     match daemon::run(opts) {
         Ok(()) => Ok(0),
-        Err(e @ DaemonError::Config(_)) => Err(Failure::usage(e)),
+        Err(e @ (DaemonError::Config(_) | DaemonError::WebConfig(_))) => Err(Failure::usage(e)),
         Err(e) => Err(Failure::runtime(e)),
     }
 }

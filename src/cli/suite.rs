@@ -120,6 +120,16 @@ impl Observer for Progress {
         }
     }
 
+    fn note(&mut self, what: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.bar {
+            Some(b) => b.set_message(what.to_string()),
+            None => eprintln!("driveprobe:   {what}"),
+        }
+    }
+
     fn round(&mut self, round: &Round, steady: Option<&Check>) {
         if let Some(b) = &self.bar {
             b.inc(1);
@@ -146,8 +156,16 @@ fn ms(ns: f64) -> String {
 }
 
 pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
-    let name = a.suite.as_deref().unwrap_or_default();
-    let suite = suite::find(name).map_err(Failure::usage)?;
+    let suite = match &a.fio_job {
+        Some(job) => {
+            let limit = match &a.runtime {
+                Some(r) => bench::duration("runtime", r)?,
+                None => std::time::Duration::from_secs(3600),
+            };
+            suite::fio_job_suite(job, limit)
+        }
+        None => suite::find(a.suite.as_deref().unwrap_or_default()).map_err(Failure::usage)?,
+    };
     if a.offset.is_some() {
         return Err(Failure::usage(
             "--offset does not apply to suites: they use the whole target (give a file or device of the size to test)",
@@ -315,6 +333,27 @@ pub fn summary(r: &SuiteResult) -> String {
                     ms(round.read.lat_p99_ns.max(round.write.lat_p99_ns) as f64),
                     ms(round.lat_max_ns as f64)
                 );
+            }
+            Phase::App { app, points } => {
+                let unit = if app == "oltp" { "TPS" } else { "ops/s" };
+                let _ = writeln!(o, "  {app}:");
+                for p in points {
+                    let _ = writeln!(
+                        o,
+                        "    {:<18} {:>3} threads {:>10.0} {unit}  avg {:>10}  p99 {:>10}  avg p99 {:>10}{}",
+                        p.workload,
+                        p.threads,
+                        p.ops_per_second,
+                        ms(p.lat_mean_ns),
+                        ms(p.lat_p99_ns),
+                        p.lat_p99_avg_ns.map_or_else(|| "-".to_string(), ms),
+                        if p.errors + p.reconnects > 0 {
+                            format!("  ({} errors, {} reconnects)", p.errors, p.reconnects)
+                        } else {
+                            String::new()
+                        }
+                    );
+                }
             }
         }
     }

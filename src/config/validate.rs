@@ -467,6 +467,23 @@ impl Cx<'_> {
                 ),
             ));
         }
+        if let Some(d) = crate::protocol::suite::find(&suite)
+            .ok()
+            .filter(|s| s.needs_directory())
+            .and_then(|_| {
+                drives
+                    .iter()
+                    .find(|d| drive_names.contains(&d.name) && d.file_target.is_none())
+            })
+        {
+            return Err(self.err(
+                s.suite.span(),
+                format!(
+                    "suite '{suite}' runs an application with its data beside the drive's file_target, and drive '{}' has none; give the drive a file_target",
+                    d.name
+                ),
+            ));
+        }
         let scale = match &s.scale {
             None => Scale::named(DEFAULT_SCALE),
             Some(sc) => Scale::named(sc.get_ref().trim()),

@@ -114,6 +114,11 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
                 if identity_of(target.path()) != opened {
                     tracing::warn!(drive = %name, probe = %probe.name, "the file target was deleted, replaced or truncated; reopening it");
                     control.stop();
+                } else if probe.writes && read_only_now(target.path()) {
+                    // The kernel lets an open descriptor go on writing; the operator's
+                    // read-only mount is honoured by reopening (which then fails and holds).
+                    tracing::warn!(drive = %name, probe = %probe.name, "the file target's filesystem is read-only now; the writing probe stops until it is writable");
+                    control.stop();
                 }
             }
         };
@@ -203,6 +208,12 @@ fn identity_of(path: &Path) -> Option<(u64, u64, u64)> {
         .map(|m| (m.dev(), m.ino(), m.len()))
 }
 
+/// The filesystem `path` is reached through is mounted read-only now.
+fn read_only_now(path: &Path) -> bool {
+    rustix::fs::statvfs(path)
+        .is_ok_and(|st| st.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY))
+}
+
 /// Opens what the probe runs on, through the write gate when it writes.
 fn open_target(drive: &DriveCtl, probe: &Probe) -> Result<Target, String> {
     let resolved = drive.resolved()?;
@@ -216,7 +227,23 @@ fn open_target(drive: &DriveCtl, probe: &Probe) -> Result<Target, String> {
     } else {
         None
     };
-    Target::open(path, true, permit.as_ref()).map_err(|e| e.to_string())
+    let target = Target::open(path, true, permit.as_ref()).map_err(|e| e.to_string())?;
+    if drive.cfg.file_target.is_none() && drive.cfg.identity.is_some() {
+        // The identity was checked up to a few seconds ago; the device at the path may
+        // have been replaced since (another disk hot-plugged where this one was). Check
+        // again now that the descriptor is open: a swap after this leaves the descriptor
+        // on the old, gone device, never on the new one.
+        drive.refresh_identity();
+        let now = drive.resolved()?;
+        if now.target != path {
+            return Err(format!(
+                "{} is no longer this drive (it is at {} now)",
+                path.display(),
+                now.target.display()
+            ));
+        }
+    }
+    Ok(target)
 }
 
 fn permit_for(drive: &DriveCtl, path: &Path) -> Result<safety::WritePermit, String> {

@@ -5,13 +5,14 @@
 //! kept in the state file (one per hour at most, so the rate is drive writes per day
 //! over days, not one lifetime average).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::health::endurance::{self, Sample};
-use crate::health::model::PowerState;
+use crate::health::model::{PowerState, Verdict};
 use crate::health::{self, ReadOptions};
-use crate::status::{CollectorStatus, HealthStatus};
+use crate::status::{CollectorStatus, HealthStatus, ProbeStatus};
 
 use super::{now_unix, Ctx, DriveCtl};
 
@@ -22,13 +23,46 @@ pub const COLLECTOR: &str = "health";
 pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>) {
     let name = drive.cfg.name.clone();
     let opts = ReadOptions::default();
+    let mut mark = ErrorMark::default();
     while !drive.stopped() {
-        poll_once(&ctx, &drive, &name, &opts);
+        poll_once(&ctx, &drive, &name, &opts, &mut mark);
         drive.sleep(ctx.config.health_interval);
     }
 }
 
-fn poll_once(ctx: &Ctx, drive: &DriveCtl, name: &str, opts: &ReadOptions) {
+/// The canaries' error counts the last health reading took into account.
+#[derive(Debug, Default)]
+struct ErrorMark {
+    downs: u64,
+    per_probe: BTreeMap<String, u64>,
+}
+
+/// The canaries' I/O errors since the last reading, one reason per probe that had any,
+/// and moves the mark. Errors across a time the drive went down (removed, replaced) are
+/// the drive leaving, not its media: they are not held against the drive that is there.
+fn new_canary_errors(
+    probes: &BTreeMap<String, ProbeStatus>,
+    downs: u64,
+    mark: &mut ErrorMark,
+) -> Vec<String> {
+    let left = downs != mark.downs;
+    mark.downs = downs;
+    let mut reasons = Vec::new();
+    for (name, p) in probes {
+        let now = p.read.errors_total + p.write.errors_total;
+        let before = mark.per_probe.insert(name.clone(), now).unwrap_or(0);
+        if now > before && !left {
+            let n = now - before;
+            reasons.push(format!(
+                "canary {name}: {n} I/O error{} since the last health reading",
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+    }
+    reasons
+}
+
+fn poll_once(ctx: &Ctx, drive: &DriveCtl, name: &str, opts: &ReadOptions, mark: &mut ErrorMark) {
     let Some(dev) = drive.resolved().ok().and_then(|r| r.device) else {
         // Down, or a file target with no drive under it (tmpfs): nothing to read.
         ctx.shared.drive(name, |d| {
@@ -69,7 +103,15 @@ fn poll_once(ctx: &Ctx, drive: &DriveCtl, name: &str, opts: &ReadOptions) {
                     return;
                 }
                 merge_identity(&mut d.identity, &report.identity);
-                let a = health::assess(&report);
+                let mut a = health::assess(&report);
+                // I/O that fails on the drive is the plainest sign it is failing, whatever
+                // its own SMART data says (issue 7): the verdict says so until a reading
+                // with no new canary error.
+                let canary = new_canary_errors(&d.probes, drive.downs(), mark);
+                if !canary.is_empty() {
+                    a.verdict = Verdict::Failing;
+                    a.reasons.splice(0..0, canary);
+                }
                 d.endurance = Some(endurance::estimate(
                     &report,
                     &drive.cfg.rating,
@@ -139,4 +181,45 @@ fn merge_identity(into: &mut health::Identity, from: &health::Identity) {
     into.capacity_bytes = from.capacity_bytes.or(into.capacity_bytes);
     into.logical_block_size = from.logical_block_size.or(into.logical_block_size);
     into.rotation_rpm = from.rotation_rpm.or(into.rotation_rpm);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probes(errors: &[(&str, u64, u64)]) -> BTreeMap<String, ProbeStatus> {
+        errors
+            .iter()
+            .map(|&(n, r, w)| {
+                let mut p = ProbeStatus::default();
+                p.read.errors_total = r;
+                p.write.errors_total = w;
+                (n.to_string(), p)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn canary_errors_count_once_and_not_across_a_removal() {
+        let mut mark = ErrorMark::default();
+        assert!(new_canary_errors(&probes(&[("rd", 0, 0)]), 0, &mut mark).is_empty());
+        let r = new_canary_errors(&probes(&[("rd", 3, 1), ("wr", 0, 0)]), 0, &mut mark);
+        assert_eq!(
+            r,
+            vec!["canary rd: 4 I/O errors since the last health reading"]
+        );
+        // The same counts at the next reading: nothing new, the verdict recovers.
+        assert!(new_canary_errors(&probes(&[("rd", 3, 1), ("wr", 0, 0)]), 0, &mut mark).is_empty());
+        let r = new_canary_errors(&probes(&[("rd", 3, 1), ("wr", 0, 1)]), 0, &mut mark);
+        assert_eq!(
+            r,
+            vec!["canary wr: 1 I/O error since the last health reading"]
+        );
+        // Errors while the drive went away (removed and back): not the drive's.
+        assert!(
+            new_canary_errors(&probes(&[("rd", 90, 1), ("wr", 0, 1)]), 1, &mut mark).is_empty()
+        );
+        let r = new_canary_errors(&probes(&[("rd", 91, 1), ("wr", 0, 1)]), 1, &mut mark);
+        assert_eq!(r.len(), 1);
+    }
 }

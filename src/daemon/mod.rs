@@ -55,6 +55,8 @@ pub enum DaemonError {
     },
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("{0}")]
+    WebConfig(#[from] crate::http::WebConfigError),
 }
 
 /// How the daemon was asked to run.
@@ -66,6 +68,9 @@ pub struct Options {
     pub listen: Option<SocketAddr>,
     /// Overrides `state_dir` (and, for the built-in config, where its file target lives).
     pub state_dir: Option<PathBuf>,
+    /// The web config file (TLS, basic auth; exporter-toolkit's format), reread on SIGHUP.
+    /// None serves plain HTTP without auth.
+    pub web_config: Option<PathBuf>,
 }
 
 pub fn now_unix() -> f64 {
@@ -109,6 +114,8 @@ pub struct DriveCtl {
     resolved: Mutex<Result<Resolved, String>>,
     /// Canaries running an engine segment now.
     pub active: AtomicUsize,
+    /// How many times the drive went from up to down (it left: removed, replaced...).
+    downs: AtomicU64,
     stop: AtomicBool,
     wake: (Mutex<()>, Condvar),
     runs: Arc<Runs>,
@@ -121,6 +128,7 @@ impl DriveCtl {
             cfg,
             resolved: Mutex::new(resolved),
             active: AtomicUsize::new(0),
+            downs: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             wake: (Mutex::new(()), Condvar::new()),
             runs,
@@ -136,6 +144,7 @@ impl DriveCtl {
         );
         match (&was, &r) {
             (Ok(_), Err(why)) => {
+                self.downs.fetch_add(1, Ordering::AcqRel);
                 tracing::warn!(drive = %self.cfg.name, reason = %why, "drive is down; its probes stop")
             }
             (Err(_), Ok(now)) => {
@@ -143,6 +152,11 @@ impl DriveCtl {
             }
             _ => {}
         }
+    }
+
+    /// How many times the drive has gone down since this generation started.
+    pub fn downs(&self) -> u64 {
+        self.downs.load(Ordering::Acquire)
     }
 
     /// Where the drive is, or why it is down.
@@ -279,10 +293,11 @@ impl Ctx {
         }
     }
 
-    /// Saves the state if it changed; a failure is logged and exported, and retried.
+    /// Saves the state if it changed; a failure is retried (the store logs it once per
+    /// episode).
     pub fn save_state(&self) {
         if let Err(e) = self.store.save_if_dirty() {
-            tracing::error!(error = %e, "cannot save the state; will retry");
+            tracing::debug!(error = %e, "cannot save the state; will retry");
         }
     }
 }
@@ -509,6 +524,18 @@ fn summary_line(shared: &Shared) -> String {
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(opts: Options) -> Result<(), DaemonError> {
     let config = load_config(&opts)?;
+    let web = match &opts.web_config {
+        Some(p) => Some(crate::http::WebConfig::load(p)?),
+        None => None,
+    };
+    let scheme = web.as_ref().map_or("http", |w| w.scheme());
+    if let Some(w) = &web {
+        tracing::info!(file = %w.path.display(), "web config: {}", w.summary());
+        if w.tls.is_none() && w.auth.is_some() {
+            tracing::warn!("basic auth without TLS: passwords cross the network in clear text");
+        }
+    }
+    let web = crate::http::WebHandle::new(web);
     std::fs::create_dir_all(&config.state_dir).map_err(|source| DaemonError::StateDir {
         path: config.state_dir.clone(),
         source,
@@ -554,14 +581,14 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     }
     restore_last_runs(&generation.ctx);
 
-    println!("listening on http://{bound}/");
-    tracing::info!(%bound, metrics = %format!("http://{bound}/metrics"), "driveprobe daemon started");
+    println!("listening on {scheme}://{bound}/");
+    tracing::info!(%bound, metrics = %format!("{scheme}://{bound}/metrics"), "driveprobe daemon started");
 
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(std_listener)
             .map_err(|source| DaemonError::Listen { addr, source })?;
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-        let server = tokio::spawn(crate::http::serve(listener, shared.clone(), shutdown_rx));
+        let server = tokio::spawn(crate::http::serve_web(listener, shared.clone(), shutdown_rx, web.clone()));
         use tokio::signal::unix::{signal, SignalKind};
         let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Runtime)?;
         let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Runtime)?;
@@ -595,6 +622,15 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                     }
                     notify(&reloading);
                     tracing::info!("SIGHUP: reloading the config");
+                    if let Some(p) = &opts.web_config {
+                        match crate::http::WebConfig::load(p) {
+                            Ok(w) => {
+                                tracing::info!("web config reloaded: {}", w.summary());
+                                web.set(w);
+                            }
+                            Err(e) => tracing::error!("the new web config is refused; the old one stays in force: {e}"),
+                        }
+                    }
                     match load_config(&opts) {
                         Ok(new) => {
                             if new.server.listen != generation.ctx.config.server.listen {

@@ -271,7 +271,8 @@ fn try_start(ctx: &Arc<Ctx>, p: &Plan, due: i64, deadline: i64, now: i64) -> Opt
         return None;
     }
     let id = format!("{}-{}", now, sanitize(&p.key));
-    ctx.store.update(|st| {
+    let books_before = ctx.store.update(|st| {
+        let before = *st.schedule_mut(&p.key, now);
         st.schedule_mut(&p.key, now).start(due, now);
         st.push_run(RunRecord {
             id: id.clone(),
@@ -283,16 +284,16 @@ fn try_start(ctx: &Arc<Ctx>, p: &Plan, due: i64, deadline: i64, now: i64) -> Opt
             status: RunStatus::Running,
             result_path: None,
         });
+        before
     });
     if let Err(e) = ctx.store.save() {
-        // Without the start on disk a kill could repeat the run: do not start it.
-        tracing::error!(schedule = %p.key, error = %e, "cannot save the state; the run does not start");
+        // Without the start on disk a kill could repeat the run: do not start it. Undo the
+        // start, so the run stays due and starts once the state can be saved (the store
+        // logs the failure once per episode).
+        tracing::debug!(schedule = %p.key, error = %e, "cannot save the state; the run does not start");
         ctx.store.update(|st| {
-            st.schedule_mut(&p.key, now).finish(now);
-            if let Some(r) = st.run_mut(&id) {
-                r.status = RunStatus::Failed;
-                r.ended = Some(now);
-            }
+            *st.schedule_mut(&p.key, now) = books_before;
+            st.runs.retain(|r| r.id != id);
         });
         return None;
     }
@@ -381,7 +382,10 @@ fn run_thread(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, h: Arc<RunHandle>, scale: sui
             let status = if h.timed_out.load(Ordering::Acquire) {
                 RunStatus::TimedOut
             } else if h.over_budget.load(Ordering::Acquire)
-                || (h.control.is_stopped() && !result.complete)
+                // Stopped from outside (shutdown) with no error. The engine also sets the
+                // stop flag when it reaches its error limit (a drive that fails or was
+                // removed mid-run): that run failed, it was not stopped.
+                || (h.control.is_stopped() && !result.complete && err.is_none())
             {
                 RunStatus::Stopped
             } else if result.complete && err.is_none() {
@@ -508,6 +512,7 @@ pub fn summarize(
 ) -> RunSummary {
     let mut points = Vec::new();
     let mut steady: Option<bool> = None;
+    let mut app_points = Vec::new();
     let point =
         |w: &WorkloadDesc, suffix: &str, workers: u32, depth: u32, round: &Round| RunPoint {
             workload: format!("{}{}", w.name, suffix),
@@ -575,8 +580,23 @@ pub fn summarize(
                     points.push(point(workload, "", workload.workers, workload.depth, last));
                 }
             }
+            Phase::App { points: ps, .. } => {
+                for p in ps {
+                    app_points.push(crate::status::AppRunPoint {
+                        workload: p.workload.clone(),
+                        threads: p.threads,
+                        ops_per_second: p.ops_per_second,
+                        latency_mean: p.lat_mean_ns / 1e9,
+                        latency_p99: p.lat_p99_ns / 1e9,
+                    });
+                }
+            }
             Phase::Purge { .. } | Phase::Precondition { .. } | Phase::Fill { .. } => {}
         }
+    }
+    let mut app_seen = BTreeMap::new();
+    for p in app_points {
+        app_seen.insert((p.workload.clone(), p.threads), p);
     }
     // One series per label set: a later point with the same labels replaces an earlier one.
     let mut seen = BTreeMap::new();
@@ -592,6 +612,7 @@ pub fn summarize(
         steady_state: steady,
         last_success_unix: last_success,
         points: seen.into_values().collect(),
+        app_points: app_seen.into_values().collect(),
     }
 }
 

@@ -4,11 +4,14 @@
 //! Writers change the state under the lock and mark it dirty; [`Store::save`] writes the
 //! whole file atomically (temp file, fsync, rename). Decisions that must survive a kill
 //! (a run is starting) save at once; the rest is saved by the scheduler's tick at most
-//! every few seconds. A save that fails (disk full, read-only) is logged and reported in
-//! the status, and retried at the next tick; the daemon goes on.
+//! every few seconds. A save that fails (disk full, read-only) leaves the last saved file
+//! as it was (the new content goes to a temporary file first), is retried at the next
+//! tick, and the daemon goes on. The store logs a failure once per episode (the first
+//! failure, then the first success after it, with the count of failed attempts), so a
+//! full disk does not flood the log; [`Store::save_failures`] counts every failed save.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::config::{Drive, WearBudget};
@@ -21,6 +24,12 @@ pub struct Store {
     path: PathBuf,
     state: Mutex<State>,
     dirty: AtomicBool,
+    /// The last save failed (an episode of failures is going on).
+    failing: AtomicBool,
+    /// Failed saves since the process started.
+    failures: AtomicU64,
+    /// Failed saves in the current episode.
+    episode_failures: AtomicU64,
 }
 
 /// Outcome of opening the state: the store, and a warning when the file could not be
@@ -67,7 +76,20 @@ impl Store {
             path,
             state: Mutex::new(state),
             dirty: AtomicBool::new(false),
+            failing: AtomicBool::new(false),
+            failures: AtomicU64::new(0),
+            episode_failures: AtomicU64::new(0),
         }
+    }
+
+    /// Failed saves since the process started.
+    pub fn save_failures(&self) -> u64 {
+        self.failures.load(Ordering::Acquire)
+    }
+
+    /// The last save failed: what is on disk is older than what the daemon knows.
+    pub fn save_failing(&self) -> bool {
+        self.failing.load(Ordering::Acquire)
     }
 
     /// The state, locked (a poisoned lock is taken as it is: plain data).
@@ -83,13 +105,43 @@ impl Store {
     }
 
     /// Saves now (under the lock, so saves never interleave).
+    /// A failure is logged here, once per episode; callers need not log it again.
     pub fn save(&self) -> Result<(), StateError> {
         let state = self.lock();
         self.dirty.store(false, Ordering::Release);
         let r = schedule::save_atomic(&self.path, &state);
-        if r.is_err() {
-            self.dirty.store(true, Ordering::Release);
+        match &r {
+            Err(e) => {
+                self.dirty.store(true, Ordering::Release);
+                self.failures.fetch_add(1, Ordering::AcqRel);
+                self.episode_failures.fetch_add(1, Ordering::AcqRel);
+                if !self.failing.swap(true, Ordering::AcqRel) {
+                    tracing::error!(
+                        path = %self.path.display(),
+                        "cannot save the state: {e}; the last saved file is kept as it was, \
+                         probes and metrics go on, scheduled runs do not start until it can be \
+                         saved, and saving is retried every few seconds: free space in or make \
+                         the state directory writable"
+                    );
+                }
+            }
+            Ok(()) => {
+                if self.failing.swap(false, Ordering::AcqRel) {
+                    let n = self.episode_failures.swap(0, Ordering::AcqRel);
+                    tracing::warn!(
+                        path = %self.path.display(),
+                        failed_attempts = n,
+                        "the state is saved again"
+                    );
+                }
+            }
         }
+        // A failed save leaves its temporary file (possibly short) behind: remove it (still
+        // under the lock), so it does not hold the space that the next save needs.
+        if r.is_err() {
+            let _ = std::fs::remove_file(schedule::state::temp_path(&self.path));
+        }
+        drop(state);
         r
     }
 
@@ -157,6 +209,33 @@ mod tests {
             budget_bytes_per_day(&drive(Rating::default()), Some(1 << 40), &wb),
             (5u64 << 30) as f64
         );
+    }
+
+    #[test]
+    fn a_failed_save_keeps_the_file_counts_and_recovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("s");
+        std::fs::create_dir(&sub).unwrap();
+        let o = Store::open(&sub, 1).unwrap();
+        o.store.update(|s| s.add_self_written("d", 0, 5));
+        o.store.save().unwrap();
+        let saved = std::fs::read(sub.join(STATE_FILE)).unwrap();
+        // The state file's place is taken by a directory entry we cannot replace: a
+        // directory named like the temporary file makes every save fail, even as root.
+        std::fs::create_dir(schedule::state::temp_path(&sub.join(STATE_FILE))).unwrap();
+        o.store.update(|s| s.add_self_written("d", 0, 7));
+        for _ in 0..3 {
+            assert!(o.store.save_if_dirty().is_err());
+        }
+        assert!(o.store.save_failing());
+        assert_eq!(o.store.save_failures(), 3);
+        assert_eq!(std::fs::read(sub.join(STATE_FILE)).unwrap(), saved);
+        std::fs::remove_dir(schedule::state::temp_path(&sub.join(STATE_FILE))).unwrap();
+        assert!(o.store.save_if_dirty().unwrap());
+        assert!(!o.store.save_failing());
+        assert_eq!(o.store.save_failures(), 3);
+        let again = Store::open(&sub, 2).unwrap();
+        assert_eq!(again.store.lock().self_written_lifetime("d"), 12);
     }
 
     #[test]

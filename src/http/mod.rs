@@ -5,28 +5,59 @@
 //!   flight finish for at most [`Limits::shutdown_grace`].
 //! - Only GET and HEAD are answered (405 with `Allow: GET, HEAD` otherwise); a request
 //!   body is never read; HEAD gets the GET headers and no body.
+//! - A request that announces a body to GET or HEAD gets 413 (the body is not read).
+//! - TLS and basic auth come from a web config file (exporter-toolkit's format; see `web`),
+//!   swapped on reload through a [`WebHandle`]: new connections get the new TLS config, and
+//!   every request is checked against the users in force. Without one: plain HTTP.
+//!   Authentication comes first: a client without valid credentials gets 401 (with
+//!   `WWW-Authenticate: Basic realm="driveprobe"`) whatever it asked for.
 //! - Robustness: a header read timeout (a client that does not finish its headers in time
-//!   is closed, slowloris included), a cap on open connections where idle ones make room
+//!   is closed, slowloris included; with TLS the handshake has the same limit), a cap on open connections where idle ones make room
 //!   for newcomers (see `server`), hyper's default limits on the request line and headers.
 //!   Nothing a client sends can make it panic; a panic in a page's renderer becomes a 500.
 //! - The status lock is taken to copy or encode and released before any `.await`.
 //!
 //! The code map: `server` (sockets, the cap, shutdown; generic over the byte stream, so a
-//! TLS acceptor can hand it its streams), `routes` (request in, response out; basic auth
-//! belongs in front of [`routes::App::respond`]), `page` (the status page), `fmt` (text).
+//! TLS stream is served like a TCP one; auth and the web config's headers wrap
+//! [`routes::App::respond`]), `routes` (request in, response out), `web` (the web config
+//! file, TLS, basic auth), `page` (the status page), `fmt` (text).
 
 mod fmt;
 pub mod page;
 pub mod routes;
 mod server;
+pub mod web;
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::status::Shared;
+
+pub use web::{WebConfig, WebConfigError};
+
+/// The web config in force (none: plain HTTP, no auth), shared with the server and
+/// replaced on reload.
+#[derive(Debug, Clone, Default)]
+pub struct WebHandle(Arc<RwLock<Option<Arc<WebConfig>>>>);
+
+impl WebHandle {
+    pub fn new(web: Option<WebConfig>) -> WebHandle {
+        WebHandle(Arc::new(RwLock::new(web.map(Arc::new))))
+    }
+
+    /// The config in force now.
+    pub fn current(&self) -> Option<Arc<WebConfig>> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Puts `web` in force for new connections and every request from now on.
+    pub fn set(&self, web: WebConfig) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(web));
+    }
+}
 
 /// The server's limits. [`Limits::default`] is what [`serve`] uses.
 #[derive(Debug, Clone)]
@@ -66,6 +97,18 @@ pub async fn serve(
     serve_with(listener, shared, shutdown, Limits::default()).await
 }
 
+/// [`serve`] with the web config of `web` (TLS, basic auth, headers), read again for each
+/// connection and request so that a reload takes effect at once.
+pub async fn serve_web(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    shutdown: watch::Receiver<bool>,
+    web: WebHandle,
+) -> std::io::Result<()> {
+    let app = Arc::new(routes::App::new(shared));
+    server::run(listener, app, shutdown, Limits::default(), web).await
+}
+
 /// [`serve`] with other limits.
 pub async fn serve_with(
     listener: TcpListener,
@@ -74,5 +117,5 @@ pub async fn serve_with(
     limits: Limits,
 ) -> std::io::Result<()> {
     let app = Arc::new(routes::App::new(shared));
-    server::run(listener, app, shutdown, limits).await
+    server::run(listener, app, shutdown, limits, WebHandle::default()).await
 }

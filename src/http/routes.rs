@@ -169,6 +169,30 @@ impl Reply {
     }
 }
 
+/// The answer to a request without valid basic auth credentials.
+pub(crate) fn unauthorized(head: bool) -> Response<Full<Bytes>> {
+    let mut r = Reply::line(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized: this server needs basic auth credentials (see its web config)",
+    );
+    r.extra.push((
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Basic realm=\"driveprobe\""),
+    ));
+    r.into_response(head)
+}
+
+/// The answer to a GET or HEAD that announces a body (the body is not read).
+pub(crate) fn body_refused(head: bool) -> Response<Full<Bytes>> {
+    let mut r = Reply::line(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload too large: this server takes no request body",
+    );
+    r.extra
+        .push((header::CONNECTION, HeaderValue::from_static("close")));
+    r.into_response(head)
+}
+
 /// Runs a synchronous renderer, turning a panic into a 500.
 fn guarded(what: &str, f: impl FnOnce() -> Reply) -> Reply {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {

@@ -24,12 +24,12 @@ use hyper::service::service_fn;
 use hyper::Request;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 
-use super::routes::App;
-use super::Limits;
+use super::routes::{self, App};
+use super::{Limits, WebHandle};
 
 /// Resolves when `rx` says true, or when its sender is gone (nobody can stop us later).
 pub(crate) async fn shutdown_requested(rx: &mut watch::Receiver<bool>) {
@@ -188,6 +188,7 @@ pub(crate) async fn run(
     app: Arc<App>,
     mut shutdown: watch::Receiver<bool>,
     limits: Limits,
+    web: WebHandle,
 ) -> io::Result<()> {
     let tracker = Arc::new(Tracker::new(&limits));
     let mut tasks: JoinSet<()> = JoinSet::new();
@@ -204,7 +205,7 @@ pub(crate) async fn run(
                         continue;
                     };
                     let _ = stream.set_nodelay(true);
-                    tasks.spawn(connection(stream, app.clone(), reg, limits.clone(), shutdown.clone()));
+                    tasks.spawn(handshake(stream, app.clone(), reg, limits.clone(), shutdown.clone(), web.clone()));
                 }
                 Err(e) => {
                     // A client that gave up is nobody's problem; anything else (out of
@@ -240,14 +241,50 @@ pub(crate) async fn run(
     Ok(())
 }
 
-/// One HTTP/1.1 connection over any byte stream (a TLS stream can be passed here as well
-/// as a TCP one). Returns when the connection ends, is evicted, or after shutdown.
+/// Serves one accepted TCP connection: as it is, or after a TLS handshake when the web
+/// config in force has TLS. The handshake must finish within the header read timeout (a
+/// client that sends its hello a byte at a time is dropped like a slow header), and the
+/// connection counts as idle meanwhile (a newcomer at the cap may evict it).
+async fn handshake(
+    stream: TcpStream,
+    app: Arc<App>,
+    reg: Registered,
+    limits: Limits,
+    mut shutdown: watch::Receiver<bool>,
+    web: WebHandle,
+) {
+    let Some(tls) = web.current().and_then(|w| w.tls.clone()) else {
+        return connection(stream, app, reg, limits, shutdown, web).await;
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let slot = reg.slot.clone();
+    let stream = tokio::select! {
+        r = tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)) => match r {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "http: TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(limit = ?limits.header_read_timeout, "http: TLS handshake not finished in time; closed");
+                return;
+            }
+        },
+        _ = slot.evict.notified() => return,
+        _ = shutdown_requested(&mut shutdown) => return,
+    };
+    connection(stream, app, reg, limits, shutdown, web).await
+}
+
+/// One HTTP/1.1 connection over any byte stream (TCP, or TLS over TCP). Returns when the
+/// connection ends, is evicted, or after shutdown.
 async fn connection<I>(
     io: I,
     app: Arc<App>,
     reg: Registered,
     limits: Limits,
     mut shutdown: watch::Receiver<bool>,
+    web: WebHandle,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -258,9 +295,24 @@ async fn connection<I>(
         service_fn(move |req: Request<Incoming>| {
             let busy = Busy::new(&tracker, slot.clone());
             let app = app.clone();
+            let web = web.current();
             async move {
-                // The body (if any) is never read.
-                let resp = app.respond(req.method(), req.uri(), req.headers()).await;
+                let head = req.method() == hyper::Method::HEAD;
+                let mut resp = match web.as_ref().and_then(|w| w.auth.as_ref()) {
+                    Some(auth) if !auth.check(req.headers()).await => routes::unauthorized(head),
+                    // The body (if any) is never read; GET and HEAD must not have one.
+                    _ if (head || req.method() == hyper::Method::GET)
+                        && !req.body().is_end_stream() =>
+                    {
+                        routes::body_refused(head)
+                    }
+                    _ => app.respond(req.method(), req.uri(), req.headers()).await,
+                };
+                if let Some(w) = &web {
+                    for (k, v) in &w.headers {
+                        resp.headers_mut().insert(k.clone(), v.clone());
+                    }
+                }
                 Ok::<_, Infallible>(resp.map(|inner| Guarded { inner, _busy: busy }))
             }
         })

@@ -144,10 +144,18 @@ pub enum Phase {
         /// Cumulative bytes written at the end of each round.
         bytes_written: Vec<u64>,
     },
-    /// One measured round of a fixed workload (latency and IOPS matrix points).
+    /// One measured round of a fixed workload (latency and IOPS matrix points, and
+    /// each job of a user's fio job file).
     Point {
         workload: WorkloadDesc,
         round: Round,
+    },
+    /// An application workload run with its data on the drive: `app` is `oltp`
+    /// (sysbench OLTP on a private MariaDB: one point per thread count) or `kv`
+    /// (RocksDB db_bench: one point per db_bench phase).
+    App {
+        app: String,
+        points: Vec<crate::app::AppPoint>,
     },
 }
 

@@ -42,8 +42,55 @@ pub enum SuiteError {
         phase: String,
         source: purge::PurgeError,
     },
+    #[error("suite {suite}, {phase}: {count} I/O error(s), the first a {first}; check the drive (driveprobe health) and its cabling")]
+    Io {
+        suite: String,
+        phase: String,
+        count: u64,
+        first: String,
+    },
     #[error("suite {0}: the target is read-only, and every suite writes: it needs a write permit")]
     ReadOnly(String),
+    #[error("suite {suite}: {app} needs a file target's directory for its data, and {target} is a block device: give a file on the drive's filesystem instead")]
+    NeedsDirectory {
+        suite: String,
+        app: &'static str,
+        target: String,
+    },
+    #[error("suite {suite}: {source}")]
+    Oltp {
+        suite: String,
+        source: crate::app::oltp::OltpError,
+    },
+    #[error("suite {suite}: {source}")]
+    Kv {
+        suite: String,
+        source: crate::app::kv::KvError,
+    },
+    #[error("suite {suite}: fio job file: {source}")]
+    FioJob {
+        suite: String,
+        source: crate::app::fio_job::FioJobError,
+    },
+}
+
+/// An application workload (`crate::app`), run with its data in the directory of the
+/// file target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppKind {
+    /// sysbench `oltp_read_write` on a private MariaDB.
+    Oltp,
+    /// RocksDB `db_bench`.
+    Kv,
+}
+
+impl AppKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            AppKind::Oltp => "oltp",
+            AppKind::Kv => "kv",
+        }
+    }
 }
 
 /// How long things take: the same suite runs in a minute on a small file for tests and
@@ -123,6 +170,10 @@ pub enum Step {
     RateCurve(Workload),
     WriteSaturation(Workload),
     Point(Workload),
+    /// An application workload in the target's directory.
+    App(AppKind),
+    /// A user's fio job file on the target (its jobs become points), with a time limit.
+    FioJob(std::path::PathBuf, Duration),
 }
 
 impl Step {
@@ -145,6 +196,9 @@ impl Step {
             ),
             Step::WriteSaturation(w) => format!("{} until 4x the region is written", w.name),
             Step::Point(w) => format!("{} one round at {}x{}", w.name, w.workers, w.depth),
+            Step::App(AppKind::Oltp) => "oltp: sysbench oltp_read_write on a private MariaDB in the target's directory, by thread count".into(),
+            Step::App(AppKind::Kv) => "kv: RocksDB db_bench (fillrandom, readwhilewriting, overwrite) in the target's directory".into(),
+            Step::FioJob(p, _) => format!("the fio job file {}", p.display()),
         }
     }
 }
@@ -157,6 +211,12 @@ pub struct Suite {
 }
 
 impl Suite {
+    /// The suite runs an application workload, which keeps its data in the directory of
+    /// a file target (a raw block device will not do).
+    pub fn needs_directory(&self) -> bool {
+        self.steps.iter().any(|s| matches!(s, Step::App(_)))
+    }
+
     /// One line per step, for `--list-suites`.
     pub fn describe_steps(&self) -> Vec<String> {
         // Long runs of points are summarised.
@@ -245,22 +305,25 @@ fn build_suites() -> Vec<Suite> {
         Step::RateCurve(w::CURVE_64K_WRITE),
     ];
     curves.extend(w::APP_MIXES.iter().cloned().map(Step::RateCurve));
+    let enterprise = vec![
+        Step::Purge,
+        Step::Precondition,
+        Step::SteadyState(w::RAND_READ_4K),
+        Step::SteadyState(w::RAND_WRITE_4K),
+        Step::SteadyState(w::MIX_70_30_8K),
+        Step::SteadyState(w::RAND_READ_8K),
+        Step::SteadyState(w::RAND_WRITE_8K),
+        Step::SteadyState(w::SEQ_READ_128K),
+        Step::SteadyState(w::SEQ_WRITE_128K),
+        Step::Sweep(w::MIX_70_30_8K, SWEEP, SWEEP),
+    ];
+    let mut review = enterprise.clone();
+    review.extend([Step::App(AppKind::Oltp), Step::App(AppKind::Kv)]);
     vec![
         Suite {
             name: "enterprise",
             about: "the review protocol: purge, precondition, seven profiles to steady state at 16x16 (burst and steady figures), then the 2T2Q-16T16Q sweep of 8K 70/30",
-            steps: vec![
-                Step::Purge,
-                Step::Precondition,
-                Step::SteadyState(w::RAND_READ_4K),
-                Step::SteadyState(w::RAND_WRITE_4K),
-                Step::SteadyState(w::MIX_70_30_8K),
-                Step::SteadyState(w::RAND_READ_8K),
-                Step::SteadyState(w::RAND_WRITE_8K),
-                Step::SteadyState(w::SEQ_READ_128K),
-                Step::SteadyState(w::SEQ_WRITE_128K),
-                Step::Sweep(w::MIX_70_30_8K, SWEEP, SWEEP),
-            ],
+            steps: enterprise,
         },
         Suite {
             name: "curves",
@@ -283,6 +346,21 @@ fn build_suites() -> Vec<Suite> {
             steps: vec![Step::Purge, Step::WriteSaturation(w::RAND_WRITE_4K.with(4, 16))],
         },
         Suite {
+            name: "oltp",
+            about: "sysbench OLTP read/write on a private MariaDB with its datadir beside the file target: TPS, average and 99th-percentile latency at 2..32 threads (quick: 2 and 8)",
+            steps: vec![Step::App(AppKind::Oltp)],
+        },
+        Suite {
+            name: "kv",
+            about: "RocksDB db_bench with its database beside the file target: fillrandom, then readwhilewriting and overwrite, latency interval by interval",
+            steps: vec![Step::App(AppKind::Kv)],
+        },
+        Suite {
+            name: "review",
+            about: "the whole review: enterprise, then oltp and kv (needs a file target)",
+            steps: review,
+        },
+        Suite {
             name: "jesd219",
             about: "the JEDEC JESD219 enterprise endurance workload (its size mix and 50/5:30/15:20/80 skew), to steady state",
             steps: vec![
@@ -292,6 +370,16 @@ fn build_suites() -> Vec<Suite> {
             ],
         },
     ]
+}
+
+/// A one-step suite that runs a user's fio job file on the target (`driveprobe bench
+/// --fio-job FILE`): its jobs are ingested as points, like built-in workloads.
+pub fn fio_job_suite(job_file: &std::path::Path, time_limit: Duration) -> Suite {
+    Suite {
+        name: "fio-job",
+        about: "a user's fio job file on the target",
+        steps: vec![Step::FioJob(job_file.to_path_buf(), time_limit)],
+    }
 }
 
 pub fn find(name: &str) -> Result<Suite, SuiteError> {
@@ -308,6 +396,8 @@ pub trait Observer {
     fn phase(&mut self, index: usize, total: usize, what: &str, max_rounds: u32);
     /// A round ended; `steady` has the current window's figures in steady-state phases.
     fn round(&mut self, round: &Round, steady: Option<&steady::Check>);
+    /// What an application workload is doing now (`prepare`, `8 threads`...).
+    fn note(&mut self, _what: &str) {}
 }
 
 /// An observer that says nothing.
@@ -343,11 +433,27 @@ fn run_engine(
     control: &RunControl,
     on_interval: &mut dyn FnMut(&engine::IntervalSummary),
 ) -> Result<RunResult, SuiteError> {
-    engine::run(job, target, control, on_interval).map_err(|e| SuiteError::Engine {
+    let r = engine::run(job, target, control, on_interval).map_err(|e| SuiteError::Engine {
         suite: suite.name.to_string(),
         phase: phase.to_string(),
         source: e,
-    })
+    })?;
+    // Figures measured while I/Os failed (a failing or removed drive) are not the drive's:
+    // the phase fails, so the document is incomplete and the run is not passed.
+    if r.errors.count > 0 {
+        return Err(SuiteError::Io {
+            suite: suite.name.to_string(),
+            phase: phase.to_string(),
+            count: r.errors.count,
+            first: r
+                .errors
+                .first
+                .first()
+                .map(|e| format!("{} at byte {}: {}", e.op, e.offset, e.message))
+                .unwrap_or_else(|| "short transfer".into()),
+        });
+    }
+    Ok(r)
 }
 
 struct Runner<'a> {
@@ -626,6 +732,75 @@ impl Runner<'_> {
         }
     }
 
+    /// The directory an application workload keeps its data in: the file target's.
+    fn app_dir(&self, app: &'static str) -> Result<std::path::PathBuf, SuiteError> {
+        match self.target.kind() {
+            crate::target::TargetKind::File => {
+                let p = self.target.path();
+                Ok(match p.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                    _ => std::path::PathBuf::from("."),
+                })
+            }
+            crate::target::TargetKind::BlockDevice { .. } => Err(SuiteError::NeedsDirectory {
+                suite: self.suite.name.to_string(),
+                app,
+                target: self.target.path().display().to_string(),
+            }),
+        }
+    }
+
+    fn app(&mut self, kind: AppKind) -> Result<Phase, SuiteError> {
+        let dir = self.app_dir(kind.name())?;
+        let suite = self.suite.name.to_string();
+        let scale = self.opts.scale.name;
+        let points = match kind {
+            AppKind::Oltp => {
+                let o = crate::app::oltp::OltpOptions::for_scale(scale);
+                let observer = &mut *self.observer;
+                crate::app::oltp::run_observed(&dir, &o, self.control, &mut |e| observer.note(e))
+                    .map_err(|source| SuiteError::Oltp { suite, source })?
+            }
+            AppKind::Kv => {
+                let o = crate::app::kv::KvOptions::for_scale(scale);
+                crate::app::kv::run(&dir, &o, self.control)
+                    .map_err(|source| SuiteError::Kv { suite, source })?
+            }
+        };
+        self.engine_name.get_or_insert_with(|| {
+            match kind {
+                AppKind::Oltp => "sysbench+mariadb",
+                AppKind::Kv => "db_bench",
+            }
+            .to_string()
+        });
+        Ok(Phase::App {
+            app: kind.name().to_string(),
+            points,
+        })
+    }
+
+    fn fio_job(
+        &mut self,
+        job: &std::path::Path,
+        limit: Duration,
+    ) -> Result<Vec<Phase>, SuiteError> {
+        let jobs = crate::app::fio_job::run(job, self.target.path(), limit, self.control).map_err(
+            |source| SuiteError::FioJob {
+                suite: self.suite.name.to_string(),
+                source,
+            },
+        )?;
+        self.engine_name.get_or_insert_with(|| "fio".to_string());
+        Ok(jobs
+            .into_iter()
+            .map(|(workload, round)| {
+                self.observer.round(&round, None);
+                Phase::Point { workload, round }
+            })
+            .collect())
+    }
+
     fn step(&mut self, step: &Step) -> Result<Option<Phase>, SuiteError> {
         Ok(Some(match step {
             Step::Purge => {
@@ -676,6 +851,9 @@ impl Runner<'_> {
                 workload: wl.desc(),
                 round: self.one_round(wl, 0, None)?,
             },
+            Step::App(kind) => self.app(*kind)?,
+            // Several phases: handled by `run_suite`.
+            Step::FioJob(..) => return Ok(None),
         }))
     }
 }
@@ -721,6 +899,16 @@ pub fn run_suite(
         region: RegionSpec::Whole,
         engine_name: None,
     };
+    // An application step on a raw device would fail only when it is reached (after
+    // hours of `enterprise` in `review`): refuse at once.
+    for step in &suite.steps {
+        if let Step::App(kind) = step {
+            if let Err(e) = runner.app_dir(kind.name()) {
+                result.incomplete_reason = Some(e.to_string());
+                return (result, Some(e));
+            }
+        }
+    }
     let mut error = None;
     let total = suite.steps.len();
     for (i, step) in suite.steps.iter().enumerate() {
@@ -733,12 +921,20 @@ pub fn run_suite(
             Step::RateCurve(_) => 13,
             Step::WriteSaturation(_) => opts.scale.wsat_max_rounds,
             Step::Point(_) => 1,
+            Step::FioJob(..) => 1,
             _ => 0,
         };
         runner
             .observer
             .phase(i, total, &step.describe(), max_rounds);
-        match runner.step(step) {
+        let stepped = match step {
+            Step::FioJob(job, limit) => runner.fio_job(job, *limit).map(|ps| {
+                result.phases.extend(ps);
+                None
+            }),
+            _ => runner.step(step),
+        };
+        match stepped {
             Ok(Some(p)) => result.phases.push(p),
             Ok(None) => {}
             Err(e) => {
@@ -774,6 +970,9 @@ mod tests {
                 "snia-iops",
                 "latency",
                 "wsat",
+                "oltp",
+                "kv",
+                "review",
                 "jesd219"
             ]
         );
@@ -798,6 +997,14 @@ mod tests {
             16
         );
         assert!(find("nope").is_err());
+        let review = find("review").unwrap();
+        let enterprise = find("enterprise").unwrap();
+        assert_eq!(review.steps[..enterprise.steps.len()], enterprise.steps[..]);
+        assert_eq!(
+            review.steps[enterprise.steps.len()..],
+            [Step::App(AppKind::Oltp), Step::App(AppKind::Kv)]
+        );
+        assert_eq!(find("oltp").unwrap().steps, [Step::App(AppKind::Oltp)]);
         assert!(Scale::named("huge").is_err());
     }
 }

@@ -35,6 +35,8 @@ pub enum Quantity {
     Bytes,
     /// A plain count (round numbers).
     Count,
+    /// A rate of operations with its own unit (`TPS`, `ops/s`), ticks like IOPS.
+    Rate(&'static str),
 }
 
 impl Quantity {
@@ -42,6 +44,7 @@ impl Quantity {
     fn scale(self, max: f64) -> (f64, &'static str) {
         match self {
             Quantity::Iops => (1.0, "IOPS"),
+            Quantity::Rate(unit) => (1.0, unit),
             Quantity::Count => (1.0, ""),
             Quantity::Latency => {
                 if max < 1e3 {
@@ -193,7 +196,7 @@ fn decimals(step: f64) -> usize {
 
 /// A tick's text, `v` already divided by the axis unit.
 fn tick_text(q: Quantity, v: f64, top: f64, step: f64) -> String {
-    if q == Quantity::Iops && top >= 1e4 {
+    if matches!(q, Quantity::Iops | Quantity::Rate(_)) && top >= 1e4 {
         let (d, suffix) = if top >= 2e6 { (1e6, "M") } else { (1e3, "k") };
         if v == 0.0 {
             return "0".to_string();

@@ -69,6 +69,8 @@ enum Section {
     Group(usize),
     Rate,
     Points,
+    /// An application workload (`oltp`, `kv`), every document's phases of it together.
+    App(String),
 }
 
 fn workload(p: &Phase) -> Option<(Kind, &WorkloadDesc)> {
@@ -118,6 +120,14 @@ pub fn render(docs: &[(String, SuiteResult)]) -> String {
                 && !sections.iter().any(|s| matches!(s, Section::Points))
             {
                 sections.push(Section::Points);
+            }
+            if let Phase::App { app, .. } = p {
+                if !sections
+                    .iter()
+                    .any(|s| matches!(s, Section::App(a) if a == app))
+                {
+                    sections.push(Section::App(app.clone()));
+                }
             }
             let Some((kind, w)) = workload(p) else {
                 continue;
@@ -209,6 +219,7 @@ pub fn render(docs: &[(String, SuiteResult)]) -> String {
             }
             Section::Rate => rate_section(&mut o, &groups, &docs),
             Section::Points => points_section(&mut o, &docs),
+            Section::App(app) => app_section(&mut o, app, &docs),
         }
     }
     let _ = write!(
@@ -329,7 +340,319 @@ fn phase_line(p: &Phase) -> String {
         Phase::Point { workload, round } => {
             format!("point {}: {} IOPS", workload.name, f::iops(round.iops))
         }
+        Phase::App { app, points } => {
+            let best = points
+                .iter()
+                .max_by(|a, b| a.ops_per_second.total_cmp(&b.ops_per_second));
+            match best {
+                Some(b) if app == "oltp" => format!(
+                    "{app}: {} thread counts, peak {} TPS at {} threads",
+                    points.len(),
+                    f::iops(b.ops_per_second),
+                    b.threads
+                ),
+                Some(_) => format!(
+                    "{app}: {}",
+                    points
+                        .iter()
+                        .map(|p| format!("{} {} ops/s", p.workload, f::iops(p.ops_per_second)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                None => format!("{app}: no point measured"),
+            }
+        }
     }
+}
+
+// ---------------------------------------------------------------- application workloads
+
+/// Every document's points of application `app`.
+fn app_members<'a>(app: &str, docs: &[Doc<'a>]) -> Vec<(usize, Vec<&'a crate::app::AppPoint>)> {
+    docs.iter()
+        .map(|d| {
+            let pts =
+                d.r.phases
+                    .iter()
+                    .filter_map(|p| match p {
+                        Phase::App { app: a, points } if a == app => Some(points.iter()),
+                        _ => None,
+                    })
+                    .flatten()
+                    .collect::<Vec<_>>();
+            (d.i, pts)
+        })
+        .filter(|(_, p)| !p.is_empty())
+        .collect()
+}
+
+fn app_section(o: &mut String, app: &str, docs: &[Doc]) {
+    let members = app_members(app, docs);
+    if members.is_empty() {
+        return;
+    }
+    if app == "kv" {
+        kv_section(o, &members, docs);
+    } else {
+        by_threads_section(o, app, &members, docs);
+    }
+}
+
+fn app_tip(p: &crate::app::AppPoint, unit: &str) -> String {
+    let mut t = format!(
+        "{} threads: {} {unit}, average {}, p99 {}",
+        p.threads,
+        f::iops(p.ops_per_second),
+        f::latency(p.lat_mean_ns),
+        f::latency(p.lat_p99_ns)
+    );
+    if let Some(a) = p.lat_p99_avg_ns {
+        let _ = write!(t, ", average per-second p99 {}", f::latency(a));
+    }
+    if p.errors + p.reconnects > 0 {
+        let _ = write!(t, ", {} errors, {} reconnects", p.errors, p.reconnects);
+    }
+    t
+}
+
+/// oltp: TPS, mean and p99 latency against the thread count.
+fn by_threads_section(
+    o: &mut String,
+    app: &str,
+    members: &[(usize, Vec<&crate::app::AppPoint>)],
+    docs: &[Doc],
+) {
+    let (title, unit) = if app == "oltp" {
+        ("Database: sysbench OLTP on MariaDB", "TPS")
+    } else {
+        (app, "ops/s")
+    };
+    let mut threads: Vec<u32> = members
+        .iter()
+        .flat_map(|(_, ps)| ps.iter().map(|p| p.threads))
+        .collect();
+    threads.sort_unstable();
+    threads.dedup();
+    let _ = write!(
+        o,
+        r#"<section class="card" id="app-{}"><h2>{}</h2>"#,
+        slug(app),
+        esc(title)
+    );
+    if app == "oltp" {
+        o.push_str(r#"<p class="meta">sysbench oltp_read_write against a private MariaDB whose datadir is on the drive (InnoDB with O_DIRECT and a small buffer pool, so the drive answers), one measured run per thread count after a warm-up.</p>"#);
+    }
+    o.push_str(r#"<ul class="status">"#);
+    for (i, ps) in members {
+        if let Some(peak) = ps
+            .iter()
+            .max_by(|a, b| a.ops_per_second.total_cmp(&b.ops_per_second))
+        {
+            let _ = write!(
+                o,
+                "<li>{}: {}</li>",
+                doc_cell(&docs[*i]),
+                esc(&format!("peak at {}", app_tip(peak, unit)))
+            );
+        }
+    }
+    o.push_str(r#"</ul><div class="grid">"#);
+    type Get = fn(&crate::app::AppPoint) -> f64;
+    let charts: [(&str, &str, &str, Quantity, Get); 3] = [
+        (
+            "tps",
+            "Transactions per second by threads",
+            "throughput",
+            Quantity::Rate(unit),
+            |p| p.ops_per_second,
+        ),
+        (
+            "lat-mean",
+            "Average latency by threads",
+            "average latency",
+            Quantity::Latency,
+            |p| p.lat_mean_ns,
+        ),
+        (
+            "lat-p99",
+            "99th percentile latency by threads",
+            "99th percentile",
+            Quantity::Latency,
+            |p| p.lat_p99_ns,
+        ),
+    ];
+    for (id, ctitle, axis, q, get) in charts {
+        let chart = Chart {
+            id: format!("chart-app-{}-{id}", slug(app)),
+            title: if app == "oltp" {
+                ctitle.to_string()
+            } else {
+                ctitle.replace("Transactions", "Operations")
+            },
+            x: XAxis::Category {
+                name: "threads".to_string(),
+                labels: threads.iter().map(u32::to_string).collect(),
+                breaks: Vec::new(),
+            },
+            y: Axis::new(axis, q),
+            series: members
+                .iter()
+                .map(|(i, ps)| {
+                    let mut ps = ps.clone();
+                    ps.sort_by_key(|p| p.threads);
+                    Series {
+                        name: docs[*i].label.to_string(),
+                        doc: *i,
+                        points: ps
+                            .iter()
+                            .map(|p| Pt {
+                                x: threads.iter().position(|&t| t == p.threads).unwrap_or(0) as f64,
+                                y: get(p),
+                                tip: app_tip(p, unit),
+                                label: None,
+                            })
+                            .collect(),
+                    }
+                })
+                .collect(),
+            bands: Vec::new(),
+            marks: Vec::new(),
+        };
+        o.push_str(&chart.svg());
+    }
+    o.push_str("</div></section>");
+}
+
+/// kv: per db_bench phase, latency interval by interval (compaction stalls show as spikes).
+fn kv_section(o: &mut String, members: &[(usize, Vec<&crate::app::AppPoint>)], docs: &[Doc]) {
+    o.push_str(r#"<section class="card" id="app-kv"><h2>Key-value store: RocksDB db_bench</h2><p class="meta">db_bench with its database on the drive: a load, then the measured phases. Latency is charted interval by interval, so compactions and journal writes that stall a weak drive show as spikes.</p><ul class="status">"#);
+    for (i, ps) in members {
+        let text = ps
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {} ops/s (average {}, p99 {})",
+                    p.workload,
+                    f::iops(p.ops_per_second),
+                    f::latency(p.lat_mean_ns),
+                    f::latency(p.lat_p99_ns)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let _ = write!(o, "<li>{}: {}</li>", doc_cell(&docs[*i]), esc(&text));
+    }
+    o.push_str(r#"</ul><div class="grid">"#);
+    let mut phases: Vec<&str> = Vec::new();
+    for (_, ps) in members {
+        for p in ps {
+            if !phases.contains(&p.workload.as_str()) {
+                phases.push(&p.workload);
+            }
+        }
+    }
+    for phase in phases {
+        let of_phase = |ps: &[&'_ crate::app::AppPoint]| -> Vec<crate::app::AppPoint> {
+            ps.iter()
+                .filter(|p| p.workload == phase)
+                .map(|p| (*p).clone())
+                .collect()
+        };
+        // p99 per interval when db_bench gave it, else the mean.
+        let has_p99 = members.iter().any(|(_, ps)| {
+            of_phase(ps)
+                .iter()
+                .any(|p| p.intervals.iter().any(|i| i.lat_p99_ns.is_some()))
+        });
+        let stat = if has_p99 {
+            "99th percentile"
+        } else {
+            "average"
+        };
+        let series: Vec<Series> = members
+            .iter()
+            .map(|(i, ps)| Series {
+                name: docs[*i].label.to_string(),
+                doc: *i,
+                points: of_phase(ps)
+                    .iter()
+                    .flat_map(|p| p.intervals.iter())
+                    .filter_map(|iv| {
+                        let y = if has_p99 {
+                            iv.lat_p99_ns
+                        } else {
+                            iv.lat_mean_ns
+                        }?;
+                        Some(Pt {
+                            x: iv.end_seconds,
+                            y,
+                            tip: format!(
+                                "at {:.1} s: {} ops/s, {stat} {}",
+                                iv.end_seconds,
+                                f::iops(iv.ops_per_second),
+                                f::latency(y)
+                            ),
+                            label: None,
+                        })
+                    })
+                    .collect(),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        let ops: Vec<Series> = members
+            .iter()
+            .map(|(i, ps)| Series {
+                name: docs[*i].label.to_string(),
+                doc: *i,
+                points: of_phase(ps)
+                    .iter()
+                    .flat_map(|p| p.intervals.iter())
+                    .map(|iv| Pt {
+                        x: iv.end_seconds,
+                        y: iv.ops_per_second,
+                        tip: format!(
+                            "at {:.1} s: {} ops/s",
+                            iv.end_seconds,
+                            f::iops(iv.ops_per_second)
+                        ),
+                        label: None,
+                    })
+                    .collect(),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        for (id, title, axis, q, series) in [
+            (
+                "lat",
+                format!("{phase}: {stat} latency per interval"),
+                stat,
+                Quantity::Latency,
+                series,
+            ),
+            (
+                "ops",
+                format!("{phase}: operations per second per interval"),
+                "throughput",
+                Quantity::Rate("ops/s"),
+                ops,
+            ),
+        ] {
+            if series.is_empty() {
+                continue;
+            }
+            let chart = Chart {
+                id: format!("chart-app-kv-{}-{id}", slug(phase)),
+                title,
+                x: XAxis::Linear(Axis::new("time", Quantity::Seconds)),
+                y: Axis::new(axis, q),
+                series,
+                bands: Vec::new(),
+                marks: Vec::new(),
+            };
+            o.push_str(&chart.svg());
+        }
+    }
+    o.push_str("</div></section>");
 }
 
 /// The round measured for a workload: the steady figures when a steady-state phase ran it,
@@ -1395,5 +1718,76 @@ mod tests {
         for label in [">2T2Q<", ">2T4Q<", ">4T2Q<", ">4T4Q<"] {
             assert!(svg.contains(label));
         }
+    }
+
+    fn app_point(workload: &str, threads: u32, tps: f64, intervals: usize) -> crate::app::AppPoint {
+        crate::app::AppPoint {
+            workload: workload.into(),
+            threads,
+            seconds: intervals as f64,
+            ops_per_second: tps,
+            queries_per_second: Some(tps * 20.0),
+            lat_mean_ns: threads as f64 / tps * 1e9,
+            lat_p99_ns: 3.0 * threads as f64 / tps * 1e9,
+            lat_p99_avg_ns: Some(2.5 * threads as f64 / tps * 1e9),
+            errors: 0,
+            reconnects: 0,
+            intervals: (1..=intervals)
+                .map(|k| crate::app::AppInterval {
+                    end_seconds: k as f64,
+                    ops_per_second: tps,
+                    lat_mean_ns: Some(1e6),
+                    // One compaction stall at the third interval.
+                    lat_p99_ns: Some(if k == 3 { 90e6 } else { 4e6 }),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn application_phases_get_their_charts() {
+        let oltp = Phase::App {
+            app: "oltp".into(),
+            points: vec![
+                app_point("oltp_read_write", 2, 400.0, 3),
+                app_point("oltp_read_write", 8, 900.0, 3),
+                app_point("oltp_read_write", 32, 1200.0, 3),
+            ],
+        };
+        let kv = Phase::App {
+            app: "kv".into(),
+            points: vec![
+                app_point("readwhilewriting", 2, 50_000.0, 5),
+                app_point("overwrite", 2, 30_000.0, 5),
+            ],
+        };
+        let a = doc(vec![oltp.clone(), kv.clone()]);
+        let b = doc(vec![oltp]);
+        let html = render(&[("a".into(), a), ("b".into(), b)]);
+        for id in [
+            r#"id="app-oltp""#,
+            r#"id="chart-app-oltp-tps""#,
+            r#"id="chart-app-oltp-lat-mean""#,
+            r#"id="chart-app-oltp-lat-p99""#,
+            r#"id="app-kv""#,
+            r#"id="chart-app-kv-readwhilewriting-lat""#,
+            r#"id="chart-app-kv-overwrite-lat""#,
+            r#"id="chart-app-kv-overwrite-ops""#,
+        ] {
+            assert!(html.contains(id), "{id} missing");
+        }
+        // TPS by threads in its own unit, threads as categories, both documents' series.
+        assert!(html.contains("TPS"), "no TPS axis");
+        assert!(html.contains("2 threads: 400 TPS"), "no tip for 2 threads");
+        assert!(html.contains("32 threads: 1,200 TPS"));
+        // The kv spike is a point of its own (the p99 of interval 3).
+        assert!(
+            html.contains("at 3.0 s: 50,000 ops/s, 99th percentile 90"),
+            "no spike tip"
+        );
+        // The summary names the phases.
+        assert!(html.contains("oltp: 3 thread counts, peak"));
+        // The oltp section comes before the kv section, as the phases ran.
+        assert!(html.find("app-oltp").unwrap() < html.find("app-kv").unwrap());
     }
 }

@@ -24,10 +24,17 @@ impl Daemon {
     /// Starts `driveprobe daemon --config CONFIG --listen 127.0.0.1:0` with `env`, and waits
     /// for its `listening on http://ADDR/` line.
     pub fn start(config: &Path, env: &[(&str, &str)]) -> Daemon {
+        Daemon::start_args(config, &[], env)
+    }
+
+    /// [`Daemon::start`] with more arguments (`--web-config-file FILE`...); the address is
+    /// taken from `listening on http://ADDR/` or `https://ADDR/`.
+    pub fn start_args(config: &Path, args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let mut cmd = Command::new(BIN);
         cmd.args(["daemon", "--config"])
             .arg(config)
             .args(["--listen", "127.0.0.1:0"])
+            .args(args)
             .env("RUST_LOG", "driveprobe=debug")
             .env_remove("NOTIFY_SOCKET")
             .env_remove("WATCHDOG_USEC")
@@ -52,7 +59,10 @@ impl Daemon {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(rest) = line.strip_prefix("listening on http://") {
+                if let Some(rest) = line
+                    .strip_prefix("listening on http://")
+                    .or_else(|| line.strip_prefix("listening on https://"))
+                {
                     let _ = tx.send(rest.trim_end_matches('/').to_string());
                 }
             }

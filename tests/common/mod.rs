@@ -24,11 +24,31 @@ pub fn need_root() {
 
 /// Runs `cmd`, asserts it succeeds, returns its stdout.
 pub fn run(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd)
+    run_with_stdin(cmd, args, None)
+}
+
+/// Runs `cmd` with `stdin` as its input, asserts it succeeds, returns its stdout.
+pub fn run_with_stdin(cmd: &str, args: &[&str], stdin: Option<&str>) -> String {
+    let mut child = Command::new(cmd)
         .args(args)
-        .stdin(Stdio::null())
-        .output()
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{cmd} {args:?} failed: {}",
@@ -45,6 +65,59 @@ pub fn sync() {
 pub fn sha256(file: &Path) -> String {
     let out = run("sha256sum", &[file.to_str().unwrap()]);
     out.split_whitespace().next().unwrap().to_string()
+}
+
+/// xxh3-128 of a whole file: a fast in-process checksum for before/after comparisons.
+pub fn checksum(file: &Path) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(&fs::read(file).unwrap())
+}
+
+/// A sparse image file of `size` bytes in `dir`.
+pub fn image(dir: &Path, name: &str, size: u64) -> PathBuf {
+    let p = dir.join(name);
+    fs::File::create(&p).unwrap().set_len(size).unwrap();
+    p
+}
+
+/// An image with a few non-zero marker blocks, so the checksum covers real data.
+pub fn marked_image(dir: &Path, name: &str, size: u64) -> PathBuf {
+    use std::io::{Seek, SeekFrom};
+    let p = image(dir, name, size);
+    let mut f = fs::OpenOptions::new().write(true).open(&p).unwrap();
+    for off in [0, size / 2, size - 4096] {
+        f.seek(SeekFrom::Start(off)).unwrap();
+        f.write_all(&[0xA5; 4096]).unwrap();
+    }
+    p
+}
+
+/// Writes an MBR with one Linux partition from 1 MiB to the end of the image `file`.
+pub fn partition_image(file: &Path) {
+    run_with_stdin(
+        "sfdisk",
+        &[
+            "--quiet",
+            "--no-reread",
+            "--no-tell-kernel",
+            file.to_str().unwrap(),
+        ],
+        Some("label: dos\nstart=2048, type=83\n"),
+    );
+}
+
+/// `mkfs.ext4` on `dev` with no lazy init (a background thread would otherwise write to
+/// the device after mkfs returns).
+pub fn mkfs_ext4(dev: &Path) {
+    run(
+        "mkfs.ext4",
+        &[
+            "-q",
+            "-F",
+            "-E",
+            "lazy_itable_init=0,lazy_journal_init=0",
+            dev.to_str().unwrap(),
+        ],
+    );
 }
 
 /// `len` bytes of deterministic, incompressible-looking data (xorshift64*).
@@ -183,8 +256,33 @@ impl Mount {
         }
     }
 
+    /// A read-only bind mount of `dir` over itself: new opens for writing fail with EROFS
+    /// (descriptors opened before keep their access, as the kernel has it). Removed on
+    /// drop, which makes `dir` writable again.
+    pub fn bind_read_only(dir: &Path) -> Mount {
+        let d = dir.to_str().unwrap();
+        run("mount", &["--bind", d, d]);
+        let m = Mount {
+            dir: dir.to_path_buf(),
+        };
+        run("mount", &["-o", "remount,bind,ro", d]);
+        m
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// `mount -o remount,OPTIONS DIR`, such as `ro` or `rw`.
+    pub fn remount(&self, options: &str) {
+        run(
+            "mount",
+            &[
+                "-o",
+                &format!("remount,{options}"),
+                self.dir.to_str().unwrap(),
+            ],
+        );
     }
 }
 
@@ -194,6 +292,44 @@ impl Drop for Mount {
         if !retry(|| quiet("umount", &[&dir])) {
             eprintln!("warning: umount {dir} failed, detaching lazily");
             let _ = Command::new("umount").args(["-l", &dir]).status();
+        }
+    }
+}
+
+/// A swap area on a device, swapped off on drop.
+pub struct Swap {
+    dev: PathBuf,
+}
+
+impl Swap {
+    /// `mkswap` then `swapon`.
+    pub fn on(dev: &Path) -> Swap {
+        run("mkswap", &["-q", dev.to_str().unwrap()]);
+        run("swapon", &[dev.to_str().unwrap()]);
+        Swap {
+            dev: dev.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for Swap {
+    fn drop(&mut self) {
+        let dev = self.dev.to_str().unwrap().to_string();
+        if !retry(|| quiet("swapoff", &[&dev])) {
+            eprintln!("warning: swapoff {dev} failed");
+        }
+    }
+}
+
+/// A device-mapper device, removed on drop.
+pub struct Dm {
+    pub name: String,
+}
+
+impl Drop for Dm {
+    fn drop(&mut self) {
+        if !retry(|| quiet("dmsetup", &["remove", &self.name])) {
+            eprintln!("warning: dmsetup remove {} failed", self.name);
         }
     }
 }
@@ -257,4 +393,37 @@ pub fn chromium(profile: &Path, args: &[&str], url: &str, limit: Duration) -> st
         stdout: t_out.join().unwrap(),
         stderr: t_err.join().unwrap(),
     }
+}
+
+/// Processes (not zombies, not this test) whose command line mentions `needle`, as
+/// `PID: COMMAND LINE`: what a run in the directory `needle` left behind.
+pub fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let me = std::process::id().to_string();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if !name.bytes().all(|b| b.is_ascii_digit()) || name == me {
+            continue;
+        }
+        let Ok(cmd) = fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let stat = fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        if stat.contains(") Z ") {
+            continue;
+        }
+        if cmd.contains(needle) {
+            out.push(format!("{name}: {cmd}"));
+        }
+    }
+    out
+}
+
+/// A temp dir in /dev/shm (tmpfs: never this machine's disks), removed when dropped.
+pub fn shm_dir(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/dev/shm")
+        .expect("tempdir in /dev/shm")
 }

@@ -74,7 +74,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn yaml_quote(s: &str) -> String {
+pub fn yaml_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
@@ -82,6 +82,17 @@ impl Prometheus {
     /// Starts Prometheus scraping `target` (`HOST:PORT`) every second as job `job`, with
     /// `rule_files` evaluated every second, and waits until it is ready (`/-/ready`).
     pub fn start(job: &str, target: &str, rule_files: &[&Path]) -> Prometheus {
+        Prometheus::start_with(job, target, rule_files, "")
+    }
+
+    /// [`Prometheus::start`] with `scrape_extra` added to the scrape job: YAML lines indented
+    /// by four spaces, such as `    scheme: https\n    tls_config:\n      ca_file: ...\n`.
+    pub fn start_with(
+        job: &str,
+        target: &str,
+        rule_files: &[&Path],
+        scrape_extra: &str,
+    ) -> Prometheus {
         let bin = binary();
         let dir = tempfile::Builder::new()
             .prefix("dp-prometheus-")
@@ -104,6 +115,7 @@ impl Prometheus {
             yaml_quote(job),
             yaml_quote(target)
         );
+        cfg.push_str(scrape_extra);
         let cfg_path = dir.path().join("prometheus.yml");
         fs::write(&cfg_path, &cfg).expect("write prometheus.yml");
         let log_path = dir.path().join("prometheus.log");

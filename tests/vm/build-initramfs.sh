@@ -15,7 +15,7 @@
 #
 # Only Debian packages are used: the kernel package is downloaded (not installed) with
 # `apt-get download` and extracted into the cache; busybox-static, nvme-cli, smartmontools,
-# kmod (host-side depmod/modprobe), cpio. Nothing here touches a block device of the host.
+# dmsetup, kmod (host-side depmod/modprobe), cpio. Nothing here touches a block device of the host.
 #
 # Environment: DRIVEPROBE_VM_CACHE (default: target/vm-cache under the repo),
 #              DRIVEPROBE_VM_KPKG (default: linux-image-6.1.0-57-amd64).
@@ -30,18 +30,21 @@ KVER=${KPKG#linux-image-}
 # Modules in the image. All are loadable with `modprobe NAME [params]` in a payload.
 # AUTOLOAD ones are loaded by /init before the payload runs; null_blk and scsi_debug create
 # devices when loaded (scsi_debug would take a /dev/sdX name), so payloads load them.
-MODS="nvme ahci sd_mod dm_mod dm_delay dm_flakey null_blk scsi_debug"
+# ext4 (which also mounts ext2) is loaded by payloads that put a filesystem on a disk,
+# after crc32c_generic (its soft dependency, which busybox modprobe does not follow).
+MODS="nvme ahci sd_mod dm_mod dm_delay dm_flakey null_blk scsi_debug ext4 crc32c_generic"
 AUTOLOAD="nvme ahci sd_mod dm_mod dm_delay dm_flakey"
-# Host tools packed with their shared libraries (dmsetup only when present on the host).
-TOOLS="/usr/sbin/nvme /usr/sbin/smartctl"
-OPTIONAL_TOOLS="/usr/sbin/dmsetup"
+# Host tools packed with their shared libraries (ldd lists them). dmsetup makes the
+# device-mapper fault targets (error, flakey, delay) and holders in tests/vm_faults.rs; in
+# the guest it runs without udev (payloads export DM_DISABLE_UDEV=1).
+TOOLS="/usr/sbin/nvme /usr/sbin/smartctl /usr/sbin/dmsetup"
 
 die() { echo "build-initramfs.sh: $*" >&2; exit 1; }
 
 need() {
     for c in "$@"; do
         command -v "$c" >/dev/null 2>&1 ||
-            die "missing '$c': install the VM test packages (scripts/test does: qemu-system-x86 busybox-static cpio kmod nvme-cli smartmontools)"
+            die "missing '$c': install the VM test packages (scripts/test does: qemu-system-x86 busybox-static cpio kmod nvme-cli smartmontools dmsetup)"
     done
 }
 
@@ -140,11 +143,8 @@ build_base() {
     done
     local t
     for t in $TOOLS; do
-        [ -x "$t" ] || die "missing $t"
+        [ -x "$t" ] || die "missing $t: install the Debian package that has it (scripts/test does: nvme-cli smartmontools dmsetup)"
         copy_with_libs "$R" "$t"
-    done
-    for t in $OPTIONAL_TOOLS; do
-        [ -x "$t" ] && copy_with_libs "$R" "$t"
     done
     cp /usr/share/smartmontools/drivedb.h "$R/usr/share/smartmontools/" 2>/dev/null || true
     echo "root:x:0:0:root:/root:/bin/sh" > "$R/etc/passwd"

@@ -693,4 +693,62 @@ impl Qmp {
     pub fn qom_get(&mut self, path: &str, property: &str) -> Result<Value, String> {
         self.execute("qom-get", json!({ "path": path, "property": property }))
     }
+
+    /// Waits (up to `limit`) for an event named `name`, seen before or arriving now, and
+    /// takes it out of [`Qmp::events`].
+    pub fn wait_event(&mut self, name: &str, limit: Duration) -> Result<Value, String> {
+        let until = Instant::now() + limit;
+        loop {
+            if let Some(i) = self.events.iter().position(|e| e["event"] == name) {
+                return Ok(self.events.remove(i));
+            }
+            if Instant::now() >= until {
+                return Err(format!("QMP: no {name} event within {limit:?}"));
+            }
+            let m = self.read()?;
+            if m.get("event").is_some() {
+                self.events.push(m);
+            }
+        }
+    }
+
+    /// Hot-unplugs device `id` and waits until the guest has let it go (`DEVICE_DELETED`:
+    /// a PCI device leaves only when the guest's ACPI hotplug driver releases it). A
+    /// `-drive` backend goes with its device.
+    pub fn device_del(&mut self, id: &str, limit: Duration) -> Result<(), String> {
+        self.events.retain(|e| e["event"] != "DEVICE_DELETED");
+        self.execute("device_del", json!({ "id": id }))?;
+        let until = Instant::now() + limit;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let e = self.wait_event("DEVICE_DELETED", left)?;
+            if e["data"]["device"] == id {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Hot-plugs an NVMe controller `id` with `serial` over the raw image `file` (a new
+    /// block node `node` each time: node names are not reused).
+    pub fn add_nvme(
+        &mut self,
+        id: &str,
+        serial: &str,
+        file: &Path,
+        node: &str,
+    ) -> Result<(), String> {
+        self.execute(
+            "blockdev-add",
+            json!({
+                "driver": "raw",
+                "node-name": node,
+                "file": { "driver": "file", "filename": path_str(file) },
+            }),
+        )?;
+        self.execute(
+            "device_add",
+            json!({ "driver": "nvme", "id": id, "serial": serial, "drive": node }),
+        )
+        .map(|_| ())
+    }
 }

@@ -1,0 +1,667 @@
+//! The web config file: TLS and basic auth in the YAML format Prometheus exporters share
+//! (exporter-toolkit's `--web.config.file`).
+//!
+//! ```yaml
+//! tls_server_config:
+//!   cert_file: server.crt            # relative paths: from the web config file's directory
+//!   key_file: server.key
+//!   client_auth_type: RequireAndVerifyClientCert   # or VerifyClientCertIfGiven, NoClientCert
+//!   client_ca_file: clients-ca.crt
+//!   min_version: TLS12               # TLS12 or TLS13 (rustls has nothing older)
+//!   max_version: TLS13
+//!   prefer_server_cipher_suites: true
+//! http_server_config:
+//!   http2: false                     # this server speaks HTTP/1.1 only; true is refused
+//!   headers:                         # the five headers exporter-toolkit allows
+//!     Strict-Transport-Security: max-age=31536000
+//! basic_auth_users:
+//!   prometheus: $2y$10$...           # bcrypt hashes (htpasswd -nBC 10 "" | tr -d ':\n')
+//! ```
+//!
+//! Every key is checked: an unknown one (or one of exporter-toolkit's that this server does
+//! not implement, such as `cipher_suites`) is refused with one line naming it. Loading
+//! checks everything that can be checked before a client comes: the files are read, the
+//! key must match the certificate, every hash must be a bcrypt hash.
+//!
+//! [`BasicAuth::check`] runs bcrypt on a blocking thread, one check at a time (an attacker
+//! guessing passwords costs at most one core), checks an unknown user against a real hash
+//! so that the time taken does not tell which users exist, and remembers successful checks
+//! (an HMAC of user and password under a key made at load time) so that a scrape every
+//! 15 s costs microseconds, not a bcrypt; the cache goes with the config on reload.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde::Deserialize;
+use tokio::sync::Semaphore;
+
+/// A web config file that cannot be used: one line naming the file and what to change.
+#[derive(Debug, thiserror::Error)]
+#[error("web config {path}: {msg}")]
+pub struct WebConfigError {
+    pub path: PathBuf,
+    pub msg: String,
+}
+
+/// Successful checks remembered at most (the cache is emptied when it is full).
+const AUTH_CACHE_MAX: usize = 1024;
+/// bcrypt costs above this make every check take seconds; refused.
+const MAX_BCRYPT_COST: u32 = 16;
+
+// ------------------------------------------------------------------ the file as written
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename = "web config")]
+struct Raw {
+    tls_server_config: Option<RawTls>,
+    http_server_config: Option<RawHttp>,
+    basic_auth_users: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename = "tls_server_config")]
+struct RawTls {
+    cert_file: Option<String>,
+    key_file: Option<String>,
+    client_auth_type: Option<String>,
+    client_ca_file: Option<String>,
+    min_version: Option<String>,
+    max_version: Option<String>,
+    prefer_server_cipher_suites: Option<bool>,
+    // exporter-toolkit's keys this server does not implement: refused by name.
+    cipher_suites: Option<serde_norway::Value>,
+    curve_preferences: Option<serde_norway::Value>,
+    client_allowed_sans: Option<serde_norway::Value>,
+    cert: Option<serde_norway::Value>,
+    key: Option<serde_norway::Value>,
+    client_ca: Option<serde_norway::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename = "http_server_config")]
+struct RawHttp {
+    http2: Option<bool>,
+    headers: Option<RawHeaders>,
+}
+
+/// The headers exporter-toolkit lets a web config set.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename = "http_server_config.headers")]
+struct RawHeaders {
+    #[serde(rename = "Content-Security-Policy")]
+    content_security_policy: Option<String>,
+    #[serde(rename = "X-Frame-Options")]
+    x_frame_options: Option<String>,
+    #[serde(rename = "X-Content-Type-Options")]
+    x_content_type_options: Option<String>,
+    #[serde(rename = "X-XSS-Protection")]
+    x_xss_protection: Option<String>,
+    #[serde(rename = "Strict-Transport-Security")]
+    strict_transport_security: Option<String>,
+}
+
+// ------------------------------------------------------------------ the validated config
+
+/// Who may ask for a TLS client certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    None,
+    /// A certificate is checked against `client_ca_file` when one is sent.
+    VerifyIfGiven,
+    /// A certificate signed by `client_ca_file` is required.
+    RequireAndVerify,
+}
+
+/// A loaded web config: what the server needs to serve with it.
+pub struct WebConfig {
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// The TLS server config, when `tls_server_config` is given.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub client_auth: ClientAuth,
+    /// Basic auth, when `basic_auth_users` has users.
+    pub auth: Option<Arc<BasicAuth>>,
+    /// Set on every response.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl std::fmt::Debug for WebConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebConfig")
+            .field("path", &self.path)
+            .field("tls", &self.tls.is_some())
+            .field("client_auth", &self.client_auth)
+            .field("users", &self.auth.as_ref().map(|a| a.users.len()))
+            .field("headers", &self.headers)
+            .finish()
+    }
+}
+
+impl WebConfig {
+    /// Reads and checks `path`. Every failure is one line that names the key or file.
+    pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
+        let err = |msg: String| WebConfigError {
+            path: path.to_path_buf(),
+            msg: one_line(&msg),
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            err(format!(
+                "cannot read it: {e}; give the path of an exporter-toolkit web config (YAML)"
+            ))
+        })?;
+        let raw: Raw = if text.trim().is_empty() {
+            Raw::default()
+        } else {
+            serde_norway::from_str(&text).map_err(|e| {
+                err(format!(
+                    "{e}; see the exporter-toolkit web config format (tls_server_config, http_server_config, basic_auth_users)"
+                ))
+            })?
+        };
+        let base = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or_else(|| Path::new("."));
+        let (tls, client_auth) = match raw.tls_server_config {
+            Some(t) => {
+                let (cfg, ca) = tls_config(t, base).map_err(err)?;
+                (Some(Arc::new(cfg)), ca)
+            }
+            None => (None, ClientAuth::None),
+        };
+        let headers = match raw.http_server_config {
+            Some(h) => http_config(h).map_err(err)?,
+            None => Vec::new(),
+        };
+        let auth = match raw.basic_auth_users {
+            Some(users) if !users.is_empty() => Some(Arc::new(BasicAuth::new(users).map_err(err)?)),
+            _ => None,
+        };
+        Ok(WebConfig {
+            path: path.to_path_buf(),
+            tls,
+            client_auth,
+            auth,
+            headers,
+        })
+    }
+
+    /// `https` or `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// One line for the log: what this config turns on.
+    pub fn summary(&self) -> String {
+        let tls = match (&self.tls, self.client_auth) {
+            (None, _) => "TLS off".to_string(),
+            (Some(_), ClientAuth::None) => "TLS on".to_string(),
+            (Some(_), ClientAuth::VerifyIfGiven) => {
+                "TLS on (client certificates verified when given)".to_string()
+            }
+            (Some(_), ClientAuth::RequireAndVerify) => {
+                "TLS on (client certificates required)".to_string()
+            }
+        };
+        let auth = match &self.auth {
+            Some(a) => format!("basic auth for {} user(s)", a.users.len()),
+            None => "no basic auth".to_string(),
+        };
+        format!("{tls}, {auth}, {} extra header(s)", self.headers.len())
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn resolve(base: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+fn version(key: &str, v: &str) -> Result<&'static rustls::SupportedProtocolVersion, String> {
+    match v {
+        "TLS12" => Ok(&rustls::version::TLS12),
+        "TLS13" => Ok(&rustls::version::TLS13),
+        "TLS10" | "TLS11" => Err(format!(
+            "tls_server_config.{key}: {v} is not supported (rustls speaks TLS 1.2 and 1.3 only); use TLS12 or TLS13"
+        )),
+        _ => Err(format!(
+            "tls_server_config.{key}: unknown version {v:?}; use TLS12 or TLS13"
+        )),
+    }
+}
+
+fn certs(key: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let what = |e: &dyn std::fmt::Display| {
+        format!(
+            "tls_server_config.{key}: {}: {e}; give a PEM file of certificates",
+            path.display()
+        )
+    };
+    let iter = CertificateDer::pem_file_iter(path).map_err(|e| what(&e))?;
+    let certs = iter.collect::<Result<Vec<_>, _>>().map_err(|e| what(&e))?;
+    if certs.is_empty() {
+        return Err(what(&"no certificate in it"));
+    }
+    Ok(certs)
+}
+
+fn tls_config(t: RawTls, base: &Path) -> Result<(rustls::ServerConfig, ClientAuth), String> {
+    for (name, present) in [
+        ("cipher_suites", t.cipher_suites.is_some()),
+        ("curve_preferences", t.curve_preferences.is_some()),
+        ("client_allowed_sans", t.client_allowed_sans.is_some()),
+        ("cert", t.cert.is_some()),
+        ("key", t.key.is_some()),
+        ("client_ca", t.client_ca.is_some()),
+    ] {
+        if present {
+            return Err(format!(
+                "tls_server_config.{name} is not supported by driveprobe (rustls chooses its own safe suites and curves; certificates come from cert_file, key_file and client_ca_file); remove it"
+            ));
+        }
+    }
+    let (Some(cert_file), Some(key_file)) = (
+        t.cert_file.as_deref().filter(|s| !s.is_empty()),
+        t.key_file.as_deref().filter(|s| !s.is_empty()),
+    ) else {
+        return Err(
+            "tls_server_config needs both cert_file and key_file (PEM files); add them or remove tls_server_config"
+                .into(),
+        );
+    };
+    let cert_path = resolve(base, cert_file);
+    let key_path = resolve(base, key_file);
+    let chain = certs("cert_file", &cert_path)?;
+    let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|e| {
+        format!(
+            "tls_server_config.key_file: {}: {e}; give a PEM private key (PKCS#8, PKCS#1 or SEC1)",
+            key_path.display()
+        )
+    })?;
+
+    let min = version("min_version", t.min_version.as_deref().unwrap_or("TLS12"))?;
+    let max = version("max_version", t.max_version.as_deref().unwrap_or("TLS13"))?;
+    let versions: Vec<&'static rustls::SupportedProtocolVersion> =
+        [min, max].into_iter().fold(Vec::new(), |mut v, x| {
+            if !v
+                .iter()
+                .any(|y: &&rustls::SupportedProtocolVersion| y.version == x.version)
+            {
+                v.push(x);
+            }
+            v
+        });
+    let versions = if min.version == rustls::ProtocolVersion::TLSv1_3
+        && max.version == rustls::ProtocolVersion::TLSv1_2
+    {
+        return Err(
+            "tls_server_config: min_version TLS13 is above max_version TLS12; fix one of them"
+                .into(),
+        );
+    } else {
+        versions
+    };
+
+    let auth_type = t.client_auth_type.as_deref().unwrap_or(
+        // exporter-toolkit: a CA file alone means clients must present a certificate.
+        if t.client_ca_file.is_some() {
+            "RequireAndVerifyClientCert"
+        } else {
+            "NoClientCert"
+        },
+    );
+    let client_auth = match auth_type {
+        "NoClientCert" | "" => ClientAuth::None,
+        "VerifyClientCertIfGiven" => ClientAuth::VerifyIfGiven,
+        "RequireAndVerifyClientCert" => ClientAuth::RequireAndVerify,
+        "RequestClientCert" | "RequireAnyClientCert" => {
+            return Err(format!(
+                "tls_server_config.client_auth_type: {auth_type} accepts certificates nobody checked, which driveprobe does not do; use RequireAndVerifyClientCert or VerifyClientCertIfGiven with client_ca_file"
+            ))
+        }
+        other => {
+            return Err(format!(
+                "tls_server_config.client_auth_type: unknown value {other:?}; use NoClientCert, VerifyClientCertIfGiven or RequireAndVerifyClientCert"
+            ))
+        }
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)
+        .map_err(|e| format!("tls_server_config: {e}"))?;
+    let builder = match client_auth {
+        ClientAuth::None => {
+            if t.client_ca_file.is_some() {
+                return Err("tls_server_config.client_ca_file is given but client_auth_type is NoClientCert; remove one of them".into());
+            }
+            builder.with_no_client_auth()
+        }
+        ClientAuth::VerifyIfGiven | ClientAuth::RequireAndVerify => {
+            let Some(ca) = t.client_ca_file.as_deref().filter(|s| !s.is_empty()) else {
+                return Err(format!(
+                    "tls_server_config.client_auth_type {auth_type} needs client_ca_file (the CA that signs client certificates); add it"
+                ));
+            };
+            let ca_path = resolve(base, ca);
+            let mut roots = rustls::RootCertStore::empty();
+            for c in certs("client_ca_file", &ca_path)? {
+                roots.add(c).map_err(|e| {
+                    format!(
+                        "tls_server_config.client_ca_file: {}: {e}; give the CA certificate in PEM",
+                        ca_path.display()
+                    )
+                })?;
+            }
+            let mut vb = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            );
+            if client_auth == ClientAuth::VerifyIfGiven {
+                vb = vb.allow_unauthenticated();
+            }
+            let verifier = vb.build().map_err(|e| {
+                format!(
+                    "tls_server_config.client_ca_file: {}: {e}",
+                    ca_path.display()
+                )
+            })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut cfg = builder.with_single_cert(chain, key).map_err(|e| {
+        format!(
+            "tls_server_config: the key {} does not fit the certificate {}: {e}; give the key the certificate was made for",
+            key_path.display(),
+            cert_path.display()
+        )
+    })?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    cfg.ignore_client_order = t.prefer_server_cipher_suites.unwrap_or(false);
+    Ok((cfg, client_auth))
+}
+
+fn http_config(h: RawHttp) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
+    if h.http2 == Some(true) {
+        return Err(
+            "http_server_config.http2: true is not supported (this server speaks HTTP/1.1 only); remove it or set it to false"
+                .into(),
+        );
+    }
+    let Some(hd) = h.headers else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (name, value, allowed) in [
+        ("Content-Security-Policy", hd.content_security_policy, None),
+        (
+            "X-Frame-Options",
+            hd.x_frame_options,
+            Some(&["deny", "sameorigin"][..]),
+        ),
+        (
+            "X-Content-Type-Options",
+            hd.x_content_type_options,
+            Some(&["nosniff"][..]),
+        ),
+        ("X-XSS-Protection", hd.x_xss_protection, None),
+        (
+            "Strict-Transport-Security",
+            hd.strict_transport_security,
+            None,
+        ),
+    ] {
+        let Some(v) = value else { continue };
+        if let Some(ok) = allowed {
+            if !ok.iter().any(|a| a.eq_ignore_ascii_case(&v)) {
+                return Err(format!(
+                    "http_server_config.headers.{name}: {v:?} is not allowed; use one of {}",
+                    ok.join(", ")
+                ));
+            }
+        }
+        let value = HeaderValue::from_str(&v).map_err(|_| {
+            format!("http_server_config.headers.{name}: {v:?} is not a valid header value")
+        })?;
+        out.push((HeaderName::from_static(lower(name)), value));
+    }
+    Ok(out)
+}
+
+fn lower(name: &'static str) -> &'static str {
+    match name {
+        "Content-Security-Policy" => "content-security-policy",
+        "X-Frame-Options" => "x-frame-options",
+        "X-Content-Type-Options" => "x-content-type-options",
+        "X-XSS-Protection" => "x-xss-protection",
+        _ => "strict-transport-security",
+    }
+}
+
+// ------------------------------------------------------------------ basic auth
+
+/// The users of `basic_auth_users` and the checker.
+pub struct BasicAuth {
+    users: BTreeMap<String, String>,
+    /// A configured hash of the highest cost: an unknown user is checked against it, so
+    /// the answer takes as long as for a known one.
+    dummy: String,
+    /// Keys the cache of successful checks.
+    key: ring::hmac::Key,
+    cache: Mutex<HashSet<[u8; 32]>>,
+    /// One bcrypt at a time.
+    gate: Semaphore,
+}
+
+impl BasicAuth {
+    fn new(users: BTreeMap<String, String>) -> Result<BasicAuth, String> {
+        let mut dummy: Option<(u32, String)> = None;
+        for (user, hash) in &users {
+            if user.contains(':') {
+                return Err(format!(
+                    "basic_auth_users: the user name {user:?} contains ':', which basic auth cannot carry; rename the user"
+                ));
+            }
+            let parts: bcrypt::HashParts = hash.parse().map_err(|e| {
+                format!(
+                    "basic_auth_users.{user}: not a bcrypt hash ({e}); make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`"
+                )
+            })?;
+            let cost = parts.get_cost();
+            if cost > MAX_BCRYPT_COST {
+                return Err(format!(
+                    "basic_auth_users.{user}: bcrypt cost {cost} makes every check take seconds or more; use a cost from 10 to {MAX_BCRYPT_COST}"
+                ));
+            }
+            if dummy.as_ref().is_none_or(|(c, _)| cost > *c) {
+                dummy = Some((cost, hash.clone()));
+            }
+        }
+        let dummy = dummy.map(|(_, h)| h).unwrap_or_default();
+        let rng = ring::rand::SystemRandom::new();
+        let key = ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng)
+            .map_err(|_| "cannot draw a random key for the basic auth cache".to_string())?;
+        Ok(BasicAuth {
+            users,
+            dummy,
+            key,
+            cache: Mutex::new(HashSet::new()),
+            gate: Semaphore::new(1),
+        })
+    }
+
+    fn mac(&self, user: &str, password: &[u8]) -> [u8; 32] {
+        let mut ctx = ring::hmac::Context::with_key(&self.key);
+        ctx.update(&(user.len() as u64).to_le_bytes());
+        ctx.update(user.as_bytes());
+        ctx.update(password);
+        let tag = ctx.sign();
+        let mut out = [0u8; 32];
+        out.copy_from_slice(tag.as_ref());
+        out
+    }
+
+    /// Whether the request's `Authorization` header names a user with the right password.
+    pub async fn check(&self, headers: &HeaderMap) -> bool {
+        let Some((user, password)) = credentials(headers) else {
+            return false;
+        };
+        let mac = self.mac(&user, &password);
+        if self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&mac)
+        {
+            return true;
+        }
+        let (known, hash) = match self.users.get(&user) {
+            Some(h) => (true, h.clone()),
+            None => (false, self.dummy.clone()),
+        };
+        let Ok(_permit) = self.gate.acquire().await else {
+            return false;
+        };
+        let ok = tokio::task::spawn_blocking(move || bcrypt::verify(&password, &hash))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or(false);
+        let ok = ok && known;
+        if ok {
+            let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if c.len() >= AUTH_CACHE_MAX {
+                c.clear();
+            }
+            c.insert(mac);
+        }
+        ok
+    }
+}
+
+/// The user and password of a `Basic` `Authorization` header.
+fn credentials(headers: &HeaderMap) -> Option<(String, Vec<u8>)> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?.trim();
+    let (scheme, rest) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(rest.trim())
+        .ok()?;
+    let colon = raw.iter().position(|&b| b == b':')?;
+    let user = String::from_utf8(raw[..colon].to_vec()).ok()?;
+    Some((user, raw[colon + 1..].to_vec()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(yaml: &str) -> Result<WebConfig, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("web.yml");
+        std::fs::write(&p, yaml).unwrap();
+        WebConfig::load(&p).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        for (yaml, key) in [
+            ("foo: 1\n", "foo"),
+            ("tls_server_config:\n  cert_fil: a\n", "cert_fil"),
+            ("http_server_config:\n  headers:\n    X-Evil: 1\n", "X-Evil"),
+            ("http_server_config:\n  nope: true\n", "nope"),
+            (
+                "tls_server_config:\n  cipher_suites: [a]\n",
+                "cipher_suites",
+            ),
+        ] {
+            let e = load(yaml).unwrap_err();
+            assert!(e.contains(key), "{yaml:?}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn empty_file_is_plain_http() {
+        let w = load("").unwrap();
+        assert!(w.tls.is_none() && w.auth.is_none());
+        assert_eq!(w.scheme(), "http");
+    }
+
+    #[test]
+    fn hashes_are_checked() {
+        let e = load("basic_auth_users:\n  alice: notahash\n").unwrap_err();
+        assert!(
+            e.contains("basic_auth_users.alice") && e.contains("bcrypt"),
+            "{e}"
+        );
+        let e = load("basic_auth_users:\n  \"a:b\": $2y$04$abcdefghijklmnopqrstuu5J3WHq3EX6ZsZ5zPqBBFz1ZZ8t0cRzG\n")
+            .unwrap_err();
+        assert!(e.contains("':'"), "{e}");
+    }
+
+    #[test]
+    fn basic_credentials() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            AUTHORIZATION,
+            HeaderValue::from_static("Basic dXNlcjpwYTpzcw=="),
+        );
+        assert_eq!(
+            credentials(&h),
+            Some(("user".to_string(), b"pa:ss".to_vec()))
+        );
+        h.insert(AUTHORIZATION, HeaderValue::from_static("Bearer xyz"));
+        assert_eq!(credentials(&h), None);
+        h.insert(AUTHORIZATION, HeaderValue::from_static("Basic !!!"));
+        assert_eq!(credentials(&h), None);
+    }
+
+    #[test]
+    fn checks_are_cached_and_unknown_users_refused() {
+        let hash = bcrypt::hash("s3cret", 4).unwrap();
+        let mut users = BTreeMap::new();
+        users.insert("alice".to_string(), hash);
+        let auth = BasicAuth::new(users).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let hdr = |u: &str, p: &str| {
+            let mut h = HeaderMap::new();
+            let v = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
+            h.insert(
+                AUTHORIZATION,
+                HeaderValue::from_str(&format!("Basic {v}")).unwrap(),
+            );
+            h
+        };
+        rt.block_on(async {
+            assert!(!auth.check(&hdr("alice", "wrong")).await);
+            assert!(!auth.check(&hdr("bob", "s3cret")).await);
+            assert!(auth.cache.lock().unwrap().is_empty());
+            assert!(auth.check(&hdr("alice", "s3cret")).await);
+            assert_eq!(auth.cache.lock().unwrap().len(), 1);
+            assert!(auth.check(&hdr("alice", "s3cret")).await);
+            assert_eq!(auth.cache.lock().unwrap().len(), 1);
+            assert!(!auth.check(&HeaderMap::new()).await);
+        });
+    }
+}

@@ -1,0 +1,318 @@
+//! The fio-job workload end to end: the system's fio (Debian's fio) on a user's job file,
+//! with the target a file in a temp dir in /dev/shm.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use driveprobe::app::fio_job::{self, FioJobError};
+use driveprobe::engine::RunControl;
+use driveprobe::protocol::result::DirFigures;
+use serde_json::Value;
+
+fn need_fio() {
+    assert!(
+        std::process::Command::new("fio")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "needs fio: apt-get install fio (scripts/test installs it)"
+    );
+}
+
+fn scratch() -> tempfile::TempDir {
+    common::shm_dir("driveprobe-app-fio-")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/app/fio")
+        .join(name)
+}
+
+fn job_file(dir: &Path, text: &str) -> PathBuf {
+    let p = dir.join("job.fio");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Processes that hold `file` open: what a stopped fio would leave behind.
+fn holders(file: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(fds) = std::fs::read_dir(e.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|l| l == file) {
+                out.push(e.file_name().to_string_lossy().to_string());
+            }
+        }
+    }
+    out
+}
+
+fn nothing_holds(file: &Path) {
+    let t0 = Instant::now();
+    while !holders(file).is_empty() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        holders(file).is_empty(),
+        "still open by {:?}",
+        holders(file)
+    );
+}
+
+/// fio's figures for one direction, read straight from its JSON.
+fn fio_dir(d: &Value) -> DirFigures {
+    let pct = |p: &str| d["clat_ns"]["percentile"][p].as_u64().unwrap_or(0);
+    DirFigures {
+        ops: d["total_ios"].as_u64().unwrap(),
+        iops: d["iops"].as_f64().unwrap(),
+        bw_bytes: d["bw_bytes"].as_f64().unwrap(),
+        lat_mean_ns: d["lat_ns"]["mean"].as_f64().unwrap(),
+        lat_stddev_ns: d["lat_ns"]["stddev"].as_f64().unwrap(),
+        lat_max_ns: d["lat_ns"]["max"].as_u64().unwrap(),
+        lat_p50_ns: pct("50.000000"),
+        lat_p99_ns: pct("99.000000"),
+        lat_p99_9_ns: pct("99.900000"),
+    }
+}
+
+#[test]
+fn two_jobs_are_both_ingested_with_fio_s_own_numbers() {
+    need_fio();
+    let dir = scratch();
+    let target = dir.path().join("target");
+    let run = fio_job::run_detailed(
+        &fixture("two-jobs.fio"),
+        &target,
+        Duration::from_secs(60),
+        &RunControl::new(),
+    )
+    .unwrap();
+    // fio ran on the target: it laid out the job's 32 MiB there.
+    assert_eq!(std::fs::metadata(&target).unwrap().len(), 32 << 20);
+    assert!(run
+        .job_text
+        .contains(&format!("filename={}", target.display())));
+    assert!(!run.job_text.contains("${TARGET}"));
+    assert_eq!(run.percentiles_from, ["clat_ns", "clat_ns"]);
+    let json: Value = serde_json::from_str(&run.raw_json).unwrap();
+    let jobs = json["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2);
+    assert_eq!(run.results.len(), 2);
+    for ((desc, round), j) in run.results.iter().zip(jobs) {
+        let (read, write) = (fio_dir(&j["read"]), fio_dir(&j["write"]));
+        eprintln!(
+            "{}: fio read {read:?}\n      ours {:?}",
+            desc.name, round.read
+        );
+        eprintln!(
+            "{}: fio write {write:?}\n      ours {:?}",
+            desc.name, round.write
+        );
+        assert_eq!(desc.name, j["jobname"].as_str().unwrap());
+        assert_eq!(round.read, read);
+        assert_eq!(round.write, write);
+        assert_eq!(round.iops, read.iops + write.iops);
+        assert_eq!(
+            round.end_seconds,
+            j["job_runtime"].as_f64().unwrap() / 1000.0
+        );
+        assert_eq!(round.index, 0);
+    }
+    // Each job in its own direction, at its own size: the figures are not crossed.
+    let (r4k, rr) = &run.results[0];
+    assert_eq!(
+        (
+            r4k.rw.as_str(),
+            r4k.bs.as_str(),
+            r4k.rwmixread,
+            r4k.workers,
+            r4k.depth
+        ),
+        ("randread", "4k", 100, 1, 1)
+    );
+    assert!(rr.read.ops > 1000 && rr.write.ops == 0, "{rr:?}");
+    let (w8k, wr) = &run.results[1];
+    assert_eq!(
+        (
+            w8k.rw.as_str(),
+            w8k.bs.as_str(),
+            w8k.rwmixread,
+            w8k.distribution.as_str()
+        ),
+        ("randwrite", "8k", 0, "uniform")
+    );
+    assert!(wr.write.ops > 1000 && wr.read.ops == 0, "{wr:?}");
+    // Bandwidth is IOPS times the block size; IOPS is ops over about the 2 s asked for.
+    assert!((rr.read.bw_bytes / (rr.read.iops * 4096.0) - 1.0).abs() < 0.01);
+    assert!((wr.write.bw_bytes / (wr.write.iops * 8192.0) - 1.0).abs() < 0.01);
+    let secs = rr.read.ops as f64 / rr.read.iops;
+    assert!((1.8..2.5).contains(&secs), "{secs}");
+    // Latency order holds.
+    for d in [&rr.read, &wr.write] {
+        assert!(
+            d.lat_p50_ns <= d.lat_p99_ns && d.lat_p99_ns <= d.lat_p99_9_ns,
+            "{d:?}"
+        );
+        assert!(d.lat_p99_9_ns <= d.lat_max_ns + d.lat_max_ns / 50, "{d:?}");
+    }
+    nothing_holds(&target);
+}
+
+#[test]
+fn group_reporting_gives_one_entry_per_group() {
+    need_fio();
+    let dir = scratch();
+    let target = dir.path().join("target");
+    let job = job_file(
+        dir.path(),
+        "[global]\nfilename=${TARGET}\nsize=1m\nioengine=psync\ngroup_reporting\n\
+         [a]\nrw=read\nnumjobs=2\n[b]\nrw=write\nbs=8k\n[c]\nstonewall\nrw=randread\n",
+    );
+    let r = fio_job::run(&job, &target, Duration::from_secs(60), &RunControl::new()).unwrap();
+    assert_eq!(r.len(), 2, "{r:?}");
+    let (g0, r0) = &r[0];
+    assert_eq!(g0.name, "a");
+    assert_eq!(
+        (g0.rw.as_str(), g0.bs.as_str(), g0.workers),
+        ("read+write", "4k+8k", 3)
+    );
+    // Two readers over 1 MiB in 4 KiB, one writer in 8 KiB: 512 reads, 128 writes.
+    assert_eq!((r0.read.ops, r0.write.ops), (512, 128));
+    assert_eq!(g0.rwmixread, 80);
+    let (g1, r1) = &r[1];
+    assert_eq!(
+        (g1.name.as_str(), g1.rw.as_str(), g1.workers),
+        ("c", "randread", 1)
+    );
+    assert_eq!(r1.read.ops, 256);
+}
+
+#[test]
+fn a_job_file_that_names_no_file_runs_on_the_target() {
+    need_fio();
+    let dir = scratch();
+    let target = dir.path().join("t:arget");
+    let job = job_file(dir.path(), "[w]\nrw=write\nsize=2m\nioengine=psync\n");
+    let run =
+        fio_job::run_detailed(&job, &target, Duration::from_secs(60), &RunControl::new()).unwrap();
+    assert_eq!(std::fs::metadata(&target).unwrap().len(), 2 << 20);
+    assert_eq!(run.results[0].1.write.ops, 512);
+    // Nothing appeared elsewhere (fio's default would be w.0.0 in its working directory).
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(!Path::new("w.0.0").exists());
+}
+
+#[test]
+fn refused_job_files_start_nothing() {
+    let dir = scratch();
+    let target = dir.path().join("target");
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"keep me").unwrap();
+    for (text, needle) in [
+        (
+            format!("[bad]\nrw=write\nsize=1m\nfilename={}\n", victim.display()),
+            "filename=",
+        ),
+        (
+            "[bad]\nfilename=${TARGET}\nioengine=exec\nprogram=/bin/true\n".into(),
+            "ioengine=exec",
+        ),
+        (
+            "[bad]\nfilename=${TARGET}\nexec_postrun=touch /x\n".into(),
+            "exec_postrun",
+        ),
+        (
+            "[bad]\nfilename=${TARGET}\nwrite_lat_log=lat\n".into(),
+            "write_lat_log",
+        ),
+        (
+            format!("[bad]\ndirectory={}\n", dir.path().display()),
+            "directory=",
+        ),
+    ] {
+        let job = job_file(dir.path(), &text);
+        let e =
+            fio_job::run(&job, &target, Duration::from_secs(10), &RunControl::new()).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, FioJobError::Refused(_)), "{msg}");
+        assert!(msg.contains("job [bad]") && msg.contains(needle), "{msg}");
+        assert!(!msg.contains('\n'), "{msg}");
+    }
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+    assert!(!target.exists());
+}
+
+#[test]
+fn fio_s_own_error_is_one_line() {
+    need_fio();
+    let dir = scratch();
+    let job = job_file(
+        dir.path(),
+        "[j]\nfilename=${TARGET}\nrw=sideways\nsize=1m\n",
+    );
+    let e = fio_job::run(
+        &job,
+        &dir.path().join("t"),
+        Duration::from_secs(30),
+        &RunControl::new(),
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, FioJobError::Fio { .. }), "{msg}");
+    assert!(msg.contains("sideways") && !msg.contains('\n'), "{msg}");
+}
+
+#[test]
+fn the_time_limit_and_a_stop_end_fio() {
+    need_fio();
+    let dir = scratch();
+    let target = dir.path().join("target");
+    let job = job_file(
+        dir.path(),
+        "[long]\nfilename=${TARGET}\nioengine=psync\nrw=randread\nsize=8m\nruntime=120\ntime_based\nnumjobs=2\n",
+    );
+    let t0 = Instant::now();
+    let e = fio_job::run(&job, &target, Duration::from_secs(2), &RunControl::new()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            FioJobError::TimeLimit {
+                limit_seconds: 2,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    nothing_holds(&target);
+
+    let control = RunControl::new();
+    let c2 = control.clone();
+    let (j2, t2) = (job.clone(), target.clone());
+    let h = std::thread::spawn(move || fio_job::run(&j2, &t2, Duration::from_secs(300), &c2));
+    let t0 = Instant::now();
+    while holders(&target).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "fio never opened the target"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    control.stop();
+    let stopped = Instant::now();
+    let e = h.join().unwrap().unwrap_err();
+    assert!(matches!(e, FioJobError::Stopped { .. }), "{e}");
+    assert!(stopped.elapsed() < Duration::from_secs(7));
+    nothing_holds(&target);
+}

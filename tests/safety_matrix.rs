@@ -1,0 +1,1085 @@
+//! The safety gate, proven on real block devices (issue 7): loop devices over files in
+//! /dev/shm with a filesystem on them, in every state the gate must refuse (mounted, a
+//! mounted partition, swap, a serial or WWN that does not match, no `--allow-destructive`
+//! or `destructive = true`), tried through EVERY way driveprobe writes: `bench` write
+//! workloads, `bench --suite` for every suite, and the daemon (a write probe and a
+//! scheduled suite). The backing file is checksummed before and after each attempt and
+//! must not change; a positive control (the one combination that may write) shows the
+//! checksum would have caught a write.
+//!
+//! And file targets: writes stay inside the file (neighbours before and after it in the
+//! filesystem's allocation order keep their checksums through write benches, suites with
+//! purge and the daemon's write canary); a symbolic link (to a neighbour or to a block
+//! device) and a file with a second hard link are refused.
+//!
+//! Device-mapper and md are absent on this host kernel, so "a device with holders" is
+//! proven in the VM harness, not here.
+//!
+//! Each test prints its part of the matrix (`MATRIX case | path | attempts | refused |
+//! unchanged`). Needs root, util-linux, e2fsprogs.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::daemon::{file_drive, Daemon, BIN};
+use common::{
+    checksum, loop_serial, marked_image, mkfs_ext4, need_root, partition_image, random_file, sync,
+    Loop, Mount, Swap, MIB,
+};
+
+fn shm_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("dp-safety-")
+        .tempdir_in("/dev/shm")
+        .expect("tempdir in /dev/shm")
+}
+
+/// Attempts per test (every one refused, every checksum unchanged): RELIABILITY.md gives
+/// these figures, and `Tally::finish` checks the matrix really made them.
+const MOUNTED_ATTEMPTS: u32 = 106;
+const PARTITION_ATTEMPTS: u32 = 210;
+const SWAP_ATTEMPTS: u32 = 106;
+const FREE_DEVICE_ATTEMPTS: u32 = 97;
+const FILE_TARGET_ATTEMPTS: u32 = 18;
+const LINK_ATTEMPTS: u32 = 24;
+
+/// One row of the matrix: (case, path) -> attempts, refused, unchanged.
+#[derive(Default)]
+struct Tally {
+    rows: BTreeMap<(String, String), (u32, u32, u32)>,
+}
+
+impl Tally {
+    fn add(&mut self, case: &str, path: &str, refused: bool, unchanged: bool) {
+        let r = self
+            .rows
+            .entry((case.to_string(), path.to_string()))
+            .or_default();
+        r.0 += 1;
+        r.1 += refused as u32;
+        r.2 += unchanged as u32;
+    }
+
+    /// Prints the rows and asserts every attempt was refused and left the data unchanged,
+    /// and that the matrix has the `expected` number of attempts (the figure RELIABILITY.md
+    /// gives, checked there against the test's constant).
+    fn finish(&self, expected: u32) {
+        let mut total = 0;
+        for ((case, path), (n, refused, unchanged)) in &self.rows {
+            println!("MATRIX {case} | {path} | {n} | {refused} | {unchanged}");
+            total += n;
+            assert_eq!(
+                (n, n),
+                (refused, unchanged),
+                "{case} / {path}: not every attempt was refused"
+            );
+        }
+        println!("MATRIX-TOTAL {total}");
+        assert_eq!(
+            total, expected,
+            "the matrix made {total} attempts; the test's constant (and RELIABILITY.md) say {expected}"
+        );
+    }
+}
+
+/// Runs `driveprobe ARGS`, killed after `limit` (a refusal is immediate; a write that
+/// was not refused would run on, and the checksum would show it).
+fn driveprobe(args: &[String], limit: Duration) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run driveprobe");
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// The CLI's refusal: a non-zero exit, nothing on stdout, one line on stderr. Returns it.
+fn one_line_refusal(out: &Output, what: &str) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        !out.status.success() && out.status.code().is_some(),
+        "{what}: not refused ({:?}): {stderr}",
+        out.status
+    );
+    assert!(out.stdout.is_empty(), "{what}: stdout: {:?}", out.stdout);
+    assert_eq!(lines.len(), 1, "{what}: not one line: {stderr}");
+    assert!(
+        lines[0].starts_with("driveprobe: error: "),
+        "{what}: {stderr}"
+    );
+    lines[0].to_string()
+}
+
+/// The suites, from `driveprobe bench --list-suites` (every one writes: purge or fill).
+fn suites() -> Vec<String> {
+    let out = driveprobe(
+        &["bench".into(), "--list-suites".into()],
+        Duration::from_secs(10),
+    );
+    assert!(out.status.success());
+    let names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .take_while(|l| !l.starts_with("Scales"))
+        .filter(|l| !l.is_empty() && !l.starts_with(' '))
+        .map(str::to_string)
+        .collect();
+    assert!(names.len() >= 6, "{names:?}");
+    names
+}
+
+/// The suites that run an application (a database) whose files live beside the file
+/// target, by design, rather than in it (their `--list-suites` line says so).
+fn beside_the_target_suites() -> Vec<String> {
+    let out = driveprobe(
+        &["bench".into(), "--list-suites".into()],
+        Duration::from_secs(10),
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    lines
+        .windows(2)
+        .filter(|w| !w[0].starts_with(' ') && w[1].contains("beside the file target"))
+        .map(|w| w[0].to_string())
+        .collect()
+}
+
+const WORKLOADS: [&str; 4] = ["randwrite", "write", "randrw", "rw"];
+
+/// Pages the kernel has written to swap areas since boot (/proc/vmstat).
+fn pswpout() -> u64 {
+    std::fs::read_to_string("/proc/vmstat")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("pswpout "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Runs `attempt` between two checksums of `backing`; returns its value and whether the
+/// file stayed unchanged. On a swap area (`swap`) the kernel itself writes swapped-out
+/// pages whenever memory is short: an attempt during which the kernel swapped out and the
+/// file changed proves nothing either way, so it is made again (up to 5 times); one made
+/// while the kernel did not swap is conclusive.
+fn watched<T>(backing: &Path, swap: bool, mut attempt: impl FnMut() -> T) -> (T, bool) {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let sw0 = pswpout();
+        std::thread::sleep(Duration::from_millis(if swap { 200 } else { 0 }));
+        let before = checksum(backing);
+        let v = attempt();
+        sync();
+        let unchanged = checksum(backing) == before;
+        std::thread::sleep(Duration::from_millis(if swap { 200 } else { 0 }));
+        if unchanged || !swap || pswpout() == sw0 || tries >= 5 {
+            if swap && tries > 1 {
+                println!("swap: attempt made {tries} times (the kernel swapped meanwhile)");
+            }
+            return (v, unchanged);
+        }
+    }
+}
+
+/// The flag combinations tried against a device whose serial is `right`; the one that may
+/// write (allow + right serial) is left out unless `with_permitted`.
+fn flag_sets(right: &str, with_permitted: bool) -> Vec<(&'static str, Vec<String>)> {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let mut v = vec![
+        ("no flags", vec![]),
+        ("allow only", s(&["--allow-destructive"])),
+        (
+            "allow, wrong serial",
+            s(&[
+                "--allow-destructive",
+                "--expect-serial",
+                "loop:/not/this/one",
+            ]),
+        ),
+        (
+            "allow, wrong wwn",
+            s(&[
+                "--allow-destructive",
+                "--expect-wwn",
+                "naa.5000c500a1b2c3d4",
+            ]),
+        ),
+        (
+            "allow, right serial, wrong wwn",
+            s(&[
+                "--allow-destructive",
+                "--expect-serial",
+                right,
+                "--expect-wwn",
+                "0x5000c500a1b2c3d4",
+            ]),
+        ),
+        ("right serial, no allow", s(&["--expect-serial", right])),
+        (
+            "right serial, wrong case",
+            s(&[
+                "--allow-destructive",
+                "--expect-serial",
+                &right.to_uppercase(),
+            ]),
+        ),
+    ];
+    if with_permitted {
+        v.push((
+            "allow, right serial",
+            s(&["--allow-destructive", "--expect-serial", right]),
+        ));
+    }
+    v
+}
+
+/// Every CLI way to write, with every flag set, against `dev`; each must be refused in one
+/// line and leave `backing` unchanged.
+/// What the gate says when it refuses a block device, one of these.
+const GATE_MESSAGES: [&str; 7] = [
+    "pass --allow-destructive",
+    "needs the drive's identity",
+    "not the expected",
+    "reports no WWN",
+    "is mounted on",
+    "in use as swap",
+    "in use by the kernel",
+];
+
+fn cli_attempts(
+    tally: &mut Tally,
+    case: &str,
+    dev: &Path,
+    backing: &Path,
+    flags: &[(&'static str, Vec<String>)],
+    in_use: Option<&str>,
+    swap: bool,
+) {
+    let dev = dev.to_str().unwrap().to_string();
+    let mut paths: Vec<(String, Vec<String>)> = WORKLOADS
+        .iter()
+        .map(|w| {
+            (
+                format!("bench {w}"),
+                vec![
+                    "bench".into(),
+                    "--rw".into(),
+                    w.to_string(),
+                    "--runtime".into(),
+                    "1s".into(),
+                ],
+            )
+        })
+        .collect();
+    for s in suites() {
+        paths.push((
+            format!("suite {s}"),
+            vec![
+                "bench".into(),
+                "--suite".into(),
+                s.clone(),
+                "--scale".into(),
+                "quick".into(),
+            ],
+        ));
+    }
+    for (path, base) in &paths {
+        for (fname, f) in flags {
+            let mut args = base.clone();
+            args.extend(f.iter().cloned());
+            args.push(dev.clone());
+            let (out, unchanged) =
+                watched(backing, swap, || driveprobe(&args, Duration::from_secs(30)));
+            let what = format!("{case}: {path} [{fname}]");
+            let line = one_line_refusal(&out, &what);
+            assert!(
+                GATE_MESSAGES.iter().any(|m| line.contains(m)),
+                "{what}: not the gate's refusal: {line}"
+            );
+            if *fname == "allow, right serial" {
+                // The only combination the flags allow: refused for the use alone.
+                let m = in_use.expect("a permitted combination on a free device");
+                assert!(line.contains(m), "{what}: {line}");
+            }
+            assert!(unchanged, "{what}: the backing file changed");
+            tally.add(case, path, true, unchanged);
+        }
+    }
+}
+
+/// A daemon config with one raw drive: a write probe on it and a scheduled write suite
+/// due at once (its state seeded as first seen long ago).
+fn daemon_config(dir: &Path, dev: &Path, identity: &str, destructive: bool) -> PathBuf {
+    let state = dir.join("state");
+    let _ = std::fs::remove_dir_all(&state);
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(
+        state.join("state.json"),
+        r#"{"version":1,"schedules":{"s/d":{"first_seen":0}}}"#,
+    )
+    .unwrap();
+    let cfg = dir.join("d.toml");
+    let destructive = if destructive {
+        "destructive = true\n"
+    } else {
+        ""
+    };
+    std::fs::write(
+        &cfg,
+        format!(
+            "state_dir = \"{}\"\nhealth_interval = \"1s\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\n\n\
+[[drive]]\nname = \"d\"\n{identity}\npath = \"{}\"\n{destructive}\n\
+[[probe]]\nname = \"wr\"\ndrives = [\"d\"]\nworkload = {{ read_pct = 0, rate_iops = 500, verify = false }}\n\n\
+[[schedule]]\nname = \"s\"\ndrives = [\"d\"]\nsuite = \"enterprise\"\nscale = \"quick\"\ncron = \"0 0 1 1 *\"\nmax_duration = \"1m\"\n",
+            state.display(),
+            dev.display(),
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+fn runs(d: &Daemon) -> Vec<serde_json::Value> {
+    let (code, _, body) = d.get("/api/v1/runs");
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn write_ops(d: &Daemon) -> f64 {
+    d.scrape()
+        .value(
+            "driveprobe_probe_ops_total",
+            &[("drive", "d"), ("probe", "wr"), ("op", "write")],
+        )
+        .unwrap_or(0.0)
+}
+
+/// The daemon on a raw drive whose identity matches but whose device is in use: the
+/// write probe never writes (its collector fails), the scheduled run is recorded failed,
+/// and the backing file is unchanged.
+fn daemon_in_use(
+    tally: &mut Tally,
+    case: &str,
+    dir: &Path,
+    dev: &Path,
+    backing: &Path,
+    swap: bool,
+) {
+    let ((ops, r, log), unchanged) = watched(backing, swap, || {
+        let cfg = daemon_config(
+            dir,
+            dev,
+            &format!("serial = \"{}\"", loop_serial(backing)),
+            true,
+        );
+        let d = Daemon::start(&cfg, &[]);
+        let t0 = Instant::now();
+        loop {
+            let r = runs(&d);
+            let e = d.scrape();
+            let refused_probe = e.value(
+                "driveprobe_collector_success",
+                &[("drive", "d"), ("collector", "canary:wr")],
+            ) == Some(0.0);
+            let failed_run = r.iter().any(|x| x["status"] == "failed");
+            if refused_probe && failed_run && t0.elapsed() > Duration::from_secs(4) {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{case}: the daemon's refusal did not show; runs {r:?}\n{}\nlog:\n{}",
+                e.text,
+                d.log()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let ops = write_ops(&d);
+        let r = runs(&d);
+        let log = d.log();
+        let (st, _) = d.terminate(Duration::from_secs(10));
+        assert!(st.success());
+        (ops, r, log)
+    });
+    assert_eq!(ops, 0.0, "{case}: the write probe wrote");
+    assert!(
+        r.iter()
+            .all(|x| x["status"] != "passed" && x["status"] != "running"),
+        "{case}: {r:?}"
+    );
+    assert!(log.contains("refusing to write"), "{case}: {log}");
+    assert!(unchanged, "{case}: the daemon changed the backing file");
+    tally.add(case, "daemon write probe", ops == 0.0, unchanged);
+    tally.add(case, "daemon scheduled suite", true, unchanged);
+}
+
+/// The daemon on a raw drive whose configured identity does not match the device at its
+/// path: the drive is down (drive_up 0), nothing writes, no run starts.
+fn daemon_wrong_identity(tally: &mut Tally, case: &str, dir: &Path, dev: &Path, backing: &Path) {
+    for identity in [
+        "serial = \"loop:/not/this/one\"".to_string(),
+        "wwn = \"naa.5000c500a1b2c3d4\"".to_string(),
+    ] {
+        let cfg = daemon_config(dir, dev, &identity, true);
+        let before = checksum(backing);
+        let d = Daemon::start(&cfg, &[]);
+        d.wait_for("drive_up 0", Duration::from_secs(20), |e| {
+            e.value("driveprobe_drive_up", &[("drive", "d")]) == Some(0.0)
+        });
+        std::thread::sleep(Duration::from_secs(4));
+        let e = d.scrape();
+        assert_eq!(e.value("driveprobe_drive_up", &[("drive", "d")]), Some(0.0));
+        let ops = write_ops(&d);
+        let r = runs(&d);
+        let (st, _) = d.terminate(Duration::from_secs(10));
+        assert!(st.success());
+        sync();
+        let unchanged = checksum(backing) == before;
+        assert_eq!(ops, 0.0, "{case} {identity}: wrote");
+        assert!(r.is_empty(), "{case} {identity}: a run started: {r:?}");
+        assert!(unchanged, "{case} {identity}: backing changed");
+        tally.add(case, "daemon write probe", true, unchanged);
+        tally.add(case, "daemon scheduled suite", true, unchanged);
+    }
+}
+
+/// A config naming a raw device without `destructive = true`: refused by check-config and
+/// by the daemon, exit status 2, one line naming the file and position.
+fn daemon_not_destructive(tally: &mut Tally, case: &str, dir: &Path, dev: &Path, backing: &Path) {
+    let cfg = daemon_config(
+        dir,
+        dev,
+        &format!("serial = \"{}\"", loop_serial(backing)),
+        false,
+    );
+    let cfg_s = cfg.to_str().unwrap().to_string();
+    for (path, args) in [
+        (
+            "daemon write probe",
+            vec!["check-config".to_string(), cfg_s.clone()],
+        ),
+        (
+            "daemon scheduled suite",
+            vec![
+                "daemon".to_string(),
+                "-c".into(),
+                cfg_s.clone(),
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+            ],
+        ),
+    ] {
+        let before = checksum(backing);
+        let out = driveprobe(&args, Duration::from_secs(20));
+        let line = one_line_refusal(&out, &format!("{case}: {args:?}"));
+        assert_eq!(out.status.code(), Some(2), "{line}");
+        assert!(line.contains(&format!("{cfg_s}:")), "{line}");
+        assert!(line.contains("destructive = true"), "{line}");
+        let unchanged = checksum(backing) == before;
+        assert!(unchanged);
+        tally.add(case, path, true, unchanged);
+    }
+}
+
+/// A loop device over a 64 MiB file in `dir` with ext4 on it (no lazy init).
+fn ext4_loop(dir: &Path, name: &str) -> (PathBuf, Loop) {
+    let file = marked_image(dir, name, 64 * MIB);
+    let lo = Loop::attach(&file, &[]);
+    mkfs_ext4(lo.path());
+    sync();
+    (file, lo)
+}
+
+#[test]
+fn a_mounted_device_is_never_written() {
+    need_root();
+    let dir = shm_dir();
+    let (file, lo) = ext4_loop(dir.path(), "disk.img");
+    let _m = Mount::new(lo.path(), &dir.path().join("mnt"));
+    sync();
+    let mut t = Tally::default();
+    let case = "mounted";
+    let serial = loop_serial(&file);
+    cli_attempts(
+        &mut t,
+        case,
+        lo.path(),
+        &file,
+        &flag_sets(&serial, true),
+        Some("is mounted on"),
+        false,
+    );
+    daemon_in_use(&mut t, case, dir.path(), lo.path(), &file, false);
+    t.finish(MOUNTED_ATTEMPTS);
+}
+
+#[test]
+fn a_device_with_a_mounted_partition_is_never_written() {
+    need_root();
+    let dir = shm_dir();
+    let file = marked_image(dir.path(), "disk.img", 64 * MIB);
+    partition_image(&file);
+    let lo = Loop::attach(&file, &["--partscan"]);
+    let p1 = lo.partition(1);
+    mkfs_ext4(&p1);
+    let _m = Mount::new(&p1, &dir.path().join("mnt"));
+    sync();
+    let mut t = Tally::default();
+    let serial = loop_serial(&file);
+    let expect = Some("is mounted on");
+    cli_attempts(
+        &mut t,
+        "partition mounted: the disk",
+        lo.path(),
+        &file,
+        &flag_sets(&serial, true),
+        expect,
+        false,
+    );
+    cli_attempts(
+        &mut t,
+        "partition mounted: the partition",
+        &p1,
+        &file,
+        &flag_sets(&serial, true),
+        expect,
+        false,
+    );
+    daemon_in_use(
+        &mut t,
+        "partition mounted: the disk",
+        dir.path(),
+        lo.path(),
+        &file,
+        false,
+    );
+    t.finish(PARTITION_ATTEMPTS);
+}
+
+/// Pages the kernel has put in the swap area on `dev` (from /proc/swaps), in KiB.
+fn swap_used(dev: &Path) -> u64 {
+    let text = std::fs::read_to_string("/proc/swaps").unwrap();
+    text.lines()
+        .find(|l| l.split_whitespace().next() == dev.to_str())
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|u| u.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_swap_device_is_never_written() {
+    need_root();
+    let dir = shm_dir();
+    let file = marked_image(dir.path(), "disk.img", 64 * MIB);
+    let lo = Loop::attach(&file, &[]);
+    let _s = Swap::on(lo.path());
+    sync();
+    let mut t = Tally::default();
+    let serial = loop_serial(&file);
+    cli_attempts(
+        &mut t,
+        "swap",
+        lo.path(),
+        &file,
+        &flag_sets(&serial, true),
+        Some("in use as swap"),
+        true,
+    );
+    daemon_in_use(&mut t, "swap", dir.path(), lo.path(), &file, true);
+    println!(
+        "swap: the kernel had {} KiB in the swap area at the end",
+        swap_used(lo.path())
+    );
+    t.finish(SWAP_ATTEMPTS);
+}
+
+/// A free device with a filesystem: only `--allow-destructive` with its own serial may
+/// write. Every other combination is refused, through the CLI and the daemon; then the
+/// permitted one writes, and the checksum shows it (the control).
+#[test]
+fn a_free_device_is_written_only_with_allow_destructive_and_its_serial() {
+    need_root();
+    let dir = shm_dir();
+    let (file, lo) = ext4_loop(dir.path(), "disk.img");
+    let serial = loop_serial(&file);
+    let mut t = Tally::default();
+    cli_attempts(
+        &mut t,
+        "free: wrong identity or no allow",
+        lo.path(),
+        &file,
+        &flag_sets(&serial, false),
+        None,
+        false,
+    );
+    daemon_wrong_identity(
+        &mut t,
+        "free: wrong identity or no allow",
+        dir.path(),
+        lo.path(),
+        &file,
+    );
+    daemon_not_destructive(
+        &mut t,
+        "free: wrong identity or no allow",
+        dir.path(),
+        lo.path(),
+        &file,
+    );
+    t.finish(FREE_DEVICE_ATTEMPTS);
+
+    // The control: the permitted combination writes, and the checksum sees it.
+    let before = checksum(&file);
+    let out = driveprobe(
+        &[
+            "bench".into(),
+            "--rw".into(),
+            "randwrite".into(),
+            "--io-size".into(),
+            "1m".into(),
+            "--allow-destructive".into(),
+            "--expect-serial".into(),
+            serial.clone(),
+            lo.s().into(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sync();
+    assert_ne!(
+        checksum(&file),
+        before,
+        "the control run did not change the file"
+    );
+    // And the daemon with the right identity and destructive = true writes too.
+    let cfg = daemon_config(
+        dir.path(),
+        lo.path(),
+        &format!("serial = \"{serial}\""),
+        true,
+    );
+    // The canary alone (no run due), so its write counter shows the writes.
+    std::fs::remove_file(dir.path().join("state/state.json")).unwrap();
+    let before = checksum(&file);
+    let d = Daemon::start(&cfg, &[]);
+    d.wait_for("write ops", Duration::from_secs(30), |_| {
+        write_ops(&d) > 0.0
+    });
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success());
+    sync();
+    assert_ne!(
+        checksum(&file),
+        before,
+        "the daemon's control did not write"
+    );
+    println!(
+        "CONTROL free device, allow + right serial: bench and daemon wrote (checksums changed)"
+    );
+}
+
+/// The first physical block of `file` (filefrag -v), for the allocation order.
+fn first_physical_block(file: &Path) -> u64 {
+    let out = common::run("filefrag", &["-v", file.to_str().unwrap()]);
+    // "   0:        0..    1023:      34816..     35839:   1024:"
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("0:"))
+        .unwrap_or_else(|| panic!("no extent for {}: {out}", file.display()));
+    let phys = line.split(':').nth(2).unwrap().trim();
+    phys.split("..").next().unwrap().trim().parse().unwrap()
+}
+
+/// Files on an ext4 filesystem (a loop device in /dev/shm): a neighbour written before
+/// the target and one after it, so they sit on either side of it on the device.
+struct FileSetup {
+    // Dropped in this order: unmount, detach, then remove the directory.
+    mnt: Mount,
+    _lo: Loop,
+    target: PathBuf,
+    neighbours: Vec<PathBuf>,
+    _dir: tempfile::TempDir,
+}
+
+fn file_setup() -> FileSetup {
+    let dir = shm_dir();
+    let img = common::image(dir.path(), "fs.img", 256 * MIB);
+    let lo = Loop::attach(&img, &[]);
+    mkfs_ext4(lo.path());
+    let mnt = Mount::new(lo.path(), &dir.path().join("mnt"));
+    // Three files of the same size; the one in the middle of the device is the target,
+    // so it has a neighbour on each side.
+    let mut files: Vec<(u64, PathBuf)> = (0..3)
+        .map(|i| {
+            let p = mnt.dir().join(format!("f{i}.dat"));
+            random_file(&p, 32 * MIB, i + 1);
+            sync();
+            (first_physical_block(&p), p)
+        })
+        .collect();
+    files.sort();
+    assert!(
+        files[0].0 < files[1].0 && files[1].0 < files[2].0,
+        "allocation: {files:?}"
+    );
+    let target = files[1].1.clone();
+    println!(
+        "file target {} at block {}, neighbours at blocks {} and {}",
+        target.display(),
+        files[1].0,
+        files[0].0,
+        files[2].0
+    );
+    FileSetup {
+        _dir: dir,
+        mnt,
+        _lo: lo,
+        target,
+        neighbours: vec![files[0].1.clone(), files[2].1.clone()],
+    }
+}
+
+impl FileSetup {
+    fn sums(&self) -> Vec<u128> {
+        sync();
+        self.neighbours.iter().map(|p| checksum(p)).collect()
+    }
+}
+
+#[test]
+fn a_file_target_never_writes_outside_its_file() {
+    need_root();
+    let fs = file_setup();
+    let tgt = fs.target.to_str().unwrap().to_string();
+    let mut t = Tally::default();
+    let case = "file target: neighbours";
+    let mut target_changed = 0;
+
+    // Write benches, and attempts to reach past the end of the file.
+    for w in WORKLOADS {
+        let before = fs.sums();
+        let t0 = checksum(&fs.target);
+        let out = driveprobe(
+            &[
+                "bench".into(),
+                "--rw".into(),
+                w.into(),
+                "--runtime".into(),
+                "1s".into(),
+                "--iodepth".into(),
+                "8".into(),
+                tgt.clone(),
+            ],
+            Duration::from_secs(30),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let unchanged = fs.sums() == before;
+        target_changed += (checksum(&fs.target) != t0) as u32;
+        assert!(unchanged, "bench {w} changed a neighbour");
+        // "refused" here means: kept inside the file.
+        t.add(case, &format!("bench {w}"), true, unchanged);
+    }
+    assert_eq!(
+        target_changed,
+        WORKLOADS.len() as u32,
+        "the benches did not write"
+    );
+    for (offset, size) in [("31m", "2m"), ("0", "33m"), ("32m", "4k")] {
+        let before = fs.sums();
+        let out = driveprobe(
+            &[
+                "bench".into(),
+                "--rw".into(),
+                "write".into(),
+                "--offset".into(),
+                offset.into(),
+                "--size".into(),
+                size.into(),
+                tgt.clone(),
+            ],
+            Duration::from_secs(30),
+        );
+        let line = one_line_refusal(&out, &format!("offset {offset} size {size}"));
+        assert!(line.contains("the region needs"), "{line}");
+        let unchanged = fs.sums() == before;
+        assert!(unchanged);
+        t.add(case, "bench past the end", true, unchanged);
+    }
+
+    // Suites: each purges (a punched hole on a file) and writes. The application suites
+    // keep a database beside the target (their design): they too must leave the
+    // neighbours alone, but need not write the target itself.
+    let beside = beside_the_target_suites();
+    for s in suites() {
+        let before = fs.sums();
+        let t0 = checksum(&fs.target);
+        let out = driveprobe(
+            &[
+                "bench".into(),
+                "--suite".into(),
+                s.clone(),
+                "--scale".into(),
+                "quick".into(),
+                "--round-time".into(),
+                "200ms".into(),
+                "--max-rounds".into(),
+                "5".into(),
+                "--precondition-passes".into(),
+                "1".into(),
+                "--output".into(),
+                fs.mnt
+                    .dir()
+                    .join("..")
+                    .join(format!("{s}.json"))
+                    .to_str()
+                    .unwrap()
+                    .into(),
+                tgt.clone(),
+            ],
+            Duration::from_secs(300),
+        );
+        assert!(
+            out.status.code().is_some(),
+            "suite {s} did not finish: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let unchanged = fs.sums() == before;
+        assert!(unchanged, "suite {s} changed a neighbour");
+        // It did write (purge and fill): the target changed.
+        if !beside.contains(&s) {
+            assert_ne!(
+                checksum(&fs.target),
+                t0,
+                "suite {s} did not write: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        t.add(case, &format!("suite {s}"), true, unchanged);
+    }
+
+    // The daemon: a write canary with verify, and a scheduled suite, on the file target.
+    let state = fs.mnt.dir().join("..").join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(
+        state.join("state.json"),
+        r#"{"version":1,"schedules":{"s/f":{"first_seen":0}}}"#,
+    )
+    .unwrap();
+    let cfg = fs.mnt.dir().join("..").join("d.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "state_dir = \"{}\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\n\n{}\
+[[probe]]\nname = \"wr\"\ndrives = [\"f\"]\nworkload = {{ read_pct = 50, rate_iops = 1000, depth = 4, verify = true }}\n\n\
+[[schedule]]\nname = \"s\"\ndrives = [\"f\"]\nsuite = \"latency\"\nscale = \"quick\"\ncron = \"0 0 1 1 *\"\nmax_duration = \"20s\"\n",
+            state.display(),
+            file_drive("f", &fs.target, "32MiB"),
+        ),
+    )
+    .unwrap();
+    let before = fs.sums();
+    let target_before = checksum(&fs.target);
+    let d = Daemon::start(&cfg, &[]);
+    // The scheduled run goes first (it holds the drive), then the canary writes.
+    let t0 = Instant::now();
+    while !runs(&d).iter().any(|r| r["status"] != "running") {
+        assert!(t0.elapsed() < Duration::from_secs(90), "{}", d.log());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    d.wait_for("write canary I/O", Duration::from_secs(30), |e| {
+        e.value(
+            "driveprobe_probe_ops_total",
+            &[("drive", "f"), ("probe", "wr"), ("op", "write")],
+        )
+        .is_some_and(|v| v > 100.0)
+    });
+    let e = d.scrape();
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success());
+    let unchanged = fs.sums() == before;
+    assert!(unchanged, "the daemon changed a neighbour");
+    assert_ne!(
+        checksum(&fs.target),
+        target_before,
+        "the daemon did not write its target"
+    );
+    assert_eq!(
+        e.value(
+            "driveprobe_probe_errors_total",
+            &[("drive", "f"), ("probe", "wr"), ("op", "read")]
+        ),
+        Some(0.0),
+        "verify or read errors on the canary"
+    );
+    t.add(case, "daemon write canary", true, unchanged);
+    t.add(case, "daemon scheduled suite", true, unchanged);
+    t.finish(FILE_TARGET_ATTEMPTS);
+}
+
+/// Symbolic links and hard links: the CLI refuses to write through a link to a file (to
+/// a neighbour or to itself) and to a file with a second name; a link to a block device
+/// goes through the block gate with all its checks; the daemon refuses a file target that
+/// is a link or has a second name.
+#[test]
+fn links_are_not_a_way_around_the_gate() {
+    need_root();
+    let fs = file_setup();
+    let dir = fs.mnt.dir().to_path_buf();
+    let neighbour = fs.neighbours[0].clone();
+    let mut t = Tally::default();
+
+    let to_neighbour = dir.join("link-to-neighbour.dat");
+    std::os::unix::fs::symlink(&neighbour, &to_neighbour).unwrap();
+    let to_target = dir.join("link-to-target.dat");
+    std::os::unix::fs::symlink(&fs.target, &to_target).unwrap();
+    let twin = dir.join("twin.dat");
+    std::fs::hard_link(&fs.neighbours[1], &twin).unwrap();
+    // A link to a free block device with a filesystem (in /dev/shm, not on the ext4).
+    let devdir = shm_dir();
+    let (backing, lo) = ext4_loop(devdir.path(), "dev.img");
+    let to_dev = dir.join("link-to-dev.dat");
+    std::os::unix::fs::symlink(lo.path(), &to_dev).unwrap();
+
+    let all = |fs: &FileSetup| {
+        let mut v = fs.sums();
+        v.push(checksum(&fs.target));
+        v.push(checksum(&backing));
+        v
+    };
+    for (case, path, expect) in [
+        ("symlink to a neighbour", &to_neighbour, "symbolic link"),
+        ("symlink to the target", &to_target, "symbolic link"),
+        ("hard link to a neighbour", &twin, "hard links"),
+        ("symlink to a block device", &to_dev, "--allow-destructive"),
+    ] {
+        for w in WORKLOADS {
+            let before = all(&fs);
+            let out = driveprobe(
+                &[
+                    "bench".into(),
+                    "--rw".into(),
+                    w.into(),
+                    "--runtime".into(),
+                    "1s".into(),
+                    path.to_str().unwrap().into(),
+                ],
+                Duration::from_secs(30),
+            );
+            let line = one_line_refusal(&out, &format!("{case}: bench {w}"));
+            assert!(line.contains(expect), "{case}: {line}");
+            let unchanged = all(&fs) == before;
+            assert!(unchanged, "{case}: bench {w} changed a file");
+            t.add(case, &format!("bench {w}"), true, unchanged);
+        }
+        // A suite through the link.
+        let before = all(&fs);
+        let out = driveprobe(
+            &[
+                "bench".into(),
+                "--suite".into(),
+                "latency".into(),
+                "--scale".into(),
+                "quick".into(),
+                path.to_str().unwrap().into(),
+            ],
+            Duration::from_secs(60),
+        );
+        let line = one_line_refusal(&out, &format!("{case}: suite"));
+        assert!(line.contains(expect), "{case}: {line}");
+        let unchanged = all(&fs) == before;
+        assert!(unchanged);
+        t.add(case, "suite latency", true, unchanged);
+    }
+    // A link to a block device, with the block gate's flags but the device in use: still
+    // the block gate's answer (here, a wrong serial).
+    let before = all(&fs);
+    let out = driveprobe(
+        &[
+            "bench".into(),
+            "--rw".into(),
+            "randwrite".into(),
+            "--allow-destructive".into(),
+            "--expect-serial".into(),
+            "loop:/not/this/one".into(),
+            to_dev.to_str().unwrap().into(),
+        ],
+        Duration::from_secs(30),
+    );
+    let line = one_line_refusal(&out, "link to dev, wrong serial");
+    assert!(line.contains("not the expected"), "{line}");
+    let unchanged = all(&fs) == before;
+    assert!(unchanged);
+    t.add(
+        "symlink to a block device",
+        "bench randwrite (allow, wrong serial)",
+        true,
+        unchanged,
+    );
+
+    // The daemon: a file target that is a link or has a second name is not written.
+    for (case, path) in [
+        ("symlink to a neighbour", &to_neighbour),
+        ("symlink to a block device", &to_dev),
+        ("hard link to a neighbour", &twin),
+    ] {
+        let state = dir
+            .join("..")
+            .join(format!("state-{}", case.replace(' ', "-")));
+        let cfg = dir.join("..").join("links.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "state_dir = \"{}\"\n\n{}[[probe]]\nname = \"wr\"\ndrives = [\"f\"]\nworkload = {{ read_pct = 0, rate_iops = 500 }}\n",
+                state.display(),
+                file_drive("f", path, "32MiB"),
+            ),
+        )
+        .unwrap();
+        let before = all(&fs);
+        let d = Daemon::start(&cfg, &[]);
+        let e = d.wait_for("the write canary refused", Duration::from_secs(20), |e| {
+            e.value(
+                "driveprobe_collector_success",
+                &[("drive", "f"), ("collector", "canary:wr")],
+            ) == Some(0.0)
+                || e.value("driveprobe_drive_up", &[("drive", "f")]) == Some(0.0)
+        });
+        std::thread::sleep(Duration::from_secs(3));
+        let ops = d
+            .scrape()
+            .value(
+                "driveprobe_probe_ops_total",
+                &[("drive", "f"), ("probe", "wr"), ("op", "write")],
+            )
+            .unwrap_or(0.0);
+        let log = d.log();
+        let (st, _) = d.terminate(Duration::from_secs(10));
+        assert!(st.success());
+        let unchanged = all(&fs) == before;
+        assert_eq!(ops, 0.0, "{case}: the daemon wrote\n{}\n{log}", e.text);
+        assert!(unchanged, "{case}: the daemon changed a file\n{log}");
+        t.add(case, "daemon write canary", true, unchanged);
+    }
+    t.finish(LINK_ATTEMPTS);
+}
