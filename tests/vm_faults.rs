@@ -332,7 +332,7 @@ fn vm_faults_io_errors_slow_drive_and_holders() {
         .start();
     let nvme_img = vm.dir().join("nvme.img");
     let nvme_before = common::sha256(&nvme_img);
-    let run = vm.finish();
+    let (run, _disks) = vm.finish_keeping_disks();
     let elapsed = started.elapsed();
     let log = run.section("log").text.clone();
     no_timeouts(&run, &log);
@@ -753,13 +753,21 @@ timed b4
 ready del-3
 waitfor gone-3 150 nvme_gone
 waitfor down-3 150 up_is nvme 0
+# the canary's last interval on the removed disk is published when its segment ends:
+# let it land before the baseline
+sleep 3
 timed b5
 ready add-other
 waitfor back-other 150 nvme_there
 slot
 run other-path sh -c 'readlink -f /dev/disk/by-path/slot-nvme; cat /sys/block/nvme*/device/serial' 
+# the kernel's own reads of the new disk (partition scan) are done by now
+sleep 1
+otherstat() { cat "/sys/class/block/$(basename "$(readlink -f /dev/disk/by-path/slot-nvme)")/stat"; }
+run other-stat-1 otherstat
 # several identity checks (every 2 s) and canary segments' worth of time
 sleep 8
+run other-stat-2 otherstat
 timed b6
 ready del-other
 # the host removes the other disk and puts the right one back
@@ -896,6 +904,22 @@ fn vm_faults_nvme_hot_removed_and_replaced() {
     assert_eq!(
         other_before, other_after,
         "the other-serial disk was written"
+    );
+    // And from the guest kernel's own count: no read or write reached the other disk
+    // while it sat at the path (fields 1 and 5 of its stat: reads and writes completed).
+    let io = |name: &str| -> (u64, u64) {
+        let f: Vec<u64> = run
+            .ok_section(name)
+            .text
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        (f[0], f[4])
+    };
+    assert_eq!(
+        io("other-stat-1"),
+        io("other-stat-2"),
+        "reads/writes completed on the other-serial disk moved while it sat at the path"
     );
     let other_path = run.ok_section("other-path").text.clone();
     assert!(

@@ -416,7 +416,23 @@ impl RunningVm {
         self.try_finish().unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// As [`RunningVm::finish`], and hands over the boot's temp dir (the guest's disk
+    /// images, `nvme.img` and `sata.img`), for checks on the disks after power-off; the
+    /// dir is removed when the returned `TempDir` is dropped.
+    pub fn finish_keeping_disks(mut self) -> (VmRun, tempfile::TempDir) {
+        let empty = tempfile::Builder::new()
+            .prefix("driveprobe-vm-done.")
+            .tempdir()
+            .expect("tempdir");
+        let run = self.finish_ref().unwrap_or_else(|e| panic!("{e}"));
+        (run, std::mem::replace(&mut self.dir, empty))
+    }
+
     pub fn try_finish(mut self) -> Result<VmRun, String> {
+        self.finish_ref()
+    }
+
+    fn finish_ref(&mut self) -> Result<VmRun, String> {
         // QMP first: QEMU waits for nobody on it, but close it before the end.
         self.qmp = None;
         let status = loop {
