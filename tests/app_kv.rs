@@ -36,14 +36,7 @@ fn db_dirs(dir: &Path) -> Vec<String> {
 
 /// Nothing running that mentions `dir` (db_bench has it in its --db=), within 5 s.
 fn nothing_left_running(dir: &Path) {
-    let needle = dir.to_string_lossy().to_string();
-    let t0 = Instant::now();
-    let mut left = common::processes_mentioning(&needle);
-    while !left.is_empty() && t0.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(100));
-        left = common::processes_mentioning(&needle);
-    }
-    assert!(left.is_empty(), "left running: {left:#?}");
+    common::assert_nothing_left_running(&dir.to_string_lossy());
 }
 
 #[test]

@@ -37,14 +37,7 @@ fn scratch() -> tempfile::TempDir {
 }
 
 fn no_server_left(dir: &Path) {
-    let needle = dir.to_string_lossy().to_string();
-    let t0 = Instant::now();
-    let mut left = common::processes_mentioning(&needle);
-    while !left.is_empty() && t0.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(100));
-        left = common::processes_mentioning(&needle);
-    }
-    assert!(left.is_empty(), "left running: {left:#?}");
+    common::assert_nothing_left_running(&dir.to_string_lossy());
     let datadirs: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .flatten()

@@ -395,6 +395,18 @@ pub fn chromium(profile: &Path, args: &[&str], url: &str, limit: Duration) -> st
     }
 }
 
+/// Asserts that no process mentions `needle` in its command line, waiting up to 5 s for
+/// the ones that are ending (a child group killed a moment ago).
+pub fn assert_nothing_left_running(needle: &str) {
+    let t0 = std::time::Instant::now();
+    let mut left = processes_mentioning(needle);
+    while !left.is_empty() && t0.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        left = processes_mentioning(needle);
+    }
+    assert!(left.is_empty(), "left running: {left:#?}");
+}
+
 /// Processes (not zombies, not this test) whose command line mentions `needle`, as
 /// `PID: COMMAND LINE`: what a run in the directory `needle` left behind.
 pub fn processes_mentioning(needle: &str) -> Vec<String> {
