@@ -323,6 +323,9 @@ fn unknown_suite_and_bad_scale_are_usage_errors() {
         "latency",
         "wsat",
         "jesd219",
+        "oltp",
+        "kv",
+        "review",
     ] {
         assert!(text.contains(s), "{text}");
     }
