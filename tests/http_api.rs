@@ -10,6 +10,7 @@
 mod common;
 
 use common::chromium;
+use common::http::Resp;
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -315,28 +316,6 @@ impl Drop for Server {
 
 // ------------------------------------------------------------------ a raw HTTP/1.1 client
 
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Resp {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-    fn content_type(&self) -> &str {
-        self.header("content-type").unwrap_or("")
-    }
-    fn text(&self) -> String {
-        String::from_utf8(self.body.clone()).expect("body is not UTF-8")
-    }
-}
-
 fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -345,26 +324,7 @@ fn connect(addr: SocketAddr) -> TcpStream {
 }
 
 fn parse(raw: &[u8]) -> Resp {
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("no end of headers in {:?}", String::from_utf8_lossy(raw)));
-    let head = std::str::from_utf8(&raw[..end]).unwrap();
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap();
-    assert!(status_line.starts_with("HTTP/1.1 "), "{status_line}");
-    let status = status_line[9..12].parse().unwrap();
-    let headers = lines
-        .map(|l| {
-            let (k, v) = l.split_once(':').unwrap();
-            (k.trim().to_string(), v.trim().to_string())
-        })
-        .collect();
-    Resp {
-        status,
-        headers,
-        body: raw[end + 4..].to_vec(),
-    }
+    common::http::parse(raw).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Sends `method path` with `extra` header lines and `Connection: close`, reads to EOF.

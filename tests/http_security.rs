@@ -17,6 +17,7 @@ mod prometheus;
 // tests/common/prometheus.rs reaches the HTTP client as `super::daemon`, as it would from
 // inside `common`; this makes the same path resolve at this crate's root.
 use common::daemon;
+use common::http::Resp;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -212,22 +213,6 @@ fn raw_request(method: &str, path: &str, auth: Option<(&str, &str)>, extra: &str
     format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}{extra}Connection: close\r\n\r\n")
 }
 
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Resp {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
 /// Reads one response: the head, then Content-Length bytes of body (or to EOF).
 fn read_response(s: &mut impl Read) -> Result<Resp, String> {
     let mut raw = Vec::new();
@@ -260,31 +245,7 @@ fn read_response(s: &mut impl Read) -> Result<Resp, String> {
             }
         }
     }
-    parse(&raw)
-}
-
-fn parse(raw: &[u8]) -> Result<Resp, String> {
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| format!("no response head in {:?}", String::from_utf8_lossy(raw)))?;
-    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.strip_prefix("HTTP/1.1 "))
-        .and_then(|l| l.get(..3))
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("bad status line in {head:?}"))?;
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
-    Ok(Resp {
-        status,
-        headers,
-        body: String::from_utf8_lossy(&raw[end + 4..]).into_owned(),
-    })
+    common::http::parse(&raw)
 }
 
 // ------------------------------------------------------------------ the daemon
@@ -401,7 +362,7 @@ fn https_with_basic_auth() {
     // The right user and password: 200 over TLS, with the web config's header.
     let r = c.get(&d.addr, "/metrics", auth()).unwrap();
     assert_eq!(r.status, 200, "{r:?}");
-    assert!(r.body.contains("driveprobe_drive_up"), "{}", r.body);
+    assert!(r.text().contains("driveprobe_drive_up"), "{}", r.text());
     assert_eq!(
         r.header("strict-transport-security"),
         Some("max-age=31536000")
@@ -437,7 +398,7 @@ fn https_with_basic_auth() {
                 Some("Basic realm=\"driveprobe\""),
                 "{what}"
             );
-            assert!(!r.body.contains("driveprobe_"), "{what}: {}", r.body);
+            assert!(!r.text().contains("driveprobe_"), "{what}: {}", r.text());
         }
     }
     // HEAD without credentials: 401 and no body.
@@ -910,7 +871,7 @@ fn oversized_headers_and_bodies_are_refused() {
             .request(&d.addr, &raw_request("GET", "/metrics", auth(), framing))
             .unwrap();
         assert_eq!(r.status, 413, "{framing}: {r:?}");
-        assert!(r.body.contains("no request body"));
+        assert!(r.text().contains("no request body"));
     }
     // A body with another method: 405 (the body is not read either).
     let r = c
@@ -967,7 +928,7 @@ fn nothing_on_the_http_side_changes_a_run() {
     let snapshot = || {
         let runs = c.get(&d.addr, "/api/v1/runs", auth()).unwrap();
         assert_eq!(runs.status, 200);
-        let metrics = c.get(&d.addr, "/metrics", auth()).unwrap().body;
+        let metrics = c.get(&d.addr, "/metrics", auth()).unwrap().text();
         let run_lines: Vec<String> = metrics
             .lines()
             .filter(|l| l.starts_with("driveprobe_run") || l.starts_with("driveprobe_scheduler"))
@@ -980,7 +941,7 @@ fn nothing_on_the_http_side_changes_a_run() {
             .collect();
         files.sort();
         (
-            runs.body,
+            runs.text(),
             common::sha256(&state.join("state.json")),
             common::sha256(&doc),
             files,
