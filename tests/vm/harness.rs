@@ -718,12 +718,22 @@ impl Qmp {
             if let Some(i) = self.events.iter().position(|e| e["event"] == name) {
                 return Ok(self.events.remove(i));
             }
-            if Instant::now() >= until {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 return Err(format!("QMP: no {name} event within {limit:?}"));
             }
-            let m = self.read()?;
-            if m.get("event").is_some() {
-                self.events.push(m);
+            // Wait no longer than what is left (a timed-out read is EAGAIN, not an event).
+            // (`writer` is a clone of the same socket: the timeout is the socket's.)
+            let _ = self
+                .writer
+                .set_read_timeout(Some(left.max(Duration::from_millis(10))));
+            let m = self.read();
+            let _ = self.writer.set_read_timeout(Some(Duration::from_secs(30)));
+            match m {
+                Ok(m) if m.get("event").is_some() => self.events.push(m),
+                Ok(_) => {}
+                Err(e) if e.contains("temporarily unavailable") || e.contains("timed out") => {}
+                Err(e) => return Err(e),
             }
         }
     }
@@ -731,15 +741,45 @@ impl Qmp {
     /// Hot-unplugs device `id` and waits until the guest has let it go (`DEVICE_DELETED`:
     /// a PCI device leaves only when the guest's ACPI hotplug driver releases it). A
     /// `-drive` backend goes with its device.
+    ///
+    /// The request is repeated every `limit / 4` while the guest has not let go: an ACPI
+    /// hotplug request that arrives while the guest is busy with the previous one can be
+    /// missed by it, and repeating `device_del` re-sends the request (the PIIX4 hotplug
+    /// controller keeps the device, and QEMU accepts the repeat).
     pub fn device_del(&mut self, id: &str, limit: Duration) -> Result<(), String> {
         self.events.retain(|e| e["event"] != "DEVICE_DELETED");
-        self.execute("device_del", json!({ "id": id }))?;
-        let until = Instant::now() + limit;
+        let started = Instant::now();
+        let until = started + limit;
+        let mut requests = 0;
         loop {
-            let left = until.saturating_duration_since(Instant::now());
-            let e = self.wait_event("DEVICE_DELETED", left)?;
-            if e["data"]["device"] == id {
+            let asked = self.execute("device_del", json!({ "id": id }));
+            if let Some(i) = self
+                .events
+                .iter()
+                .position(|e| e["event"] == "DEVICE_DELETED" && e["data"]["device"] == id)
+            {
+                self.events.remove(i);
                 return Ok(());
+            }
+            // A repeat may be refused (an unplug already pending); the first may not.
+            if requests == 0 {
+                asked?;
+            }
+            requests += 1;
+            let next = (Instant::now() + limit / 4).min(until);
+            loop {
+                let left = next.saturating_duration_since(Instant::now());
+                match self.wait_event("DEVICE_DELETED", left) {
+                    Ok(e) if e["data"]["device"] == id => return Ok(()),
+                    Ok(_) => continue,
+                    Err(_) if Instant::now() < until => break,
+                    Err(_) => {
+                        return Err(format!(
+                            "QMP: the guest did not release {id} within {limit:?} \
+                             ({requests} device_del requests)"
+                        ))
+                    }
+                }
             }
         }
     }
