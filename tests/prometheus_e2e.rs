@@ -1,23 +1,30 @@
-//! Issue 6's proof, end to end: the real daemon on three drives, a real Prometheus (the
-//! Debian package) scraping it every second with the project's rule file, then
+//! Issues 6 and 8's proof, end to end: the real daemon on three drives, a real Prometheus
+//! (the Debian package) scraping it every second with the project's rule file, then
 //!
 //! - every panel query of every dashboard in `grafana/` and every recording rule of
 //!   `config/prometheus/driveprobe.rules.yml` run through Prometheus's `/api/v1/query`:
 //!   each must evaluate, and each must return data unless it is in [`MAY_BE_EMPTY`] with
 //!   its reason (the recording rules are read from the file by a small YAML reader, and
 //!   checked against what Prometheus itself loaded: same names, same results, all healthy);
-//! - the alerts: none pending or firing, but DriveprobeRunRegression exactly when the
-//!   suite's median point fell by the threshold between the two runs, as the status page
-//!   showed them;
-//!   the rules' previous-run latch holds the first run's IOPS;
+//! - the alerts: none pending or firing, but DriveprobeRunRegression (latency) and
+//!   DriveprobeAppRegression (oltp) each exactly when the suite's median point fell by the
+//!   threshold between its two runs, as the status page showed them;
+//! - the rules' previous-run latches ([`LATCHES`]) hold the first run's IOPS (latency) and
+//!   TPS (oltp), their ratios are the second run's over them, and the medians theirs;
 //! - the status page's JSON (`/api/v1/drives`) against Prometheus for one drive: counters
 //!   within the few seconds between the two samplings, the window quantiles among the
-//!   values the status page showed, and the gauges that do not move exactly.
+//!   values the status page showed, and the gauges that do not move (the last runs' points,
+//!   the application points of the last oltp and kv runs among them) exactly;
+//! - the application runs leave nothing: no MariaDB, sysbench or db_bench naming the
+//!   drive's directory, no datadir or database in it, once the runs passed and again
+//!   after the daemon stopped.
 //!
 //! The drives (root: loop devices and a mount, like the other loop tests):
 //! - `a`: a file target on ext4 on a loop device, with a rating, a read canary, a verified
-//!   write canary and two quick-scale `latency` runs (schedules `s` and `s2`, one after the
-//!   other: a state file in which both were first seen long ago, a cron time in the past);
+//!   write canary and the quick-scale runs of [`SCHEDULES`]: `latency` twice, `oltp`
+//!   twice (sysbench on a private MariaDB) and `kv` once (RocksDB's db_bench), both with
+//!   their databases in the file target's directory on that ext4, one after the other (a
+//!   state file in which every schedule was first seen long ago, a cron time in the past);
 //!   health from `smartctl`: a stand-in on the daemon's PATH prints an NVMe drive's JSON;
 //! - `b`: the raw loop device, named by its serial, read canary only; health: a SATA hard
 //!   disk's smartctl JSON (the ATA sector counters);
@@ -35,7 +42,7 @@ use common::daemon;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use daemon::{file_drive, Daemon};
@@ -51,6 +58,18 @@ const DUE_LONG_AGO: &str = "0 0 1 1 *";
 const FULL: &str = "a";
 /// The canary rate of every probe (I/Os per second).
 const RATE_IOPS: f64 = 100.0;
+/// The scheduled runs, all on drive a at quick scale, as (schedule, suite). They run in
+/// this order (the scheduler takes due schedules in config order, one run per drive at a
+/// time). Two runs of a suite give the previous-run latch its data: `latency` for the
+/// run rules, `oltp` (the cheaper application suite, about 13 s a run here against 18 s
+/// for kv) for the application ones; `kv` once gives its db_bench phases' series.
+const SCHEDULES: &[(&str, &str)] = &[
+    ("s", "latency"),
+    ("s2", "latency"),
+    ("o", "oltp"),
+    ("o2", "oltp"),
+    ("k", "kv"),
+];
 
 /// A query that may rightly return no series here. It must still evaluate without error.
 struct MayBeEmpty {
@@ -61,13 +80,6 @@ struct MayBeEmpty {
     reason: &'static str,
 }
 
-/// Why the application workload queries may be empty here.
-const APP_REASON: &str =
-    "the daemon here schedules only the latency suite: an oltp or kv run would need \
-                 MariaDB or RocksDB and minutes more; tests/app_oltp.rs runs oltp end to end, \
-                 tests/metrics_golden.rs pins the driveprobe_app_* series and promtool test \
-                 rules the application latch and DriveprobeAppRegression";
-
 /// Every query allowed to be empty, with why. Anything else that returns nothing fails.
 const MAY_BE_EMPTY: &[MayBeEmpty] = &[
     MayBeEmpty {
@@ -76,51 +88,6 @@ const MAY_BE_EMPTY: &[MayBeEmpty] = &[
         reason: "ALERTS{alertstate=\"firing\"}: every alert has a `for:` of a minute or more, \
                  longer than this test; pending alerts are checked below, and promtool test \
                  rules proves each alert fires",
-    },
-    MayBeEmpty {
-        source: "driveprobe-drive",
-        name: "Application workloads of the last runs",
-        reason: APP_REASON,
-    },
-    MayBeEmpty {
-        source: "driveprobe-drive",
-        name: "Transactions per second, run after run",
-        reason: APP_REASON,
-    },
-    MayBeEmpty {
-        source: "driveprobe-drive",
-        name: "p99 latency, run after run",
-        reason: APP_REASON,
-    },
-    MayBeEmpty {
-        source: "driveprobe-drive",
-        name: "TPS by threads",
-        reason: APP_REASON,
-    },
-    MayBeEmpty {
-        source: "driveprobe-drive",
-        name: "TPS against the previous run",
-        reason: APP_REASON,
-    },
-    MayBeEmpty {
-        source: "rules",
-        name: "driveprobe:app_tps:previous_run",
-        reason: APP_REASON,
-    },
-    MayBeEmpty {
-        source: "rules",
-        name: "driveprobe:app_tps:last_seen",
-        reason: APP_REASON,
-    },
-    MayBeEmpty {
-        source: "rules",
-        name: "driveprobe:app_tps:ratio_previous_run",
-        reason: APP_REASON,
-    },
-    MayBeEmpty {
-        source: "rules",
-        name: "driveprobe:app_tps:ratio_previous_run:median",
-        reason: APP_REASON,
     },
     MayBeEmpty {
         source: "driveprobe-drive",
@@ -171,13 +138,17 @@ fn every_dashboard_query_and_recording_rule_returns_data_and_matches_the_status_
         &format!("driveprobe_probe_ops_total{{job=\"{JOB}\"}} > 0"),
         ready,
     );
-    let (first_run, second_run) = rig.wait_two_runs_passed(Duration::from_secs(120));
+    let runs = rig.wait_runs_passed(Duration::from_secs(300));
     println!(
-        "the scheduled runs {} and {} passed ({:.1?})",
-        first_run["id"],
-        second_run["id"],
+        "the scheduled runs {:?} passed ({:.1?})",
+        runs.ids,
         t0.elapsed()
     );
+    // Each application run stopped what it started: no MariaDB, sysbench or db_bench in
+    // the drive's directory, and no datadir or database left there.
+    rig.nothing_left_of_the_app_runs();
+    let (first_latency, first_oltp) = (&runs.first["latency"], &runs.first["oltp"]);
+    let started = |run: &Value| run["started_unix"].as_f64().unwrap_or(0.0);
     for (what, expr) in [
         (
             "the run's results",
@@ -187,12 +158,31 @@ fn every_dashboard_query_and_recording_rule_returns_data_and_matches_the_status_
             "the second run's results",
             format!(
                 "driveprobe_run_last_start_timestamp_seconds{{job=\"{JOB}\", drive=\"{FULL}\", suite=\"latency\"}} > {}",
-                first_run["started_unix"].as_f64().unwrap_or(0.0)
+                started(first_latency)
             ),
         ),
         (
             "the IOPS of the run before the last (a recording rule's latch)",
             format!("driveprobe:run_iops:previous_run{{job=\"{JOB}\", drive=\"{FULL}\"}}"),
+        ),
+        (
+            "the second oltp run's results",
+            format!(
+                "driveprobe_run_last_start_timestamp_seconds{{job=\"{JOB}\", drive=\"{FULL}\", suite=\"oltp\"}} > {}",
+                started(first_oltp)
+            ),
+        ),
+        (
+            "the TPS of the oltp run before the last (the application latch)",
+            format!(
+                "driveprobe:app_tps:previous_run{{job=\"{JOB}\", drive=\"{FULL}\", suite=\"oltp\"}}"
+            ),
+        ),
+        (
+            "the kv run's results",
+            format!(
+                "driveprobe_app_transactions_per_second{{job=\"{JOB}\", drive=\"{FULL}\", suite=\"kv\"}}"
+            ),
         ),
         (
             "the canary of drive a running again",
@@ -231,8 +221,15 @@ fn every_dashboard_query_and_recording_rule_returns_data_and_matches_the_status_
         t_queries.elapsed(),
         t0.elapsed()
     );
-    alerts_match_the_drives(rig.daemon(), &prom, &first_run, &mut failures);
-    previous_run_latch_holds_the_first_run(&prom, &first_run, &mut failures);
+    alerts_match_the_drives(rig.daemon(), &prom, &runs.first, &mut failures);
+    for latch in LATCHES {
+        previous_run_latch_holds_the_first_run(
+            &prom,
+            latch,
+            &runs.first[latch.suite],
+            &mut failures,
+        );
+    }
     status_page_matches_prometheus(rig.daemon(), &prom, &mut failures);
     println!("status page against Prometheus ({:.1?})", t0.elapsed());
 
@@ -253,6 +250,7 @@ fn every_dashboard_query_and_recording_rule_returns_data_and_matches_the_status_
         st.success(),
         "the daemon's exit status after SIGTERM: {st:?}"
     );
+    rig.nothing_left_of_the_app_runs();
     println!("done in {:.1?}", t0.elapsed());
 }
 
@@ -264,6 +262,9 @@ fn every_dashboard_query_and_recording_rule_returns_data_and_matches_the_status_
 /// the mount, the loop devices and the files.
 struct Rig {
     daemon: Option<Daemon>,
+    /// Drive a's directory (its filesystem's root), where the application runs put their
+    /// databases.
+    app_dir: PathBuf,
     _mount: common::Mount,
     _loops: Vec<common::Loop>,
     _dir: tempfile::TempDir,
@@ -287,15 +288,17 @@ impl Drop for Rig {
 
 impl Rig {
     fn start() -> Rig {
+        need_app_programs();
         let dir = tempfile::Builder::new()
             .prefix("dp-e2e-")
             .tempdir_in("/dev/shm")
             .expect("temp dir in /dev/shm");
         let d = dir.path();
 
-        // a: ext4 on a loop device; b: a raw loop device.
+        // a: ext4 on a loop device (room for the 32 MiB target and the free space the
+        // quick kv run asks for, 232 MiB); b: a raw loop device.
         let a_img = d.join("a.img");
-        sparse_file(&a_img, 128 << 20);
+        sparse_file(&a_img, 384 << 20);
         common::run("mkfs.ext4", &["-q", "-F", a_img.to_str().unwrap()]);
         let loop_a = common::Loop::attach(&a_img, &[]);
         let mount = common::Mount::new(loop_a.path(), &d.join("a-fs"));
@@ -347,30 +350,36 @@ impl Rig {
              workload = {{ rate_iops = {rate} }}\n\n\
              [[probe]]\nname = \"wr\"\ndrives = [\"{FULL}\"]\nwindow = \"10s\"\n\
              workload = {{ read_pct = 50, rate_iops = {rate}, verify = true }}\n\n\
-             [[schedule]]\nname = \"s\"\ndrives = [\"{FULL}\"]\nsuite = \"latency\"\n\
-             scale = \"quick\"\ncron = \"{DUE_LONG_AGO}\"\nmax_duration = \"5m\"\n\n\
-             [[schedule]]\nname = \"s2\"\ndrives = [\"{FULL}\"]\nsuite = \"latency\"\n\
-             scale = \"quick\"\ncron = \"{DUE_LONG_AGO}\"\nmax_duration = \"5m\"\n",
+             {schedules}",
             state = d.join("state").display(),
             a_dat = mount.dir().join("a.dat").display(),
             b_serial = common::loop_serial(&b_img),
             b_dev = loop_b.s(),
             c = file_drive("c", &d.join("c.dat"), "16MiB"),
             rate = RATE_IOPS,
+            schedules = SCHEDULES
+                .iter()
+                .map(|(name, suite)| format!(
+                    "[[schedule]]\nname = \"{name}\"\ndrives = [\"{FULL}\"]\nsuite = \"{suite}\"\n\
+                     scale = \"quick\"\ncron = \"{DUE_LONG_AGO}\"\nmax_duration = \"5m\"\n\n"
+                ))
+                .collect::<String>(),
         );
         std::fs::write(&cfg, &config).unwrap();
-        // The schedule was first seen long ago: its past cron time is due now.
+        // The schedules were first seen long ago: their past cron time is due now.
         std::fs::create_dir_all(d.join("state")).unwrap();
+        let seen: serde_json::Map<String, Value> = SCHEDULES
+            .iter()
+            .map(|(name, _)| {
+                (
+                    format!("{name}/{FULL}"),
+                    serde_json::json!({ "first_seen": 0 }),
+                )
+            })
+            .collect();
         std::fs::write(
             d.join("state/state.json"),
-            serde_json::json!({
-                "version": 1,
-                "schedules": {
-                    format!("s/{FULL}"): { "first_seen": 0 },
-                    format!("s2/{FULL}"): { "first_seen": 0 },
-                },
-            })
-            .to_string(),
+            serde_json::json!({ "version": 1, "schedules": seen }).to_string(),
         )
         .unwrap();
 
@@ -382,6 +391,7 @@ impl Rig {
         let daemon = Daemon::start(&cfg, &[("PATH", &path)]);
         Rig {
             daemon: Some(daemon),
+            app_dir: mount.dir().to_path_buf(),
             _mount: mount,
             _loops: vec![loop_a, loop_b],
             _dir: dir,
@@ -393,7 +403,7 @@ impl Rig {
         self.daemon.as_ref().expect("the daemon runs")
     }
 
-    /// The runs, oldest first (`/api/v1/runs`).
+    /// The runs, newest first (`/api/v1/runs`).
     fn runs(&self) -> Vec<Value> {
         let (code, _, body) = self.daemon().get("/api/v1/runs");
         assert_eq!(code, 200, "/api/v1/runs: {body}");
@@ -401,14 +411,20 @@ impl Rig {
         runs.as_array().cloned().unwrap_or_default()
     }
 
-    /// Waits for both scheduled runs (`s`, then `s2`: one drive runs one thing at a time)
-    /// to pass, and fails at once if one ends any other way. Returns the status page's
-    /// summary of the first run, taken while it was the drive's last run, and the second
-    /// run's record.
-    fn wait_two_runs_passed(&self, limit: Duration) -> (Value, Value) {
+    /// Waits for every scheduled run of [`SCHEDULES`] to pass (one after the other: one
+    /// drive runs one thing at a time), and fails at once if one ends any other way.
+    /// Returns, for each suite scheduled twice, the status page's summary of its first
+    /// run, taken while that was the drive's last run of the suite.
+    fn wait_runs_passed(&self, limit: Duration) -> RunsPassed {
         let d = self.daemon();
         let t0 = Instant::now();
-        let mut first: Option<Value> = None;
+        let mut twice: BTreeSet<&str> = BTreeSet::new();
+        for (i, (_, suite)) in SCHEDULES.iter().enumerate() {
+            if SCHEDULES[..i].iter().any(|(_, s)| s == suite) {
+                twice.insert(suite);
+            }
+        }
+        let mut first: BTreeMap<String, Value> = BTreeMap::new();
         loop {
             let runs = self.runs();
             if let Some(r) = runs
@@ -422,35 +438,90 @@ impl Rig {
                 );
             }
             let passed: Vec<&Value> = runs.iter().filter(|r| r["status"] == "passed").collect();
-            if first.is_none() && passed.len() == 1 {
-                let summary = drive_json(d, FULL)["last_runs"]["latency"].clone();
-                if summary["id"] == passed[0]["id"] {
-                    first = Some(summary);
+            for suite in &twice {
+                let of_suite: Vec<&&Value> =
+                    passed.iter().filter(|r| r["suite"] == *suite).collect();
+                if !first.contains_key(*suite) && of_suite.len() == 1 {
+                    let summary = drive_json(d, FULL)["last_runs"][*suite].clone();
+                    if summary["id"] == of_suite[0]["id"] {
+                        first.insert(suite.to_string(), summary);
+                    }
                 }
             }
-            if passed.len() >= 2 {
-                let Some(first) = first else {
+            if passed.len() >= SCHEDULES.len() {
+                if let Some(s) = twice.iter().find(|s| !first.contains_key(**s)) {
                     panic!(
-                        "the second run finished before the status page showed the first as \
-                         the last run (polled every 250 ms): {runs:?}"
+                        "the second {s} run finished before the status page showed the first \
+                         as the last run (polled every 250 ms): {runs:?}"
                     );
+                }
+                return RunsPassed {
+                    first,
+                    ids: passed
+                        .iter()
+                        .rev()
+                        .map(|r| r["id"].as_str().unwrap_or("?").to_string())
+                        .collect(),
                 };
-                let second = passed
-                    .iter()
-                    .find(|r| r["id"] != first["id"])
-                    .map(|r| (*r).clone())
-                    .expect("two runs, two ids");
-                return (first, second);
             }
             assert!(
                 t0.elapsed() < limit,
-                "the two scheduled quick latency runs did not pass within {limit:?}; runs: \
+                "the {} scheduled quick runs did not pass within {limit:?}; runs: \
                  {runs:?}\nlog:\n{}",
+                SCHEDULES.len(),
                 d.log()
             );
             std::thread::sleep(Duration::from_millis(250));
         }
     }
+
+    /// No process mentions drive a's directory (MariaDB's and sysbench's command lines
+    /// name the datadir and its socket, db_bench's its `--db=`), and no datadir or
+    /// database is left in it.
+    fn nothing_left_of_the_app_runs(&self) {
+        common::assert_nothing_left_running(&self.app_dir.to_string_lossy());
+        let left: Vec<String> = std::fs::read_dir(&self.app_dir)
+            .unwrap_or_else(|e| panic!("cannot list {}: {e}", self.app_dir.display()))
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with("driveprobe-oltp-") || n.starts_with("driveprobe-kv-"))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "the application runs left these in {}: {left:?}",
+            self.app_dir.display()
+        );
+    }
+}
+
+/// What [`Rig::wait_runs_passed`] saw.
+struct RunsPassed {
+    /// Per suite scheduled twice: the status page's summary of its first run.
+    first: BTreeMap<String, Value>,
+    /// Every run that passed, oldest first.
+    ids: Vec<String>,
+}
+
+/// The programs the application suites run (Debian mariadb-server, sysbench,
+/// rocksdb-tools), checked before anything is set up.
+fn need_app_programs() {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let dirs: Vec<&str> = path.split(':').chain(["/usr/sbin", "/usr/bin"]).collect();
+    let missing: Vec<String> = [
+        ("mariadbd", "mariadb-server"),
+        ("mariadb-install-db", "mariadb-server"),
+        ("sysbench", "sysbench"),
+        ("db_bench", "rocksdb-tools"),
+    ]
+    .iter()
+    .filter(|(p, _)| !dirs.iter().any(|d| Path::new(d).join(p).is_file()))
+    .map(|(p, pkg)| format!("{p} (apt-get install {pkg})"))
+    .collect();
+    assert!(
+        missing.is_empty(),
+        "the scheduled oltp and kv runs need {}: scripts/test installs them",
+        missing.join(", ")
+    );
 }
 
 fn sparse_file(path: &Path, len: u64) {
@@ -743,18 +814,124 @@ fn same_result(a: &QueryResult, b: &QueryResult) -> bool {
 }
 
 // ---------------------------------------------------------------------------------------
-// Alerts and the run latch
+// Alerts and the previous-run latches
 // ---------------------------------------------------------------------------------------
 
+/// A previous-run latch of the rule file: a suite's points in the last run, the rules'
+/// copy of the run before, the ratio, its median, and the alert on that median.
+struct Latch {
+    /// The suite run twice.
+    suite: &'static str,
+    /// The daemon's gauge of the last run's points.
+    last: &'static str,
+    /// The recording rules.
+    previous: &'static str,
+    ratio: &'static str,
+    median: &'static str,
+    alert: &'static str,
+    /// The status page's list of points in a run summary, and the figure the gauge holds.
+    points: &'static str,
+    value: &'static str,
+}
+
+const LATCHES: &[Latch] = &[
+    Latch {
+        suite: "latency",
+        last: "driveprobe_run_iops",
+        previous: "driveprobe:run_iops:previous_run",
+        ratio: "driveprobe:run_iops:ratio_previous_run",
+        median: "driveprobe:run_iops:ratio_previous_run:median",
+        alert: "DriveprobeRunRegression",
+        points: "points",
+        value: "iops",
+    },
+    Latch {
+        suite: "oltp",
+        last: "driveprobe_app_transactions_per_second",
+        previous: "driveprobe:app_tps:previous_run",
+        ratio: "driveprobe:app_tps:ratio_previous_run",
+        median: "driveprobe:app_tps:ratio_previous_run:median",
+        alert: "DriveprobeAppRegression",
+        points: "app_points",
+        value: "ops_per_second",
+    },
+];
+
+/// A point's labels as one key: `workload T<threads>`, and ` QD<depth>` for a run point
+/// (application points have no depth).
+fn point_key(workload: &str, threads: &str, depth: Option<&str>) -> String {
+    match depth {
+        Some(q) => format!("{workload} T{threads} QD{q}"),
+        None => format!("{workload} T{threads}"),
+    }
+}
+
+/// A run summary's points (the status page's JSON), by [`point_key`].
+fn summary_points(run: &Value, latch: &Latch) -> BTreeMap<String, f64> {
+    run[latch.points]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            let depth = p.get("depth").map(|d| d.to_string());
+            Some((
+                point_key(
+                    p["workload"].as_str()?,
+                    &p["threads"].to_string(),
+                    depth.as_deref(),
+                ),
+                p[latch.value].as_f64()?,
+            ))
+        })
+        .collect()
+}
+
+/// An instant query's series on drive a for the latch's suite, by [`point_key`].
+fn prom_points(prom: &Prometheus, metric: &str, latch: &Latch) -> BTreeMap<String, f64> {
+    let expr = format!(
+        "{metric}{{job=\"{JOB}\", drive=\"{FULL}\", suite=\"{}\"}}",
+        latch.suite
+    );
+    prom.query(&expr)
+        .map(|r| {
+            r.series
+                .iter()
+                .map(|s| {
+                    let l = |k: &str| s.labels.get(k).cloned().unwrap_or_default();
+                    let depth = s.labels.get("depth").map(String::as_str);
+                    (point_key(&l("workload"), &l("threads"), depth), s.value)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The median of the points' ratios last over first, as PromQL's `quantile(0.5, ...)`
+/// computes it (linear interpolation between the two middle ratios of an even count).
+fn median_ratio(first: &BTreeMap<String, f64>, last: &BTreeMap<String, f64>) -> f64 {
+    let mut ratios: Vec<f64> = last
+        .iter()
+        .filter_map(|(k, l)| first.get(k).map(|f| l / f))
+        .collect();
+    ratios.sort_by(|a, b| a.total_cmp(b));
+    if ratios.is_empty() {
+        return f64::NAN;
+    }
+    let rank = 0.5 * (ratios.len() - 1) as f64;
+    let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
+    ratios[lo] + (ratios[hi] - ratios[lo]) * (rank - lo as f64)
+}
+
 /// Healthy drives, a daemon that is up: no driveprobe alert may be pending or firing (a
-/// pending one would fire after its `for:`), except DriveprobeRunRegression exactly when the
-/// median of the points' IOPS ratios (second run over first) fell below the threshold, as
-/// the status page showed the two runs. (Quick runs of half-second rounds on a shared
-/// machine do differ that much from run to run.)
+/// pending one would fire after its `for:`), except a latch's regression alert
+/// (DriveprobeRunRegression, DriveprobeAppRegression) exactly when the median of the
+/// points' ratios (second run over first) fell below the threshold, as the status page
+/// showed the two runs. (Quick runs of a few seconds a point on a shared machine do
+/// differ that much from run to run.)
 fn alerts_match_the_drives(
     d: &Daemon,
     prom: &Prometheus,
-    first_run: &Value,
+    first_runs: &BTreeMap<String, Value>,
     failures: &mut Vec<String>,
 ) {
     let threshold = match prom.query("driveprobe:threshold:run_regression_ratio") {
@@ -766,42 +943,29 @@ fn alerts_match_the_drives(
             return;
         }
     };
-    let iops = |run: &Value| -> BTreeMap<String, f64> {
-        run["points"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| Some((p["workload"].as_str()?.to_string(), p["iops"].as_f64()?)))
-            .collect()
-    };
-    let second_run = drive_json(d, FULL)["last_runs"]["latency"].clone();
-    let (before, after) = (iops(first_run), iops(&second_run));
-    // The alert compares the suite's median point (PromQL's quantile: linear
-    // interpolation between the two middle ratios of an even count).
-    let mut ratios: Vec<f64> = after
-        .iter()
-        .filter_map(|(w, a)| before.get(w).map(|b| a / b))
-        .collect();
-    ratios.sort_by(|a, b| a.total_cmp(b));
-    let median = if ratios.is_empty() {
-        f64::NAN
-    } else {
-        let rank = 0.5 * (ratios.len() - 1) as f64;
-        let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
-        ratios[lo] + (ratios[hi] - ratios[lo]) * (rank - lo as f64)
-    };
-    let expected: BTreeSet<String> = if median < threshold {
-        BTreeSet::from(["latency".to_string()])
-    } else {
-        BTreeSet::new()
-    };
+    let drive = drive_json(d, FULL);
+    let mut expected = BTreeSet::new();
+    let mut why = Vec::new();
+    for latch in LATCHES {
+        let first = summary_points(&first_runs[latch.suite], latch);
+        let last = summary_points(&drive["last_runs"][latch.suite], latch);
+        let median = median_ratio(&first, &last);
+        if median < threshold {
+            expected.insert((latch.alert.to_string(), latch.suite.to_string()));
+        }
+        why.push(format!(
+            "{} {}: median point ratio {median} (first run {first:?}, second run {last:?})",
+            latch.alert, latch.suite
+        ));
+    }
     let mut regressions = BTreeSet::new();
     match prom.query("ALERTS{alertname=~\"Driveprobe.*\"}") {
         Ok(r) => {
             for s in r.series {
                 let l = |k: &str| s.labels.get(k).cloned().unwrap_or_default();
-                if l("alertname") == "DriveprobeRunRegression" && l("drive") == FULL {
-                    regressions.insert(l("suite"));
+                let latch_alert = LATCHES.iter().any(|x| x.alert == l("alertname"));
+                if latch_alert && l("drive") == FULL {
+                    regressions.insert((l("alertname"), l("suite")));
                 } else {
                     failures.push(format!(
                         "alert {} is {} on healthy drives: {:?}",
@@ -816,97 +980,85 @@ fn alerts_match_the_drives(
     }
     if regressions != expected {
         failures.push(format!(
-            "DriveprobeRunRegression is pending or firing for {regressions:?}; the status \
-             page's two runs say {expected:?} (median point ratio {median}, threshold \
-             {threshold}): first run {before:?}, second run {after:?}"
+            "pending or firing: {regressions:?}; the status page's runs say {expected:?} \
+             (threshold {threshold}):\n  {}",
+            why.join("\n  ")
         ));
     } else {
         println!(
-            "no alert pending or firing but DriveprobeRunRegression where expected: {expected:?} \
-             (median point ratio {median}, threshold {threshold})"
+            "no alert pending or firing but the regression alerts where expected: \
+             {expected:?} (threshold {threshold}):\n  {}",
+            why.join("\n  ")
         );
     }
 }
 
-/// `driveprobe:run_iops:previous_run` holds exactly the first run's IOPS of every point
-/// (as the status page showed them while it was the last run), and
-/// `driveprobe:run_iops:ratio_previous_run` is the second run's over those.
+/// The latch's `previous_run` holds exactly the first run's figure of every point (as the
+/// status page showed them while it was the last run), `ratio_previous_run` is the second
+/// run's over those, and the median rule is their median.
 fn previous_run_latch_holds_the_first_run(
     prom: &Prometheus,
+    latch: &Latch,
     first_run: &Value,
     failures: &mut Vec<String>,
 ) {
-    let point_key =
-        |workload: &str, threads: &str, depth: &str| format!("{workload} {threads}x{depth}");
-    let first: BTreeMap<String, f64> = first_run["points"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| {
-            Some((
-                point_key(
-                    p["workload"].as_str()?,
-                    &p["threads"].to_string(),
-                    &p["depth"].to_string(),
-                ),
-                p["iops"].as_f64()?,
-            ))
-        })
-        .collect();
-    let series = |expr: &str| -> BTreeMap<String, f64> {
-        prom.query(expr)
-            .map(|r| {
-                r.series
-                    .iter()
-                    .map(|s| {
-                        let l = |k: &str| s.labels.get(k).cloned().unwrap_or_default();
-                        (
-                            point_key(&l("workload"), &l("threads"), &l("depth")),
-                            s.value,
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let sel = |m: &str| format!("{m}{{job=\"{JOB}\", drive=\"{FULL}\", suite=\"latency\"}}");
-    let previous = series(&sel("driveprobe:run_iops:previous_run"));
-    let last = series(&sel("driveprobe_run_iops"));
-    let ratio = series(&sel("driveprobe:run_iops:ratio_previous_run"));
+    let first = summary_points(first_run, latch);
+    let previous = prom_points(prom, latch.previous, latch);
+    let last = prom_points(prom, latch.last, latch);
+    let ratio = prom_points(prom, latch.ratio, latch);
     if first.is_empty() || previous.len() != first.len() {
         failures.push(format!(
-            "driveprobe:run_iops:previous_run has {} points, the first run had {}: \
-             previous_run {previous:?}, first run {first:?}",
+            "{} has {} points, the first {} run had {}: previous_run {previous:?}, first run \
+             {first:?}",
+            latch.previous,
             previous.len(),
+            latch.suite,
             first.len()
         ));
         return;
     }
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs());
     let mut bad = Vec::new();
     for (k, f) in &first {
         let p = previous.get(k).copied();
         let want_ratio = last.get(k).map(|l| l / f);
         let r = ratio.get(k).copied();
-        let ratio_ok = match (want_ratio, r) {
-            (Some(w), Some(r)) => (w - r).abs() <= 1e-9 * w.abs(),
-            _ => false,
-        };
+        let ratio_ok = matches!((want_ratio, r), (Some(w), Some(r)) if close(w, r));
         if !p.is_some_and(|p| same_f64(p, *f)) || !ratio_ok {
             bad.push(format!(
-                "{k}: first run {f}, previous_run {p:?}; last run {:?}, ratio {r:?} (want {want_ratio:?})",
+                "{k}: first run {f}, previous_run {p:?}; last run {:?}, ratio {r:?} (want \
+                 {want_ratio:?})",
                 last.get(k)
             ));
         }
     }
+    let want_median = median_ratio(&first, &last);
+    let expr = format!(
+        "{}{{job=\"{JOB}\", drive=\"{FULL}\", suite=\"{}\"}}",
+        latch.median, latch.suite
+    );
+    match prom.query(&expr) {
+        Ok(r) if r.series.len() == 1 && close(r.series[0].value, want_median) => {}
+        other => bad.push(format!(
+            "{expr}: want one series of {want_median} (the median of the ratios), got \
+             {other:?}"
+        )),
+    }
     if bad.is_empty() {
         println!(
-            "driveprobe:run_iops:previous_run holds the first run's IOPS of all {} points; \
-             ratio_previous_run is the second run's over them",
-            first.len()
+            "{} holds the first {} run's figures of all {} points; {} is the second run's \
+             over them, {} their median {want_median}",
+            latch.previous,
+            latch.suite,
+            first.len(),
+            latch.ratio,
+            latch.median
         );
     } else {
         failures.push(format!(
-            "the previous-run latch of the recording rules does not hold the first run:\n  {}",
+            "the previous-run latch {} does not hold the first {} run:\n  {}",
+            latch.previous,
+            latch.suite,
             bad.join("\n  ")
         ));
     }
@@ -1181,6 +1333,83 @@ fn status_page_matches_prometheus(d: &Daemon, prom: &Prometheus, failures: &mut 
         }
         compared.push(format!(
             "last run: {} points x (iops, bandwidth, p99), {matched} equal",
+            points.len()
+        ));
+    }
+
+    // The last application runs: their summary and every point.
+    for suite in ["oltp", "kv"] {
+        let run = &j["last_runs"][suite];
+        let points = run["app_points"].as_array().cloned().unwrap_or_default();
+        if points.is_empty() {
+            failures.push(format!(
+                "the status page has no last {suite} run with application points for {FULL}: {run}"
+            ));
+            continue;
+        }
+        let ds = format!(", suite=\"{suite}\"");
+        exact_match(
+            prom,
+            &mut compared,
+            &format!("{suite} run start"),
+            run["started_unix"].as_f64(),
+            sel("driveprobe_run_last_start_timestamp_seconds", &ds),
+            failures,
+        );
+        exact_match(
+            prom,
+            &mut compared,
+            &format!("{suite} run passed"),
+            Some(if run["status"] == "passed" { 1.0 } else { 0.0 }),
+            sel("driveprobe_run_last_passed", &ds),
+            failures,
+        );
+        let by_point = |metric: &str, extra: &str| -> BTreeMap<(String, String), f64> {
+            prom.query(&sel(metric, &format!("{ds}{extra}")))
+                .map(|r| {
+                    r.series
+                        .iter()
+                        .map(|s| {
+                            let l = |k: &str| s.labels.get(k).cloned().unwrap_or_default();
+                            ((l("workload"), l("threads")), s.value)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let tps = by_point("driveprobe_app_transactions_per_second", "");
+        let mean = by_point("driveprobe_app_latency_seconds", ", stat=\"mean\"");
+        let p99 = by_point("driveprobe_app_latency_seconds", ", stat=\"p99\"");
+        if tps.len() != points.len() {
+            failures.push(format!(
+                "the status page shows {} points of the last {suite} run, Prometheus has \
+                 driveprobe_app_transactions_per_second for {}: {tps:?}",
+                points.len(),
+                tps.len()
+            ));
+        }
+        let mut matched = 0;
+        for p in &points {
+            let key = (
+                p["workload"].as_str().unwrap_or("").to_string(),
+                p["threads"].to_string(),
+            );
+            for (what, json, prom_map) in [
+                ("TPS", p["ops_per_second"].as_f64(), &tps),
+                ("mean latency", p["latency_mean"].as_f64(), &mean),
+                ("p99 latency", p["latency_p99"].as_f64(), &p99),
+            ] {
+                match (json, prom_map.get(&key)) {
+                    (Some(a), Some(&b)) if same_f64(a, b) && a > 0.0 => matched += 1,
+                    (a, b) => failures.push(format!(
+                        "status page vs Prometheus, drive {FULL}, {suite} point {key:?} {what}: \
+                         the status page says {a:?}, Prometheus {b:?} (both must be > 0)"
+                    )),
+                }
+            }
+        }
+        compared.push(format!(
+            "last {suite} run: {} points x (TPS, mean, p99), {matched} equal",
             points.len()
         ));
     }
