@@ -10,8 +10,8 @@ use serde::Serialize;
 use super::Failure;
 use crate::device;
 use crate::engine::{
-    self, Arrival, BackendChoice, DirSummary, Distribution, IntervalSummary, Job, JobSpec, Pattern,
-    RateLimit, RegionSpec, RunControl, RunResult, SizeMix, Stop,
+    self, Arrival, BackendChoice, CpuPolicy, DirSummary, Distribution, IntervalSummary, Job,
+    JobSpec, Pattern, RateLimit, RegionSpec, RunControl, RunResult, SizeMix, Stop,
 };
 use crate::safety::{self, WriteRequest};
 use crate::target::{self, Target, TargetKind};
@@ -43,6 +43,12 @@ pub enum IoEngine {
     IoUring,
     #[value(alias = "sync", alias = "pvsync")]
     Psync,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CpusAllowedPolicy {
+    Shared,
+    Split,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -152,6 +158,16 @@ pub struct BenchArgs {
     /// I/O backend.
     #[arg(long, value_enum, default_value = "auto")]
     pub(super) ioengine: IoEngine,
+    /// Where the workers run: `split` gives each worker its own share of the CPUs the
+    /// process may use (one worker is never confined); `shared` lets every worker run
+    /// anywhere (fio's default).
+    #[arg(
+        long = "cpus-allowed-policy",
+        alias = "cpus_allowed_policy",
+        value_enum,
+        default_value = "split"
+    )]
+    cpus_allowed_policy: CpusAllowedPolicy,
     /// Result format on stdout.
     #[arg(
         long = "output-format",
@@ -403,6 +419,10 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
             IoEngine::Auto => BackendChoice::Auto,
             IoEngine::IoUring => BackendChoice::IoUring,
             IoEngine::Psync => BackendChoice::Psync,
+        },
+        cpu_policy: match a.cpus_allowed_policy {
+            CpusAllowedPolicy::Shared => CpuPolicy::Shared,
+            CpusAllowedPolicy::Split => CpuPolicy::Split,
         },
         ..JobSpec::default()
     };

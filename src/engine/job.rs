@@ -271,6 +271,22 @@ pub enum BackendChoice {
     Psync,
 }
 
+/// Where the workers may run (fio's `cpus_allowed_policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuPolicy {
+    /// Every worker may run on every CPU the process may run on.
+    Shared,
+    /// The CPUs the process may run on are split between the workers: with as many
+    /// workers as CPUs or more, or at queue depth 1, each worker gets one (round robin);
+    /// with fewer, each gets its own share of them. A worker's ring makes its kernel
+    /// helper threads (io-wq) on the worker's CPUs, so a worker and the I/O it punts stay
+    /// together instead of migrating across each other. One worker with a deeper queue
+    /// is not confined. See `engine::cpu`.
+    #[default]
+    Split,
+}
+
 /// Everything a job may say, unvalidated.
 #[derive(Debug, Clone)]
 pub struct JobSpec {
@@ -296,6 +312,7 @@ pub struct JobSpec {
     /// Significant digits of the latency histograms: 3 (values within 0.1%, 270 KB per
     /// histogram) or 2 (within 1%, 37 KB: for always-on canaries on many drives).
     pub latency_digits: u8,
+    pub cpu_policy: CpuPolicy,
 }
 
 impl Default for JobSpec {
@@ -321,6 +338,7 @@ impl Default for JobSpec {
             seed: 0x6472_6976_6570_726f, // "driveprobe"
             backend: BackendChoice::Auto,
             latency_digits: 3,
+            cpu_policy: CpuPolicy::Split,
         }
     }
 }
@@ -356,6 +374,8 @@ pub struct Job {
     pub(crate) backend: BackendChoice,
     #[serde(skip)]
     pub(crate) latency_digits: u8,
+    #[serde(rename = "cpus_allowed_policy")]
+    pub(crate) cpu_policy: CpuPolicy,
 }
 
 impl JobSpec {
@@ -425,6 +445,7 @@ impl JobSpec {
             seed: self.seed,
             backend: self.backend,
             latency_digits: self.latency_digits,
+            cpu_policy: self.cpu_policy,
         })
     }
 }
@@ -451,6 +472,7 @@ impl Job {
             seed: self.seed,
             backend: self.backend,
             latency_digits: self.latency_digits,
+            cpu_policy: self.cpu_policy,
         }
     }
 

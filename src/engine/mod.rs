@@ -2,6 +2,7 @@
 //! dedicated worker threads (one io_uring ring each, or psync), and returns interval
 //! deltas and totals. It knows nothing of config files, the daemon or Prometheus.
 
+mod cpu;
 pub mod gen;
 pub mod job;
 pub mod stats;
@@ -16,8 +17,8 @@ use std::sync::Arc;
 use serde::Serialize;
 
 pub use job::{
-    Arrival, BackendChoice, Distribution, Job, JobError, JobSpec, Pattern, RateLimit, RegionSpec,
-    SizeMix, Stop,
+    Arrival, BackendChoice, CpuPolicy, Distribution, Job, JobError, JobSpec, Pattern, RateLimit,
+    RegionSpec, SizeMix, Stop,
 };
 pub use stats::{DirStats, DirSummary, IntervalDir, IntervalSummary, LatencySummary};
 pub use verify::VerifySummary;
@@ -126,6 +127,11 @@ impl RunControl {
     /// in a ramp is not counted).
     pub fn written_bytes(&self) -> u64 {
         self.written.load(Ordering::Relaxed)
+    }
+    /// Counts bytes written outside the engine under this control (an application
+    /// workload's processes, a user's fio job), so a caller accounting wear sees them.
+    pub fn add_written(&self, bytes: u64) {
+        self.written.fetch_add(bytes, Ordering::Relaxed);
     }
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -334,16 +340,31 @@ pub fn run_observed(
         control,
         job.latency_digits,
     );
+    let mut placement = cpu::split(
+        &cpu::allowed(),
+        setups.len(),
+        job.depth,
+        job.cpu_policy,
+        cpu::next_start(),
+    )
+    .into_iter();
     let outcomes: Vec<WorkerOutcome> = std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for setup in setups {
             let shared = &shared;
             let gate = &gate;
+            let cpus = placement.next().flatten();
             let h = std::thread::Builder::new()
                 .name(format!("dp-worker-{}", setup.id))
-                .spawn_scoped(scope, move || match backend {
-                    Backend::IoUring => worker::run_uring(setup, gate, shared),
-                    Backend::Psync => worker::run_psync(setup, gate, shared),
+                .spawn_scoped(scope, move || {
+                    // Before the ring exists: its kernel helpers are made on these CPUs.
+                    if let Some(cpus) = cpus {
+                        cpu::confine(&cpus);
+                    }
+                    match backend {
+                        Backend::IoUring => worker::run_uring(setup, gate, shared),
+                        Backend::Psync => worker::run_psync(setup, gate, shared),
+                    }
                 });
             match h {
                 Ok(h) => handles.push(h),
