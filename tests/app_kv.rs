@@ -1,13 +1,16 @@
 //! The kv workload end to end: RocksDB's db_bench (Debian's rocksdb-tools) with its
-//! database in a temp dir in /dev/shm. Needs `db_bench`; the ramfs and small-tmpfs tests
-//! need root (mounts).
+//! database in a temp dir in /dev/shm, or on ext4 on a loop device over a file in
+//! /dev/shm (the written-bytes count). Needs `db_bench`; the ramfs, small-tmpfs and loop
+//! device tests need root (mounts, losetup).
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use driveprobe::app::kv::{self, DirectIo, KvError, KvOptions};
+use driveprobe::app::ChildGuard;
 use driveprobe::engine::RunControl;
 
 fn need_db_bench() {
@@ -34,6 +37,16 @@ fn db_dirs(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// A run of a few seconds.
+fn tiny() -> KvOptions {
+    KvOptions {
+        keys: 2_000,
+        threads: 1,
+        measure_seconds: 1,
+        ..KvOptions::for_scale("quick")
+    }
+}
+
 /// Nothing running that mentions `dir` (db_bench has it in its --db=), within 5 s.
 fn nothing_left_running(dir: &Path) {
     common::assert_nothing_left_running(&dir.to_string_lossy());
@@ -45,8 +58,12 @@ fn quick_scale_measures_every_phase_and_removes_the_database() {
     let dir = scratch();
     let opts = KvOptions::for_scale("quick");
     let t0 = Instant::now();
-    let run = kv::run_detailed(dir.path(), &opts, &RunControl::new()).unwrap();
+    let control = RunControl::new();
+    let run = kv::run_detailed(dir.path(), &opts, &control).unwrap();
     let took = t0.elapsed();
+    // tmpfs has no block device: the kernel counts no storage writes, and none are
+    // charged to the wear budget.
+    assert_eq!(control.written_bytes(), 0, "written on tmpfs");
     assert!(took < Duration::from_secs(60), "quick took {took:?}");
     // Direct I/O exactly when the filesystem takes it (tmpfs does from Linux 6.6 on).
     assert_eq!(
@@ -56,6 +73,10 @@ fn quick_scale_measures_every_phase_and_removes_the_database() {
         run.direct_io_note
     );
     assert!(run.db_bench_version.is_some());
+    // And every point of the document says so.
+    for p in &run.points {
+        assert_eq!(p.direct_io, Some(run.direct_io), "{}", p.workload);
+    }
     let names: Vec<&str> = run.points.iter().map(|p| p.workload.as_str()).collect();
     assert_eq!(names, ["fillrandom", "readwhilewriting", "overwrite"]);
     for p in &run.points {
@@ -199,13 +220,7 @@ fn a_stale_database_of_a_dead_process_is_removed() {
     // Missing db_bench is found before anything else is touched.
     assert!(stale.exists());
     need_db_bench();
-    let tiny = KvOptions {
-        keys: 2_000,
-        threads: 1,
-        measure_seconds: 1,
-        ..KvOptions::for_scale("quick")
-    };
-    kv::run(dir.path(), &tiny, &RunControl::new()).unwrap();
+    kv::run(dir.path(), &tiny(), &RunControl::new()).unwrap();
     assert!(!stale.exists());
     assert!(live.exists());
 }
@@ -227,6 +242,7 @@ fn without_o_direct_it_runs_buffered_and_says_so() {
     };
     let run = kv::run_detailed(m.dir(), &opts, &RunControl::new()).unwrap();
     assert!(!run.direct_io);
+    assert!(run.points.iter().all(|p| p.direct_io == Some(false)));
     let note = run.direct_io_note.unwrap();
     assert!(note.contains("O_DIRECT"), "{note}");
     assert_eq!(run.points.len(), 3);
@@ -238,6 +254,7 @@ fn without_o_direct_it_runs_buffered_and_says_so() {
     };
     let run = kv::run_detailed(dir.path(), &off, &RunControl::new()).unwrap();
     assert!(!run.direct_io);
+    assert!(run.points.iter().all(|p| p.direct_io == Some(false)));
     assert!(db_dirs(m.dir()).is_empty() && db_dirs(dir.path()).is_empty());
 }
 
@@ -256,4 +273,149 @@ fn a_drive_without_room_is_refused_before_db_bench_starts() {
         "{msg}"
     );
     assert!(db_dirs(m.dir()).is_empty());
+}
+
+#[test]
+fn kv_writes_are_counted_while_it_runs_and_agree_with_the_devices_count() {
+    common::need_root();
+    need_db_bench();
+    let shm = scratch();
+    let fs = common::LoopExt4::new(shm.path(), 1 << 30);
+    let dir = fs.dir().to_path_buf();
+    let opts = KvOptions {
+        measure_seconds: 3,
+        ..KvOptions::for_scale("quick")
+    };
+    let control = RunControl::new();
+    let (c2, o2) = (control.clone(), opts.clone());
+    let (run, count) =
+        common::count_writes(&fs, &control, move || kv::run_detailed(&dir, &o2, &c2));
+    let run = run.unwrap();
+    eprintln!("kv on ext4/loop: {count}");
+    // The load alone writes the keys and values once into the write-ahead log and once
+    // into the tables.
+    assert!(
+        count.written > opts.data_bytes(),
+        "counted {}, the data is {}",
+        count.written,
+        opts.data_bytes()
+    );
+    // Several samples grew it before the run ended (about once a second), not only at
+    // its end.
+    assert!(count.seen.len() >= 3, "{count}");
+    // The same order as what reached the device: the count is larger by the dirty pages
+    // db_bench left (its buffered write-ahead log) that the run dropped unwritten when
+    // it removed the database (the safe side for a wear budget; 1.1 to 1.6 times the
+    // device's count in runs here), and leaves out the journal and metadata. Bounds:
+    // from half to three times the device's count...
+    assert!((0.5..=3.0).contains(&count.ratio()), "{count}");
+    // ...and, less what the removal dropped, from 0.8 to 1.25 times it (0.99 to 1.11 in
+    // runs here).
+    assert!((0.8..=1.25).contains(&count.net_ratio()), "{count}");
+    // ext4 takes O_DIRECT: db_bench ran with direct I/O, and the points say so.
+    assert!(run.direct_io, "{:?}", run.direct_io_note);
+    assert!(run.points.iter().all(|p| p.direct_io == Some(true)));
+    assert!(db_dirs(fs.dir()).is_empty());
+}
+
+#[test]
+fn a_childs_last_writes_are_counted_before_it_is_reaped() {
+    common::need_root();
+    let shm = scratch();
+    let fs = common::LoopExt4::new(shm.path(), 256 << 20);
+    const MIB: u64 = 1 << 20;
+    let dd = |name: &str, mib: u64| -> String {
+        format!(
+            "dd if=/dev/zero of={} bs=1M count={mib} oflag=direct status=none",
+            fs.dir().join(name).display()
+        )
+    };
+    // A child that writes 8 MiB and exits long before the sampler's first tick (1 s):
+    // only the count taken before the reap (waitid WNOWAIT) can have it.
+    let control = RunControl::new();
+    let mut g = ChildGuard::spawn_metered(
+        Command::new("sh")
+            .args(["-c", &dd("a", 8)])
+            .stdin(Stdio::null()),
+        &control,
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    let st = match driveprobe::app::wait(&mut g, &control, Duration::from_secs(30)).unwrap() {
+        driveprobe::app::Waited::Exited(s) => s,
+        other => panic!("{other:?}"),
+    };
+    assert!(st.success(), "{st}");
+    assert!(
+        t0.elapsed() < driveprobe::app::METER_INTERVAL,
+        "dd took {:?}: the test needs it to end before the first sample",
+        t0.elapsed()
+    );
+    drop(g);
+    let w = control.written_bytes();
+    assert!(
+        (8 * MIB..=9 * MIB).contains(&w),
+        "counted {w} for 8 MiB written by a child reaped by the guard"
+    );
+    // A group killed by the guard's drop: the shell reaped dd (its count moved into the
+    // shell's) and sleeps; the drop counts before it kills.
+    let control = RunControl::new();
+    let done = fs.dir().join("done");
+    let g = ChildGuard::spawn_metered(
+        Command::new("sh")
+            .args([
+                "-c",
+                &format!("{}; touch {}; sleep 600", dd("b", 8), done.display()),
+            ])
+            .stdin(Stdio::null()),
+        &control,
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    while !done.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "dd did not finish");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(g);
+    let w = control.written_bytes();
+    assert!(
+        (8 * MIB..=9 * MIB).contains(&w),
+        "counted {w} for 8 MiB written in a group killed by the guard"
+    );
+}
+
+#[test]
+fn db_bench_dies_with_a_driveprobe_that_is_sigkilled() {
+    need_db_bench();
+    let dir = scratch();
+    let target: PathBuf = dir.path().join("probe.dat");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_driveprobe"))
+        .arg("bench")
+        .arg(&target)
+        .args([
+            "--size=16m",
+            "--suite=kv",
+            "--scale=quick",
+            "--output-format=json",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let db_bench = common::wait_for_child_named(&mut child, &["db_bench"], Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(500));
+    // SIGKILL: no guard is dropped, nothing of driveprobe's runs. Only the kernel's
+    // parent death signal can end db_bench.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        common::ends_within(db_bench, Duration::from_secs(5)),
+        "db_bench {db_bench} outlived the driveprobe that started it"
+    );
+    nothing_left_running(dir.path());
+    // What the killed run left is swept by the next one (its pid is gone now).
+    assert_eq!(db_dirs(dir.path()).len(), 1, "{:?}", db_dirs(dir.path()));
+    kv::run(dir.path(), &tiny(), &RunControl::new()).unwrap();
+    assert!(db_dirs(dir.path()).is_empty(), "{:?}", db_dirs(dir.path()));
 }

@@ -163,12 +163,15 @@ pub fn run_detailed(
     let label = job_file.display().to_string();
     let prepared = prepare(&text, &label, target)?;
     let fio = super::find_program(&["fio"], None).ok_or(FioJobError::Missing)?;
-    let mut guard = ChildGuard::spawn(
+    // Metered: what fio writes is counted under `control` while it runs, for a wear
+    // budget (the suite adds the rest of what fio reports at its end).
+    let mut guard = ChildGuard::spawn_metered(
         Command::new(fio)
             .args(["--output-format=json", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped()),
+        control,
     )
     .map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => FioJobError::Missing,

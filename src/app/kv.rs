@@ -13,8 +13,14 @@
 //!
 //! db_bench runs in its own process group under a [`ChildGuard`]: a stop request, a
 //! failure or a panic kills the group, and the database directory is removed in every
-//! case (a guard's `Drop`). Directories left by a driveprobe that was killed outright
-//! (`driveprobe-kv-<pid>-*` of a pid that no longer runs) are removed at the next start.
+//! case (a guard's `Drop`). If driveprobe itself is killed outright, the kernel kills
+//! db_bench (its parent death signal), and the directory (`driveprobe-kv-<pid>-*` of a
+//! pid that no longer runs) is removed at the next start.
+//!
+//! The guard is metered: what db_bench writes to storage is added to the run's
+//! `RunControl` about once a second while it runs (see [`super::IoMeter`]), so the
+//! daemon's wear budget counts it. Each point records whether direct I/O was used
+//! (`AppPoint::direct_io`).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -140,7 +146,8 @@ pub fn run(dir: &Path, opts: &KvOptions, control: &RunControl) -> Result<Vec<App
 pub fn run_detailed(dir: &Path, opts: &KvOptions, control: &RunControl) -> Result<KvRun, KvError> {
     let program = find_program(&[&opts.db_bench], None)
         .ok_or_else(|| KvError::Missing(format!("no {} on PATH", opts.db_bench.display())))?;
-    remove_stale_dirs(dir);
+    // Databases of a driveprobe that was killed outright.
+    super::remove_stale(dir, PREFIX);
     let free = free_bytes(dir).map_err(|source| KvError::Dir {
         dir: dir.to_path_buf(),
         source,
@@ -224,13 +231,14 @@ fn run_phase(
             phase: phase.to_string(),
         });
     }
-    let mut guard = ChildGuard::spawn(
+    let mut guard = ChildGuard::spawn_metered(
         Command::new(program)
             .args(args)
             .current_dir(db.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped()),
+        control,
     )
     .map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
@@ -371,6 +379,7 @@ pub fn point(
         errors: 0,
         reconnects: 0,
         intervals,
+        direct_io: Some(args.iter().any(|a| a == "--use_direct_reads=1")),
     })
 }
 
@@ -423,29 +432,6 @@ impl Drop for DbDir {
             if e.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!(dir = %self.path.display(), error = %e, "kv: cannot remove the database directory");
             }
-        }
-    }
-}
-
-/// Removes `driveprobe-kv-<pid>-<n>` directories in `dir` whose process is gone.
-fn remove_stale_dirs(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
-            continue;
-        };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            tracing::info!(dir = %e.path().display(), "kv: removing a database left by an earlier run");
-            let _ = std::fs::remove_dir_all(e.path());
         }
     }
 }
@@ -545,6 +531,13 @@ mod tests {
         assert_eq!(p.lat_mean_ns, h.average_us * 1000.0);
         assert_eq!(p.lat_p99_ns, h.p99_us().unwrap() * 1000.0);
         assert!(!p.intervals.is_empty());
+        assert_eq!(p.direct_io, Some(false));
+        let direct = [
+            "--threads=2".to_string(),
+            "--use_direct_reads=1".to_string(),
+        ];
+        let p = point("readwhilewriting", &direct, &parsed, 99.0).unwrap();
+        assert_eq!(p.direct_io, Some(true));
         assert!(point("overwrite", &[], &parsed, 1.0).is_err());
     }
 }

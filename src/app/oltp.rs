@@ -7,6 +7,17 @@
 //! page cache) answers, prepares the tables, warms up, then measures one sysbench run per
 //! thread count. Every path out (success, failure, a stop through the `RunControl`) kills
 //! sysbench, shuts MariaDB down and removes the datadir.
+//!
+//! If driveprobe itself is killed outright, the kernel kills `mariadbd` and sysbench (their
+//! parent death signal, see `sys::proc`), and the datadir (`driveprobe-oltp-<pid>` of a
+//! pid that no longer runs, and its socket in the temp dir when it was put there) is
+//! removed by the next oltp run in that directory.
+//!
+//! Every child runs under a metered guard: what MariaDB (and the rest) write to storage
+//! is added to the run's `RunControl` about once a second, so the daemon's wear budget
+//! counts it (see [`super::IoMeter`]). Whether InnoDB's data files really were opened
+//! with `O_DIRECT` is read from the server's open files (`/proc/PID/fdinfo`) and recorded
+//! in each point (`AppPoint::direct_io`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -19,6 +30,9 @@ use crate::engine::RunControl;
 
 /// The sysbench test run.
 pub const WORKLOAD: &str = "oltp_read_write";
+
+/// The datadir is `<dir>/driveprobe-oltp-<pid>`.
+const PREFIX: &str = "driveprobe-oltp-";
 
 #[derive(Debug, thiserror::Error)]
 pub enum OltpError {
@@ -216,7 +230,7 @@ struct Server {
 impl Server {
     /// Checks the server is still there.
     fn alive(&mut self) -> Result<(), OltpError> {
-        match self.guard.child_mut().try_wait() {
+        match self.guard.try_wait() {
             Ok(None) => Ok(()),
             _ => Err(OltpError::ServerDied {
                 tail: tail(&self.log, 8),
@@ -250,11 +264,19 @@ pub fn run_observed(
     on_event: &mut dyn FnMut(&str),
 ) -> Result<Vec<AppPoint>, OltpError> {
     let progs = programs(opts)?;
-    if control.is_stopped() {
-        return Ok(Vec::new());
-    }
     if !dir.is_dir() {
         return Err(OltpError::NotADirectory(dir.to_path_buf()));
+    }
+    // mariadbd changes into its datadir before it opens the paths it is given (socket,
+    // pid file, error log), so a relative directory would point elsewhere.
+    let absolute =
+        std::path::absolute(dir).map_err(|_| OltpError::NotADirectory(dir.to_path_buf()))?;
+    let dir = absolute.as_path();
+    // Datadirs (and sockets) of a driveprobe that was killed outright.
+    super::remove_stale(dir, PREFIX);
+    super::remove_stale(&std::env::temp_dir(), PREFIX);
+    if control.is_stopped() {
+        return Ok(Vec::new());
     }
     let need = opts.space_needed();
     if let Some(free) = free_bytes(dir).ok().flatten() {
@@ -266,7 +288,7 @@ pub fn run_observed(
             });
         }
     }
-    let path = dir.join(format!("driveprobe-oltp-{}", std::process::id()));
+    let path = dir.join(format!("{PREFIX}{}", std::process::id()));
     // A leftover of an earlier run of this pid (a kill -9) is ours to remove.
     if path.exists() {
         std::fs::remove_dir_all(&path).map_err(io(format!("remove {}", path.display())))?;
@@ -274,7 +296,7 @@ pub fn run_observed(
     std::fs::create_dir(&path).map_err(io(format!("create {}", path.display())))?;
     let mut socket = path.join("mysqld.sock");
     if socket.as_os_str().len() > 100 {
-        socket = std::env::temp_dir().join(format!("driveprobe-oltp-{}.sock", std::process::id()));
+        socket = std::env::temp_dir().join(format!("{PREFIX}{}.sock", std::process::id()));
     }
     let datadir = DataDir { path, socket };
     let root = rustix::process::geteuid().is_root();
@@ -299,7 +321,8 @@ pub fn run_observed(
     if root {
         cmd.arg("--user=root");
     }
-    let mut g = ChildGuard::spawn(&mut cmd).map_err(io("start mariadb-install-db"))?;
+    let mut g =
+        ChildGuard::spawn_metered(&mut cmd, control).map_err(io("start mariadb-install-db"))?;
     match wait(&mut g, control, Duration::from_secs(300)).map_err(io("mariadb-install-db"))? {
         Waited::Exited(s) if s.success() => {}
         Waited::Exited(s) => {
@@ -350,14 +373,14 @@ pub fn run_observed(
     if root {
         cmd.arg("--user=root");
     }
-    let guard = ChildGuard::spawn(&mut cmd).map_err(io("start mariadbd"))?;
+    let guard = ChildGuard::spawn_metered(&mut cmd, control).map_err(io("start mariadbd"))?;
     let mut server = Server {
         guard,
         log: log.clone(),
     };
     let t0 = Instant::now();
     loop {
-        if let Ok(Some(s)) = server.guard.child_mut().try_wait() {
+        if let Ok(Some(s)) = server.guard.try_wait() {
             return Err(OltpError::ServerStart {
                 why: format!("mariadbd exited, {s}"),
                 tail: tail(&log, 6),
@@ -381,10 +404,52 @@ pub fn run_observed(
         std::thread::sleep(Duration::from_millis(50));
     }
 
+    let direct_io = innodb_direct_io(server.guard.id(), &datadir.path);
     let result = measure(&progs, &datadir, &mut server, opts, control, on_event);
     server.shutdown();
     drop(datadir);
-    result
+    result.map(|mut points| {
+        for p in &mut points {
+            p.direct_io = direct_io;
+        }
+        points
+    })
+}
+
+/// Whether the server `pid` has InnoDB's data files (`ibdata1`, `*.ibd`) under `datadir`
+/// open with `O_DIRECT`, from `/proc/PID/fd` and `fdinfo`: Some(true) when every one is,
+/// Some(false) when one is not (MariaDB opens them buffered without a word when the
+/// filesystem refuses `O_DIRECT`, as ramfs does), None when none is found or /proc cannot
+/// be read.
+fn innodb_direct_io(pid: u32, datadir: &Path) -> Option<bool> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    let mut found = Vec::new();
+    for e in fds.flatten() {
+        let Ok(target) = std::fs::read_link(e.path()) else {
+            continue;
+        };
+        let data = target.starts_with(datadir)
+            && (target.file_name().is_some_and(|n| n == "ibdata1")
+                || target.extension().is_some_and(|x| x == "ibd"));
+        if !data {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            e.file_name().to_string_lossy()
+        ));
+        if let Some(flags) = info.ok().as_deref().and_then(fdinfo_flags) {
+            found.push(flags & libc::O_DIRECT as u32 != 0);
+        }
+    }
+    (!found.is_empty()).then(|| found.iter().all(|d| *d))
+}
+
+/// The `flags:` line of `/proc/PID/fdinfo/FD` (octal), the descriptor's open flags.
+fn fdinfo_flags(text: &str) -> Option<u32> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
 }
 
 fn sysbench_cmd(progs: &Programs, datadir: &DataDir, opts: &OltpOptions) -> Command {
@@ -411,7 +476,7 @@ fn sysbench_step(
 ) -> Result<Option<String>, OltpError> {
     let (out, err) = output_file(out_path)?;
     cmd.stdout(out).stderr(err);
-    let mut g = ChildGuard::spawn(&mut cmd).map_err(io("start sysbench"))?;
+    let mut g = ChildGuard::spawn_metered(&mut cmd, control).map_err(io("start sysbench"))?;
     let waited = wait(&mut g, control, limit).map_err(io("sysbench"))?;
     drop(g);
     let text = std::fs::read_to_string(out_path).unwrap_or_default();
@@ -617,6 +682,39 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, OltpError::NotADirectory(_)), "{e}");
+    }
+
+    #[test]
+    fn fdinfo_flags_are_octal() {
+        // ibdata1 of a server on tmpfs (O_DIRECT) and on ramfs (refused, opened buffered).
+        let direct = fdinfo_flags("pos:\t0\nflags:\t02140002\nmnt_id:\t28\nino:\t5\n").unwrap();
+        let buffered = fdinfo_flags("pos:\t0\nflags:\t02100002\nmnt_id:\t28\n").unwrap();
+        assert_ne!(direct & libc::O_DIRECT as u32, 0);
+        assert_eq!(buffered & libc::O_DIRECT as u32, 0);
+        assert_eq!(fdinfo_flags("pos: 0\n"), None);
+        // Our own descriptors, read for real: a file opened with O_DIRECT says so.
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::File::open("/proc/self/stat").unwrap();
+        let flags = fdinfo_flags(
+            &std::fs::read_to_string(format!("/proc/self/fdinfo/{}", f.as_raw_fd())).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(flags & libc::O_DIRECT as u32, 0);
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        if let Ok(d) = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(dir.path().join("x"))
+        {
+            let flags = fdinfo_flags(
+                &std::fs::read_to_string(format!("/proc/self/fdinfo/{}", d.as_raw_fd())).unwrap(),
+            )
+            .unwrap();
+            assert_ne!(flags & libc::O_DIRECT as u32, 0);
+        }
     }
 
     #[test]

@@ -292,6 +292,8 @@ impl SysbenchRun {
             errors: self.errors,
             reconnects: self.reconnects,
             intervals,
+            // sysbench does not know; the oltp runner sets it from the server's files.
+            direct_io: None,
         }
     }
 }

@@ -398,6 +398,20 @@ fn app_section(o: &mut String, app: &str, docs: &[Doc]) {
     }
 }
 
+/// How a document's points of an application reached the drive, when they say.
+fn app_io(ps: &[&crate::app::AppPoint]) -> Option<&'static str> {
+    let known: Vec<bool> = ps.iter().filter_map(|p| p.direct_io).collect();
+    if known.is_empty() {
+        None
+    } else if known.iter().all(|d| *d) {
+        Some("direct I/O")
+    } else if known.iter().all(|d| !*d) {
+        Some("buffered I/O (no O_DIRECT)")
+    } else {
+        Some("direct I/O in part")
+    }
+}
+
 fn app_tip(p: &crate::app::AppPoint, unit: &str) -> String {
     let mut t = format!(
         "{} threads: {} {unit}, average {}, p99 {}",
@@ -448,12 +462,11 @@ fn by_threads_section(
             .iter()
             .max_by(|a, b| a.ops_per_second.total_cmp(&b.ops_per_second))
         {
-            let _ = write!(
-                o,
-                "<li>{}: {}</li>",
-                doc_cell(&docs[*i]),
-                esc(&format!("peak at {}", app_tip(peak, unit)))
-            );
+            let mut text = format!("peak at {}", app_tip(peak, unit));
+            if let Some(io) = app_io(ps) {
+                let _ = write!(text, "; {io}");
+            }
+            let _ = write!(o, "<li>{}: {}</li>", doc_cell(&docs[*i]), esc(&text));
         }
     }
     o.push_str(r#"</ul><div class="grid">"#);
@@ -540,6 +553,10 @@ fn kv_section(o: &mut String, members: &[(usize, Vec<&crate::app::AppPoint>)], d
             })
             .collect::<Vec<_>>()
             .join("; ");
+        let text = match app_io(ps) {
+            Some(io) => format!("{text}; {io}"),
+            None => text,
+        };
         let _ = write!(o, "<li>{}: {}</li>", doc_cell(&docs[*i]), esc(&text));
     }
     o.push_str(r#"</ul><div class="grid">"#);
@@ -1741,7 +1758,13 @@ mod tests {
                     lat_p99_ns: Some(if k == 3 { 90e6 } else { 4e6 }),
                 })
                 .collect(),
+            direct_io: None,
         }
+    }
+
+    fn with_io(mut p: crate::app::AppPoint, direct: bool) -> crate::app::AppPoint {
+        p.direct_io = Some(direct);
+        p
     }
 
     #[test]
@@ -1749,16 +1772,16 @@ mod tests {
         let oltp = Phase::App {
             app: "oltp".into(),
             points: vec![
-                app_point("oltp_read_write", 2, 400.0, 3),
-                app_point("oltp_read_write", 8, 900.0, 3),
-                app_point("oltp_read_write", 32, 1200.0, 3),
+                with_io(app_point("oltp_read_write", 2, 400.0, 3), false),
+                with_io(app_point("oltp_read_write", 8, 900.0, 3), false),
+                with_io(app_point("oltp_read_write", 32, 1200.0, 3), false),
             ],
         };
         let kv = Phase::App {
             app: "kv".into(),
             points: vec![
-                app_point("readwhilewriting", 2, 50_000.0, 5),
-                app_point("overwrite", 2, 30_000.0, 5),
+                with_io(app_point("readwhilewriting", 2, 50_000.0, 5), true),
+                with_io(app_point("overwrite", 2, 30_000.0, 5), true),
             ],
         };
         let a = doc(vec![oltp.clone(), kv.clone()]);
@@ -1789,5 +1812,28 @@ mod tests {
         assert!(html.contains("oltp: 3 thread counts, peak"));
         // The oltp section comes before the kv section, as the phases ran.
         assert!(html.find("app-oltp").unwrap() < html.find("app-kv").unwrap());
+        // How the data reached the drive, per document.
+        let kv_html = &html[html.find(r#"id="app-kv""#).unwrap()..];
+        assert!(kv_html.contains("ops/s (average "), "no kv status line");
+        assert!(
+            kv_html.contains("); direct I/O</li>"),
+            "kv direct I/O not shown"
+        );
+        let oltp_html =
+            &html[html.find(r#"id="app-oltp""#).unwrap()..html.find(r#"id="app-kv""#).unwrap()];
+        assert_eq!(
+            oltp_html
+                .matches("; buffered I/O (no O_DIRECT)</li>")
+                .count(),
+            2,
+            "oltp I/O not shown for both documents"
+        );
+        // A point that does not say (an older document) shows nothing.
+        let old = doc(vec![Phase::App {
+            app: "kv".into(),
+            points: vec![app_point("overwrite", 2, 30_000.0, 5)],
+        }]);
+        let html = render(&[("old".into(), old)]);
+        assert!(!html.contains("direct I/O") && !html.contains("buffered I/O"));
     }
 }

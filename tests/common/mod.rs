@@ -440,3 +440,187 @@ pub fn shm_dir(prefix: &str) -> tempfile::TempDir {
         .tempdir_in("/dev/shm")
         .expect("tempdir in /dev/shm")
 }
+
+/// ext4 (made by [`mkfs_ext4`]) on a loop device over a sparse image file in `dir` (use
+/// /dev/shm), mounted at `dir/mnt`. Fields drop in order: unmount, then detach.
+pub struct LoopExt4 {
+    mount: Mount,
+    lo: Loop,
+}
+
+impl LoopExt4 {
+    pub fn new(dir: &Path, size: u64) -> LoopExt4 {
+        let img = image(dir, "fs.img", size);
+        let lo = Loop::attach(&img, &[]);
+        mkfs_ext4(lo.path());
+        let mount = Mount::new(lo.path(), &dir.join("mnt"));
+        LoopExt4 { mount, lo }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.mount.dir()
+    }
+
+    /// Bytes written to the loop device so far: /sys/block/loopN/stat's sectors written
+    /// (the 7th field, in 512-byte units), after writing back what is dirty.
+    pub fn device_written(&self) -> u64 {
+        sync();
+        let name = self
+            .lo
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        let stat = std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
+        let sectors: u64 = stat.split_whitespace().nth(6).unwrap().parse().unwrap();
+        sectors * 512
+    }
+}
+
+/// The calling thread's own `cancelled_write_bytes`: dirty pages it dropped unwritten (by
+/// deleting or truncating files).
+pub fn thread_cancelled() -> u64 {
+    let io = std::fs::read_to_string("/proc/thread-self/io").unwrap();
+    io.lines()
+        .find_map(|l| l.strip_prefix("cancelled_write_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+/// What a run wrote, three ways: what its `RunControl` counted, what reached the loop
+/// device under it, and what the run's thread dropped unwritten (dirty pages of files it
+/// deleted: counted as written by the program, never reaching the device).
+#[derive(Debug)]
+pub struct WriteCount {
+    pub written: u64,
+    pub device: u64,
+    pub dropped: u64,
+    /// The control's count each time it was seen to grow while the run went on.
+    pub seen: Vec<u64>,
+}
+
+impl WriteCount {
+    /// Counted against the device's count.
+    pub fn ratio(&self) -> f64 {
+        self.written as f64 / self.device as f64
+    }
+
+    /// Counted, less what was dropped unwritten, against the device's count.
+    pub fn net_ratio(&self) -> f64 {
+        self.written.saturating_sub(self.dropped) as f64 / self.device as f64
+    }
+}
+
+impl std::fmt::Display for WriteCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mib = |b: u64| b as f64 / MIB as f64;
+        write!(
+            f,
+            "counted {} bytes ({:.1} MiB), the loop device got {} bytes ({:.1} MiB), ratio {:.3}; dropped unwritten {} bytes ({:.1} MiB), counted less dropped against the device {:.3}; grew {} times while running: {:?}",
+            self.written,
+            mib(self.written),
+            self.device,
+            mib(self.device),
+            self.ratio(),
+            self.dropped,
+            mib(self.dropped),
+            self.net_ratio(),
+            self.seen.len(),
+            self.seen
+        )
+    }
+}
+
+/// Runs `run` on a thread of its own, which does its work under `control`, watching
+/// `control.written_bytes()` every 100 ms while it runs; then counts what reached `fs`'s
+/// device since the start, and what the thread dropped unwritten.
+pub fn count_writes<T: Send + 'static>(
+    fs: &LoopExt4,
+    control: &driveprobe::engine::RunControl,
+    run: impl FnOnce() -> T + Send + 'static,
+) -> (T, WriteCount) {
+    let before = fs.device_written();
+    // The thread's own count of cancelled writes (a process's count would also hold its
+    // reaped children's).
+    let h = std::thread::spawn(move || {
+        let c0 = thread_cancelled();
+        let r = run();
+        (r, thread_cancelled() - c0)
+    });
+    let mut seen: Vec<u64> = Vec::new();
+    while !h.is_finished() {
+        let w = control.written_bytes();
+        if w > seen.last().copied().unwrap_or(0) {
+            seen.push(w);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (r, dropped) = h.join().unwrap();
+    let count = WriteCount {
+        written: control.written_bytes(),
+        device: fs.device_written() - before,
+        dropped,
+        seen,
+    };
+    (r, count)
+}
+
+/// The fields of `/proc/PID/stat` of a process, and its name, when it exists.
+fn proc_stat(pid: u32) -> Option<(driveprobe::app::ProcStat, String)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let st = driveprobe::app::parse_proc_stat(&stat)?;
+    let (_, rest) = stat.split_once('(')?;
+    let (name, _) = rest.rsplit_once(')')?;
+    Some((st, name.to_string()))
+}
+
+/// True while `pid` runs (it exists and is not a zombie).
+pub fn running(pid: u32) -> bool {
+    proc_stat(pid).is_some_and(|(st, _)| st.state != 'Z')
+}
+
+/// Waits up to `limit` for `pid` to stop running; true when it did.
+pub fn ends_within(pid: u32, limit: Duration) -> bool {
+    let t0 = Instant::now();
+    while running(pid) && t0.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    !running(pid)
+}
+
+/// The pid of a running process whose parent is `ppid` and whose name (comm) is one of
+/// `names`.
+pub fn child_named(ppid: u32, names: &[&str]) -> Option<u32> {
+    fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+        let pid = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+        let (st, name) = proc_stat(pid)?;
+        (st.ppid == ppid as i32 && st.state != 'Z' && names.contains(&name.as_str())).then_some(pid)
+    })
+}
+
+/// Waits up to `limit` for `child` to start a process named one of `names`, and returns
+/// its pid; fails the test when it does not, or when `child` ends first.
+pub fn wait_for_child_named(
+    child: &mut std::process::Child,
+    names: &[&str],
+    limit: Duration,
+) -> u32 {
+    let t0 = Instant::now();
+    loop {
+        if let Some(p) = child_named(child.id(), names) {
+            return p;
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "no {names:?} started under pid {} within {limit:?}",
+            child.id()
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "pid {} ended before starting {names:?}",
+            child.id()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
