@@ -316,3 +316,31 @@ fn the_time_limit_and_a_stop_end_fio() {
     assert!(stopped.elapsed() < Duration::from_secs(7));
     nothing_holds(&target);
 }
+
+#[test]
+fn bench_fio_job_names_its_document_as_a_schedule_of_the_file_does() {
+    need_fio();
+    let dir = scratch();
+    let target = dir.path().join("target");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_driveprobe"))
+        .arg("bench")
+        .arg(&target)
+        .args(["--size=32m", "--output-format=json", "--fio-job"])
+        .arg(fixture("two-jobs.fio"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // `config::fio_job_label`: what a `[[schedule]]` with `fio_job` calls its runs.
+    assert_eq!(doc["suite"], "fio-job:two-jobs");
+    assert_eq!(doc["complete"], true);
+    let phases = doc["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 2, "one point per job: {phases:#?}");
+    assert!(phases.iter().all(|p| p["kind"] == "point"));
+    nothing_holds(&target);
+}

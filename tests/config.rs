@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use driveprobe::config::{raw, Config, ConfigError, Identity};
+use driveprobe::config::{fio_job_label, raw, Config, ConfigError, Identity};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -65,6 +65,13 @@ fn example_parses_and_validates() {
     assert_eq!(c.drives.len(), 3);
     assert_eq!(c.probes[0].drives, ["db1", "scratch1", "logs1"]);
     assert_eq!(c.schedules[0].suite, "enterprise");
+    assert_eq!(c.schedules[0].fio_job, None);
+    // The fio job schedule: its file taken from the config file's folder.
+    assert_eq!(c.schedules[1].suite, "fio-job:nightly-mix");
+    assert_eq!(
+        c.schedules[1].fio_job.as_deref(),
+        Some(root().join("config/fio-jobs/nightly-mix.fio").as_path())
+    );
     assert_eq!(
         c.drives[0].identity,
         Some(Identity::Serial("S4XXNF0M123456".into()))
@@ -322,6 +329,16 @@ fn the_bad_config_corpus_covers_every_kind() {
         ("bad cron expressions", &["cron_"][..]),
         ("duplicate drive names", &["duplicate_drive_name"][..]),
         (
+            "fio job files: both or neither of suite and fio_job, a missing or bad file",
+            &[
+                "fio_job_and_suite",
+                "fio_job_neither",
+                "fio_job_missing_file",
+                "fio_job_other_filename",
+                "fio_job_raw_not_destructive",
+            ][..],
+        ),
+        (
             "a probe naming an unknown drive",
             &["probe_unknown_drive"][..],
         ),
@@ -407,4 +424,92 @@ fn embedded_default() {
     assert_eq!(p.job.rate().map(|r| r.iops), Some(50.0));
     assert!(c.schedules.is_empty());
     assert!(driveprobe::config::default_state_dir().ends_with("driveprobe"));
+}
+
+/// A config with one file-target drive ("d") and one schedule with the `fio_job` value
+/// `job`, written beside `dir`'s job files.
+fn fio_config(job: &str) -> String {
+    format!(
+        "[[drive]]\nname = \"d\"\nfile_target = {{ path = \"/srv/d/.driveprobe\", size = \"1GiB\" }}\n\
+[[schedule]]\nname = \"s\"\ndrives = [\"d\"]\nfio_job = \"{job}\"\ncron = \"0 3 * * *\"\nmax_duration = \"90s\"\n"
+    )
+}
+
+#[test]
+fn a_schedule_takes_a_fio_job_file_by_an_absolute_or_relative_path() {
+    let good = root().join("tests/fixtures/configs/good");
+    let c = Config::load(&good.join("fio_job.toml")).unwrap_or_else(|e| panic!("{e}"));
+    let by_name = |n: &str| c.schedules.iter().find(|s| s.name == n).unwrap();
+    assert_eq!(by_name("nightly").suite, "latency");
+    assert_eq!(by_name("nightly").fio_job, None);
+    let mixed = by_name("mixed");
+    assert_eq!(mixed.suite, "fio-job:read-write");
+    assert_eq!(
+        mixed.fio_job.as_deref(),
+        Some(good.join("fio/read-write.fio").as_path())
+    );
+    assert_eq!(mixed.drives, ["a", "b"]);
+    assert_eq!(mixed.max_duration.as_secs(), 300);
+    let seq = by_name("sequential");
+    assert_eq!(seq.suite, "fio-job:seq");
+    assert!(seq.fio_job.as_ref().unwrap().is_absolute());
+    assert!(seq.fio_job.as_ref().unwrap().ends_with("fio/seq.fio"));
+    assert_eq!(seq.drives, ["a", "b", "raw"]);
+
+    // Absolute, from anywhere; and the same text refused once the file says otherwise.
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("My Job (v2).fio");
+    std::fs::write(&job, "[r]\nfilename=${TARGET}\nrw=randread\n").unwrap();
+    let c = Config::parse(&fio_config(&job.display().to_string()), "x.toml").unwrap();
+    assert_eq!(c.schedules[0].suite, "fio-job:My_Job__v2_");
+    assert_eq!(c.schedules[0].fio_job.as_deref(), Some(job.as_path()));
+    std::fs::write(&job, "[r]\nfilename=/etc/passwd\nrw=randwrite\n").unwrap();
+    let e = Config::parse(&fio_config(&job.display().to_string()), "x.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("x.toml:7:11: fio_job: ") && e.contains("filename=/etc/passwd"),
+        "{e}"
+    );
+    // Relative: from the folder of the config file's name.
+    std::fs::write(dir.path().join("rel.fio"), "[w]\nrw=write\n").unwrap();
+    let name = dir.path().join("c.toml").display().to_string();
+    let c = Config::parse(&fio_config("rel.fio"), &name).unwrap();
+    assert_eq!(
+        c.schedules[0].fio_job.as_deref(),
+        Some(dir.path().join("rel.fio").as_path())
+    );
+    assert_eq!(fio_job_label(Path::new("/a/b.c/x.y.fio")), "fio-job:x.y");
+}
+
+#[test]
+fn the_same_stem_is_one_label_only_for_the_same_file_or_other_drives() {
+    let dir = tempfile::tempdir().unwrap();
+    for sub in ["one", "two"] {
+        std::fs::create_dir(dir.path().join(sub)).unwrap();
+        std::fs::write(dir.path().join(sub).join("mix.fio"), "[r]\nrw=read\n").unwrap();
+    }
+    let doc = |a: &str, b: &str, drives_b: &str| {
+        format!(
+            "[[drive]]\nname = \"d\"\nfile_target = {{ path = \"/srv/d/.driveprobe\", size = \"1GiB\" }}\n\
+[[drive]]\nname = \"e\"\nfile_target = {{ path = \"/srv/e/.driveprobe\", size = \"1GiB\" }}\n\
+[[schedule]]\nname = \"a\"\ndrives = [\"d\"]\nfio_job = \"{a}\"\ncron = \"0 3 * * *\"\nmax_duration = \"1h\"\n\
+[[schedule]]\nname = \"b\"\ndrives = [{drives_b}]\nfio_job = \"{b}\"\ncron = \"0 4 * * *\"\nmax_duration = \"1h\"\n"
+        )
+    };
+    let name = dir.path().join("c.toml").display().to_string();
+    // The same file twice on one drive (another time of day): fine, it is one suite.
+    Config::parse(&doc("one/mix.fio", "./one/../one/mix.fio", "\"d\""), &name).unwrap();
+    // Two files with one stem on different drives: fine.
+    Config::parse(&doc("one/mix.fio", "two/mix.fio", "\"e\""), &name).unwrap();
+    // On one drive: refused at the second fio_job.
+    let e = Config::parse(&doc("one/mix.fio", "two/mix.fio", "\"e\", \"d\""), &name)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(":16:11: schedule 'b' runs ")
+            && e.contains("on drive 'd', and schedule 'a' at line 10 runs ")
+            && e.contains("suite 'fio-job:mix'"),
+        "{e}"
+    );
 }

@@ -198,7 +198,12 @@ pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
         quiet: json,
         bar: None,
     };
-    let (result, error) = suite::run_suite(&suite, &target, &opts, &control, &mut progress);
+    let (mut result, error) = suite::run_suite(&suite, &target, &opts, &control, &mut progress);
+    if let Some(job) = &a.fio_job {
+        // The same name a schedule of this job file gives its runs, so a report puts the
+        // two side by side.
+        result.suite = crate::config::fio_job_label(job);
+    }
     if let Some(b) = progress.bar.take() {
         b.finish_and_clear();
     }

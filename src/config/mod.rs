@@ -7,11 +7,13 @@
 pub mod raw;
 mod validate;
 
+pub use validate::{fio_job_label, FIO_JOB_SUITE_PREFIX};
+
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::engine::{Arrival, Job, JobSpec, Pattern, RateLimit, Stop};
+use crate::engine::{Arrival, CpuPolicy, Job, JobSpec, Pattern, RateLimit, Stop};
 use crate::health::endurance::Rating;
 use crate::protocol::result::Rated;
 use crate::protocol::suite::Scale;
@@ -133,8 +135,15 @@ pub struct Probe {
 pub struct Schedule {
     pub name: String,
     pub drives: Vec<String>,
-    /// A suite name that [`crate::protocol::suite::find`] knows.
+    /// The run's suite label (in the run index, `runs/ID.json` and the `suite` label of
+    /// the run gauges): a suite name that [`crate::protocol::suite::find`] knows, or
+    /// `fio-job:STEM` for a fio job file (see [`Schedule::fio_job`]).
     pub suite: String,
+    /// A user's fio job file (absolute; checked by `app::fio_job::prepare` when the
+    /// config was loaded, and again before each run). When set, the run is
+    /// `suite::fio_job_suite(path, max_duration)` and `suite` is its label.
+    pub fio_job: Option<PathBuf>,
+    /// Quick, standard or full (built-in suites; a fio job file sets its own runtimes).
     pub scale: Scale,
     /// Five-field cron expression, checked by [`crate::schedule::cron::Cron::parse`] (evaluated in UTC).
     pub cron: String,
@@ -188,12 +197,17 @@ impl Config {
             file: file.clone(),
             source,
         })?;
-        Config::parse(&text, &file)
+        validate::parse(&text, &file, path.parent().unwrap_or(Path::new("")))
     }
 
-    /// Parses and validates config text; `name` is the file name errors carry.
+    /// Parses and validates config text; `name` is the file name errors carry, and its
+    /// folder is where a relative `fio_job` path is taken from.
     pub fn parse(text: &str, name: &str) -> Result<Config, ConfigError> {
-        validate::parse(text, name)
+        validate::parse(
+            text,
+            name,
+            Path::new(name).parent().unwrap_or(Path::new("")),
+        )
     }
 
     /// The config `driveprobe daemon` runs without one: a 256 MiB file target in
@@ -244,6 +258,9 @@ fn canary_job(window: Duration) -> Job {
             iops: validate::DEFAULT_PROBE_IOPS,
             arrival: Arrival::Poisson,
         }),
+        // A canary is not confined to a CPU: its latency must not depend on how busy one
+        // CPU is (a suite on another drive), and it waits between I/Os anyway.
+        cpu_policy: CpuPolicy::Shared,
         ..JobSpec::default()
     };
     // Fixed values, valid (a unit test checks): no input reaches this.

@@ -49,6 +49,7 @@ pub const KEYS: &[&str] = &[
     "schedule.name",
     "schedule.drives",
     "schedule.suite",
+    "schedule.fio_job",
     "schedule.scale",
     "schedule.cron",
     "schedule.max_duration",
@@ -142,7 +143,10 @@ pub struct RawWorkload {
 pub struct RawSchedule {
     pub name: S<String>,
     pub drives: S<Vec<S<String>>>,
-    pub suite: S<String>,
+    /// A built-in suite; exactly one of `suite` and `fio_job` (checked in `validate`).
+    pub suite: Option<S<String>>,
+    /// A user's fio job file (absolute, or relative to the config file's folder).
+    pub fio_job: Option<S<String>>,
     pub scale: Option<S<String>>,
     pub cron: S<String>,
     pub max_duration: S<String>,

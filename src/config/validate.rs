@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::raw::{self, RawConfig, S};
@@ -11,7 +11,7 @@ use super::{
     default_state_dir, Config, ConfigError, Drive, FileTarget, Identity, MaintenanceWindow, Probe,
     Schedule, Server, TimeOfDay, WearBudget, Weekday, DEFAULT_LISTEN,
 };
-use crate::engine::{Arrival, JobSpec, Pattern, RateLimit, SizeMix, Stop};
+use crate::engine::{Arrival, CpuPolicy, JobSpec, Pattern, RateLimit, SizeMix, Stop};
 use crate::health::endurance::Rating;
 use crate::protocol::result::Rated;
 use crate::protocol::suite::Scale;
@@ -22,17 +22,31 @@ pub(super) const DEFAULT_PROBE_IOPS: f64 = 50.0;
 const DEFAULT_PROBE_WINDOW: Duration = Duration::from_secs(60);
 const DEFAULT_SCALE: &str = "standard";
 
-/// Parses and validates; the first problem found is the error.
-pub(super) fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
-    let cx = Cx { text, file };
+/// The prefix of the suite label of a schedule that runs a fio job file.
+pub const FIO_JOB_SUITE_PREFIX: &str = "fio-job:";
+
+/// Parses and validates; the first problem found is the error. `base` is the config
+/// file's folder: a relative `fio_job` path is taken from there.
+pub(super) fn parse(text: &str, file: &str, base: &Path) -> Result<Config, ConfigError> {
+    let cx = Cx { text, file, base };
     let raw: RawConfig = toml::from_str(text).map_err(|e| cx.toml(&e))?;
     cx.config(raw)
 }
 
-/// What errors need to be placed: the text and its file name.
+/// What errors need to be placed: the text and its file name; and the file's folder.
 struct Cx<'a> {
     text: &'a str,
     file: &'a str,
+    base: &'a Path,
+}
+
+/// A schedule that runs a fio job file, for the label check across schedules.
+struct FioLabel {
+    label: String,
+    file: PathBuf,
+    drives: Vec<String>,
+    schedule: String,
+    line: usize,
 }
 
 type R<T> = Result<T, ConfigError>;
@@ -130,10 +144,15 @@ impl Cx<'_> {
 
         let mut schedules = Vec::with_capacity(raw.schedule.len());
         let mut schedule_names = Names::default();
+        let mut fio_labels: Vec<FioLabel> = Vec::new();
         for s in raw.schedule {
             let name_span = s.get_ref().name.span();
+            let fio_span = s.get_ref().fio_job.as_ref().map(S::span);
             let schedule = self.schedule(s.into_inner(), &drives)?;
             schedule_names.add(self, "schedule", "name", &schedule.name, name_span)?;
+            if let (Some(file), Some(span)) = (&schedule.fio_job, fio_span) {
+                self.fio_label(&mut fio_labels, &schedule, file, span)?;
+            }
             schedules.push(schedule);
         }
 
@@ -394,6 +413,8 @@ impl Cx<'_> {
             stop: Stop::Time(window),
             rate: Some(RateLimit { iops, arrival }),
             verify: w.verify,
+            // Not confined to a CPU, like the built-in canary (see `canary_job`).
+            cpu_policy: CpuPolicy::Shared,
             ..JobSpec::default()
         }
         .validate()
@@ -441,49 +462,69 @@ impl Cx<'_> {
     fn schedule(&self, s: raw::RawSchedule, drives: &[Drive]) -> R<Schedule> {
         let name = self.name(&s.name, "schedule")?;
         let drive_names = self.drive_list(&s.drives, drives, "schedule", &name)?;
+        // What it runs: a fio job file (`Ok`) or a built-in suite (`Err`).
+        let runs = match (&s.suite, &s.fio_job) {
+            (Some(_), Some(f)) => {
+                return Err(self.err(
+                    f.span(),
+                    format!("schedule '{name}' gives both suite and fio_job; give one of them: a built-in suite, or a fio job file"),
+                ))
+            }
+            (None, None) => {
+                return Err(self.err(
+                    s.name.span(),
+                    format!("schedule '{name}' says nothing to run; add suite = \"NAME\" (a built-in suite) or fio_job = \"FILE\" (a fio job file)"),
+                ))
+            }
+            (None, Some(f)) => Ok(f),
+            (Some(suite), None) => Err(suite),
+        };
+        // Every suite writes. A fio job file is gated the same way, even one whose jobs
+        // all say `rw=read`: fio itself lays out (writes) a file target smaller than a
+        // job's `size`, and what a job does (trims, verify phases, `readwrite=`,
+        // `rw_sequencer`, options added in later fio versions) is fio's to interpret,
+        // not ours. So the target is opened through the write gate (which also makes the
+        // run refuse a mounted or held raw device), the canaries pause and fio's writes
+        // count against the wear budget, whatever the file says. On a raw device that
+        // takes `destructive = true`, which itself needs a serial or wwn to check the
+        // device against before writing (see `drive`).
         if let Some(d) = drives
             .iter()
             .find(|d| drive_names.contains(&d.name) && !d.writable())
         {
+            let what = match runs {
+                Ok(_) => "a fio job file, which may write,",
+                Err(_) => "a suite, which writes,",
+            };
             return Err(self.err(
                 s.drives.span(),
                 format!(
-                    "schedule '{name}' runs a suite, which writes, on drive '{}', which has no file_target and is not destructive; give the drive a file_target or set destructive = true on it",
+                    "schedule '{name}' runs {what} on drive '{}', which has no file_target and is not destructive; give the drive a file_target or set destructive = true on it",
                     d.name
                 ),
             ));
         }
-        let suite = s.suite.get_ref().trim().to_string();
-        if crate::protocol::suite::find(&suite).is_err() {
-            let known: Vec<&str> = crate::protocol::suite::suites()
-                .iter()
-                .map(|s| s.name)
-                .collect();
-            return Err(self.err(
-                s.suite.span(),
-                format!(
-                    "no suite named '{suite}'; give one of: {}",
-                    known.join(", ")
-                ),
-            ));
-        }
-        if let Some(d) = crate::protocol::suite::find(&suite)
-            .ok()
-            .filter(|s| s.needs_directory())
-            .and_then(|_| {
-                drives
+        let (suite, fio_job) = match runs {
+            Ok(f) => {
+                if let Some(sc) = &s.scale {
+                    return Err(self.err(
+                        sc.span(),
+                        "scale applies to built-in suites, and this schedule runs a fio job file (its jobs set their own runtime); remove scale",
+                    ));
+                }
+                let targets: Vec<&Drive> = drives
                     .iter()
-                    .find(|d| drive_names.contains(&d.name) && d.file_target.is_none())
-            })
-        {
-            return Err(self.err(
-                s.suite.span(),
-                format!(
-                    "suite '{suite}' runs an application with its data beside the drive's file_target, and drive '{}' has none; give the drive a file_target",
-                    d.name
-                ),
-            ));
-        }
+                    .filter(|d| drive_names.contains(&d.name))
+                    .collect();
+                let path = self.fio_job(f, &targets)?;
+                (fio_job_label(&path), Some(path))
+            }
+            Err(suite_s) => {
+                let suite = suite_s.get_ref().trim().to_string();
+                self.builtin_suite(&suite, suite_s.span(), drives, &drive_names)?;
+                (suite, None)
+            }
+        };
         let scale = match &s.scale {
             None => Scale::named(DEFAULT_SCALE),
             Some(sc) => Scale::named(sc.get_ref().trim()),
@@ -502,11 +543,134 @@ impl Cx<'_> {
             name,
             drives: drive_names,
             suite,
+            fio_job,
             scale,
             cron,
             window,
             max_duration,
         })
+    }
+
+    /// A built-in suite: known, and (for an application suite) every drive has a file
+    /// target for its data.
+    fn builtin_suite(
+        &self,
+        suite: &str,
+        span: Range<usize>,
+        drives: &[Drive],
+        drive_names: &[String],
+    ) -> R<()> {
+        let Ok(found) = crate::protocol::suite::find(suite) else {
+            let known: Vec<&str> = crate::protocol::suite::suites()
+                .iter()
+                .map(|s| s.name)
+                .collect();
+            return Err(self.err(
+                span,
+                format!(
+                    "no suite named '{suite}'; give one of: {} (or fio_job = \"FILE\" instead of suite, for a fio job file)",
+                    known.join(", ")
+                ),
+            ));
+        };
+        if let Some(d) = Some(found).filter(|s| s.needs_directory()).and_then(|_| {
+            drives
+                .iter()
+                .find(|d| drive_names.contains(&d.name) && d.file_target.is_none())
+        }) {
+            return Err(self.err(
+                span,
+                format!(
+                    "suite '{suite}' runs an application with its data beside the drive's file_target, and drive '{}' has none; give the drive a file_target",
+                    d.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A fio job file: found (absolute, or relative to the config file's folder),
+    /// readable, and through `app::fio_job`'s own check with each drive's target put in
+    /// (the same check runs again before every run, on the file as it is then).
+    fn fio_job(&self, f: &S<String>, drives: &[&Drive]) -> R<PathBuf> {
+        let given = f.get_ref().trim();
+        if given.is_empty() {
+            return Err(self.err(
+                f.span(),
+                "fio_job is empty; give the path of a fio job file (absolute, or relative to this config file's folder)",
+            ));
+        }
+        let joined = self.base.join(given);
+        let path = std::path::absolute(&joined).unwrap_or(joined);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            self.err(
+                f.span(),
+                format!(
+                    "fio_job: cannot read {}: {e}; give the path of a readable fio job file (absolute, or relative to this config file's folder)",
+                    path.display()
+                ),
+            )
+        })?;
+        let label = path.display().to_string();
+        for d in drives {
+            // A raw device whose path is not known yet (found from its identity at run
+            // time) is checked with a stand-in: the job file's rules do not depend on it.
+            let target = d
+                .file_target
+                .as_ref()
+                .map(|t| t.path.clone())
+                .or_else(|| d.path.clone())
+                .unwrap_or_else(|| PathBuf::from("/dev/driveprobe-target"));
+            crate::app::fio_job::prepare(&text, &label, &target).map_err(|e| {
+                let e = e.to_string();
+                let advice = if e.contains(';') {
+                    ""
+                } else {
+                    "; fix the job file (driveprobe bench --fio-job FILE TARGET runs it by hand)"
+                };
+                self.err(f.span(), format!("fio_job: {e}{advice}"))
+            })?;
+        }
+        Ok(path)
+    }
+
+    /// Two different job files with one label on one drive would share the run gauges
+    /// and be compared with each other by the run-regression alert: refused.
+    fn fio_label(
+        &self,
+        seen: &mut Vec<FioLabel>,
+        s: &Schedule,
+        file: &Path,
+        span: Range<usize>,
+    ) -> R<()> {
+        let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let this = canon(file);
+        for o in seen.iter() {
+            if o.label == s.suite && o.file != this {
+                if let Some(d) = s.drives.iter().find(|d| o.drives.contains(d)) {
+                    return Err(self.err(
+                        span,
+                        format!(
+                            "schedule '{}' runs {} on drive '{d}', and schedule '{}' at line {} runs {} there: both would be suite '{}' in the run gauges; rename one of the job files",
+                            s.name,
+                            this.display(),
+                            o.schedule,
+                            o.line,
+                            o.file.display(),
+                            s.suite
+                        ),
+                    ));
+                }
+            }
+        }
+        seen.push(FioLabel {
+            label: s.suite.clone(),
+            file: this,
+            drives: s.drives.clone(),
+            schedule: s.name.clone(),
+            line: line_col(self.text, span.start).0,
+        });
+        Ok(())
     }
 
     fn window(&self, w: raw::RawWindow) -> R<MaintenanceWindow> {
@@ -689,6 +853,27 @@ impl Names {
             None => Ok(()),
         }
     }
+}
+
+/// The suite label of a schedule that runs the fio job file `path`:
+/// `fio-job:STEM`, the file name without its extension, with any character other than
+/// a letter, digit, '-', '_' or '.' written as '_' (a label value stays readable).
+pub fn fio_job_label(path: &Path) -> String {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let clean: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{FIO_JOB_SUITE_PREFIX}{clean}")
 }
 
 /// 1-based line and column (in characters) of a byte offset.

@@ -10,6 +10,15 @@
 //! `stopped`. Results go to `STATE_DIR/runs/ID.json`, the index to the state file, the
 //! summary to the `driveprobe_run_*` gauges.
 //!
+//! A schedule with `fio_job = "FILE"` runs `suite::fio_job_suite(FILE, max_duration)` the
+//! same way (write gate, canaries stopped, result document, gauges). Its suite label is
+//! `fio-job:STEM` (`config::fio_job_label`): in the run index, in the document's `suite`
+//! and in the `suite` label of the run gauges, so two job files on one drive keep apart
+//! and the run-regression alert compares a job file with its own last run. fio's writes
+//! reach the wear budget through `RunControl::add_written` (the `FioJob` step adds the
+//! `write.io_bytes` fio reports once it has finished, less what was already counted
+//! while it ran), and `account_writes` moves them to the drive like the engine's.
+//!
 //! [`Runs`] outlives config reloads: a run going on when the config is reloaded goes on.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -95,8 +104,12 @@ pub struct Plan {
     pub schedule: plan_mod::Schedule,
     pub key: String,
     pub config_name: String,
+    /// The suite label (a built-in suite's name, or `fio-job:STEM`).
     pub suite: String,
     pub scale: suite::Scale,
+    /// A fio job file to run instead of a built-in suite, with its wall-clock limit (the
+    /// schedule's `max_duration`).
+    pub fio_job: Option<(PathBuf, Duration)>,
 }
 
 pub fn plans(ctx: &Ctx) -> Vec<Plan> {
@@ -120,6 +133,7 @@ pub fn plans(ctx: &Ctx) -> Vec<Plan> {
                 config_name: s.name.clone(),
                 suite: s.suite.clone(),
                 scale: s.scale,
+                fio_job: s.fio_job.clone().map(|f| (f, s.max_duration)),
             });
         }
     }
@@ -313,10 +327,10 @@ fn try_start(ctx: &Arc<Ctx>, p: &Plan, due: i64, deadline: i64, now: i64) -> Opt
     ctx.shared.drive(&handle.drive, |d| {
         d.canary_paused = Some(format!("scheduled run {id} ({})", p.suite));
     });
-    let (c, h, scale) = (ctx.clone(), handle.clone(), p.scale);
+    let (c, h, scale, fio_job) = (ctx.clone(), handle.clone(), p.scale, p.fio_job.clone());
     let spawned = std::thread::Builder::new()
         .name(format!("dp-run-{}", p.schedule.drive))
-        .spawn(move || run_thread(c, drive, h, scale));
+        .spawn(move || run_thread(c, drive, h, scale, fio_job));
     match spawned {
         Ok(j) => {
             *handle.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(j);
@@ -348,7 +362,13 @@ fn sanitize(s: &str) -> String {
         .collect()
 }
 
-fn run_thread(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, h: Arc<RunHandle>, scale: suite::Scale) {
+fn run_thread(
+    ctx: Arc<Ctx>,
+    drive: Arc<DriveCtl>,
+    h: Arc<RunHandle>,
+    scale: suite::Scale,
+    fio_job: Option<(PathBuf, Duration)>,
+) {
     // The canaries see the drive held and stop within an interval; wait for them.
     let t0 = Instant::now();
     while drive.active.load(Ordering::SeqCst) > 0 && t0.elapsed() < Duration::from_secs(15) {
@@ -358,7 +378,15 @@ fn run_thread(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, h: Arc<RunHandle>, scale: sui
         if drive.active.load(Ordering::SeqCst) > 0 {
             return Err("the drive's canaries did not stop within 15 s".into());
         }
-        let suite = suite::find(&h.suite).map_err(|e| e.to_string())?;
+        let suite = match &fio_job {
+            // The job file is read and checked again by the step itself (it may have
+            // changed since the config was loaded); fio's own time limit is the
+            // schedule's max_duration, which the scheduler enforces first (timed_out).
+            Some((file, limit)) => suite::fio_job_suite(file, *limit),
+            None => suite::find(&h.suite).map_err(|e| e.to_string())?,
+        };
+        // Every run goes through the write gate, a fio job file's too (see
+        // `config::validate`: we cannot prove a job file only reads).
         let target = open_for_run(&drive)?;
         let identity = ctx
             .shared
@@ -372,7 +400,13 @@ fn run_thread(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, h: Arc<RunHandle>, scale: sui
             rated: Some(drive.cfg.rated.clone()),
             seed: None,
         };
-        let (result, err) = suite::run_suite(&suite, &target, &opts, &h.control, &mut suite::Quiet);
+        let (mut result, err) =
+            suite::run_suite(&suite, &target, &opts, &h.control, &mut suite::Quiet);
+        if fio_job.is_some() {
+            // `fio-job:STEM`, not the generic `fio-job`: the report groups documents by
+            // suite, and two job files are two suites.
+            result.suite = h.suite.clone();
+        }
         Ok((result, err.map(|e| e.to_string())))
     })();
     account_writes(&ctx, &h, now_unix() as i64);

@@ -785,14 +785,23 @@ impl Runner<'_> {
         job: &std::path::Path,
         limit: Duration,
     ) -> Result<Vec<Phase>, SuiteError> {
-        let jobs = crate::app::fio_job::run(job, self.target.path(), limit, self.control).map_err(
-            |source| SuiteError::FioJob {
-                suite: self.suite.name.to_string(),
-                source,
-            },
-        )?;
+        let before = self.control.written_bytes();
+        let run = crate::app::fio_job::run_detailed(job, self.target.path(), limit, self.control)
+            .map_err(|source| SuiteError::FioJob {
+            suite: self.suite.name.to_string(),
+            source,
+        })?;
+        // fio's writes do not pass through the engine's counter: add what fio reports
+        // having written (once fio has finished), so a caller accounting wear (the
+        // daemon's budget) sees them. Whatever was already counted under the control
+        // while fio ran (a metered process group: `app::ChildGuard::spawn_metered`) is
+        // taken off, so the total is the larger of the two and nothing counts twice.
+        let metered = self.control.written_bytes().saturating_sub(before);
+        self.control
+            .add_written(fio_written_bytes(&run.raw_json).saturating_sub(metered));
         self.engine_name.get_or_insert_with(|| "fio".to_string());
-        Ok(jobs
+        Ok(run
+            .results
             .into_iter()
             .map(|(workload, round)| {
                 self.observer.round(&round, None);
@@ -856,6 +865,23 @@ impl Runner<'_> {
             Step::FioJob(..) => return Ok(None),
         }))
     }
+}
+
+/// The bytes fio says its jobs wrote: `write.io_bytes` summed over its `jobs` array (one
+/// entry per job, or per group under `group_reporting`, so nothing is counted twice).
+/// Like the engine's counter, I/O in a job's `ramp_time` is not in it.
+fn fio_written_bytes(raw_json: &str) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(raw_json).unwrap_or_default();
+    v.get("jobs")
+        .and_then(serde_json::Value::as_array)
+        .map_or(0, |jobs| {
+            jobs.iter()
+                .filter_map(|j| {
+                    j.pointer("/write/io_bytes")
+                        .and_then(serde_json::Value::as_u64)
+                })
+                .fold(0u64, u64::saturating_add)
+        })
 }
 
 /// Runs `suite` on `target`. Always returns a result document: when a phase fails or
@@ -1006,5 +1032,29 @@ mod tests {
         );
         assert_eq!(find("oltp").unwrap().steps, [Step::App(AppKind::Oltp)]);
         assert!(Scale::named("huge").is_err());
+    }
+
+    #[test]
+    fn fio_written_bytes_sums_every_jobs_writes() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/fio");
+        let json = std::fs::read_to_string(dir.join("3.33-two-jobs.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let jobs = v["jobs"].as_array().unwrap();
+        let writes: Vec<u64> = jobs
+            .iter()
+            .map(|j| j["write"]["io_bytes"].as_u64().unwrap())
+            .collect();
+        // The captured file: a read job (no writes) and a write job.
+        assert_eq!(writes.len(), 2);
+        assert_eq!(writes[0], 0);
+        assert!(writes[1] > 0);
+        assert_eq!(fio_written_bytes(&json), writes[1]);
+        assert_eq!(
+            fio_written_bytes(
+                r#"{"jobs":[{"write":{"io_bytes":5}},{"write":{"io_bytes":7}},{"read":{}}]}"#
+            ),
+            12
+        );
+        assert_eq!(fio_written_bytes("not json"), 0);
     }
 }
