@@ -294,6 +294,19 @@ fn run_phase(
 }
 
 fn failure(phase: &str, status: &str, parsed: &DbBenchOutput, text: &str, dir: &Path) -> KvError {
+    // db_bench built with assertions aborts on the write after a failed one, so the
+    // last line is then an assertion: look for the cause in the whole output.
+    if let Some(line) = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.contains("No space left"))
+    {
+        return KvError::DbBenchNoRoom {
+            dir: dir.to_path_buf(),
+            phase: phase.to_string(),
+            line: line.to_string(),
+        };
+    }
     let line = parsed
         .errors
         .first()
@@ -305,22 +318,7 @@ fn failure(phase: &str, status: &str, parsed: &DbBenchOutput, text: &str, dir: &
                 .map(str::to_string)
         })
         .unwrap_or_else(|| "no output".into());
-    // db_bench built with assertions aborts on the write after a failed one, so the
-    // last line is then an assertion: look for the cause in the whole output.
-    let no_room = text
-        .lines()
-        .map(str::trim)
-        .find(|l| l.contains("No space left"));
-    if let Some(line) = no_room.map(str::to_string) {
-        KvError::DbBenchNoRoom {
-            dir: dir.to_path_buf(),
-            phase: phase.to_string(),
-            line,
-        }
-    } else if parsed.benchmark(phase).is_none()
-        && parsed.errors.is_empty()
-        && status == "exit status: 0"
-    {
+    if parsed.benchmark(phase).is_none() && parsed.errors.is_empty() && status == "exit status: 0" {
         KvError::Parse {
             phase: phase.to_string(),
             what: format!("no result line; the last line was: {line}"),

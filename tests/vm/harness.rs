@@ -628,6 +628,8 @@ pub struct Qmp {
     writer: UnixStream,
     /// Events seen while waiting for replies.
     pub events: Vec<Value>,
+    /// The start of a message whose end has not arrived yet (a read timed out mid-line).
+    partial: String,
 }
 
 impl Qmp {
@@ -650,6 +652,7 @@ impl Qmp {
             reader: BufReader::new(stream),
             writer,
             events: Vec::new(),
+            partial: String::new(),
         };
         let greeting = q.read()?;
         if greeting.get("QMP").is_none() {
@@ -660,15 +663,31 @@ impl Qmp {
     }
 
     fn read(&mut self) -> Result<Value, String> {
-        let mut line = String::new();
-        let n = self
-            .reader
-            .read_line(&mut line)
-            .map_err(|e| format!("QMP read: {e}"))?;
-        if n == 0 {
-            return Err("QMP: connection closed".into());
+        self.read_within()?
+            .ok_or_else(|| "QMP read: no message within the socket's timeout".into())
+    }
+
+    /// The next message, or None when the socket's read timeout passed first (what was
+    /// read of a message so far is kept for the next call).
+    fn read_within(&mut self) -> Result<Option<Value>, String> {
+        match self.reader.read_line(&mut self.partial) {
+            Ok(0) => Err("QMP: connection closed".into()),
+            Ok(_) => {
+                let line = std::mem::take(&mut self.partial);
+                serde_json::from_str(&line)
+                    .map(Some)
+                    .map_err(|e| format!("QMP: bad JSON {line:?}: {e}"))
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(format!("QMP read: {e}")),
         }
-        serde_json::from_str(&line).map_err(|e| format!("QMP: bad JSON {line:?}: {e}"))
     }
 
     /// Runs a command; its `return` value, or its `error` as Err.
@@ -722,18 +741,17 @@ impl Qmp {
             if left.is_zero() {
                 return Err(format!("QMP: no {name} event within {limit:?}"));
             }
-            // Wait no longer than what is left (a timed-out read is EAGAIN, not an event).
-            // (`writer` is a clone of the same socket: the timeout is the socket's.)
+            // Wait no longer than what is left. (`writer` is a clone of the same socket:
+            // the timeout is the socket's.)
             let _ = self
                 .writer
                 .set_read_timeout(Some(left.max(Duration::from_millis(10))));
-            let m = self.read();
+            let m = self.read_within();
             let _ = self.writer.set_read_timeout(Some(Duration::from_secs(30)));
-            match m {
-                Ok(m) if m.get("event").is_some() => self.events.push(m),
-                Ok(_) => {}
-                Err(e) if e.contains("temporarily unavailable") || e.contains("timed out") => {}
-                Err(e) => return Err(e),
+            if let Some(m) = m? {
+                if m.get("event").is_some() {
+                    self.events.push(m);
+                }
             }
         }
     }
