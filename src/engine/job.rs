@@ -278,8 +278,8 @@ pub enum CpuPolicy {
     /// Every worker may run on every CPU the process may run on.
     Shared,
     /// The CPUs the process may run on are split between the workers: with as many
-    /// workers as CPUs or more, or at queue depth 1, each worker gets one (round robin);
-    /// with fewer, each gets its own share of them. A worker's ring makes its kernel
+    /// workers as CPUs, or at queue depth 1, each worker gets one (round robin);
+    /// with fewer, each gets its own share of them; with more, none is confined. A worker's ring makes its kernel
     /// helper threads (io-wq) on the worker's CPUs, so a worker and the I/O it punts stay
     /// together instead of migrating across each other. One worker with a deeper queue
     /// is not confined. See `engine::cpu`.
