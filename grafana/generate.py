@@ -1733,8 +1733,8 @@ def drive():
         query_variable(
             "suite",
             "Suite",
-            'label_values(driveprobe_run_iops{job=~"$job", instance=~"$instance", drive=~"$drive"}, suite)',
-            description="Scheduled suites that ran on the drive (full-run panels only).",
+            'label_values(driveprobe_run_last_start_timestamp_seconds{job=~"$job", instance=~"$instance", drive=~"$drive"}, suite)',
+            description="Scheduled suites, application workloads and fio job files that ran on the drive (full-run panels only).",
         )
     )
     return dashboard(

@@ -221,6 +221,7 @@ fn every_dashboard_query_and_recording_rule_returns_data_and_matches_the_status_
         t_queries.elapsed(),
         t0.elapsed()
     );
+    variables_list_what_ran(&prom, repo, &mut failures);
     alerts_match_the_drives(rig.daemon(), &prom, &runs.first, &mut failures);
     for latch in LATCHES {
         previous_run_latch_holds_the_first_run(
@@ -563,6 +564,64 @@ fn data_count(r: &QueryResult) -> usize {
 
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Each dashboard variable (`label_values(SELECTOR, LABEL)`) offers a value for what the
+/// test ran: the drive, and for `suite` every suite and application workload, whose
+/// panels it filters (a variable read from a metric that only suites publish would leave
+/// the application runs out of the list).
+fn variables_list_what_ran(prom: &Prometheus, repo: &Path, failures: &mut Vec<String>) {
+    let expect: &[(&str, &[&str])] = &[
+        ("job", &[JOB]),
+        ("drive", &[FULL, "b"]),
+        ("suite", &["latency", "oltp", "kv"]),
+    ];
+    let vars = dashboards::variable_queries(repo);
+    for (dash, var, query) in &vars {
+        let Some((selector, label)) = query
+            .trim()
+            .strip_prefix("label_values(")
+            .and_then(|q| q.strip_suffix(')'))
+            .and_then(|q| q.rsplit_once(','))
+        else {
+            failures.push(format!(
+                "{dash}: variable {var}: not label_values(...): {query}"
+            ));
+            continue;
+        };
+        let (selector, label) = (selector.trim(), label.trim());
+        let values: BTreeSet<String> = match prom.query(&format!("count by ({label}) ({selector})"))
+        {
+            Ok(r) => r
+                .series
+                .iter()
+                .filter_map(|s| s.labels.get(label).cloned())
+                .collect(),
+            Err(e) => {
+                failures.push(format!("{dash}: variable {var}: {e}"));
+                continue;
+            }
+        };
+        let want = expect
+            .iter()
+            .find(|(n, _)| n == var)
+            .map_or(&[][..], |(_, w)| *w);
+        if values.is_empty() {
+            failures.push(format!("{dash}: variable {var} offers nothing: {query}"));
+        }
+        for w in want {
+            if !values.contains(*w) {
+                failures.push(format!(
+                    "{dash}: variable {var} does not offer {w:?} (it offers {values:?}): {query}"
+                ));
+            }
+        }
+    }
+    for (name, _) in expect {
+        if !vars.iter().any(|(_, v, _)| v == name) {
+            failures.push(format!("no dashboard has the variable {name} any more"));
+        }
+    }
 }
 
 fn run_every_query(

@@ -6,12 +6,14 @@
 //! expansion of `${VAR}` from its environment is not used, because then the text checked
 //! here would not be the text fio runs (`ioengine=${ENGINE}` would pass the check and
 //! become anything). So a job file may hold no `${...}` but `${TARGET}`, and that only
-//! as the whole value of `filename`, `directory` or `filename_format`; nothing is written
+//! as the whole value of `filename` or `filename_format`; nothing is written
 //! to disk besides what fio itself does to the target.
 //!
 //! The safety gate, in this order, each refusal one line naming the file, the job, the
 //! option and what to write instead:
-//! - `filename`, `directory`, `filename_format` must be exactly `${TARGET}`. A job file
+//! - `filename` and `filename_format` must be exactly `${TARGET}`, and `directory` is
+//!   refused (the target is a file or a device, never a directory: fio would fail at run
+//!   time trying to make its files inside it). A job file
 //!   that names none of them anywhere gets `filename=TARGET` in a `[global]` section put
 //!   in front (fio would otherwise create `JOB.0.0` in its working directory);
 //! - `ioengine` must be one that does block I/O on the target (`psync`, `sync`,
@@ -392,7 +394,13 @@ fn check(file: &str, job: &str, opt: &Opt) -> Result<(), FioJobError> {
         }
     }
     match key.as_str() {
-        "filename" | "directory" | "filename_format" => {
+        "directory" => {
+            return r(
+                "names a directory, but driveprobe's target is a file or a device",
+                "remove it and write filename=${TARGET}",
+            );
+        }
+        "filename" | "filename_format" => {
             if value.map(str::trim) != Some(PLACEHOLDER) {
                 return r(
                     "names something other than the target",
@@ -460,7 +468,7 @@ fn check(file: &str, job: &str, opt: &Opt) -> Result<(), FioJobError> {
     }
     if value.is_some_and(|v| v.contains(PLACEHOLDER)) {
         return r(
-            "uses ${TARGET} outside filename, directory and filename_format",
+            "uses ${TARGET} outside filename and filename_format",
             "use ${TARGET} only as filename=${TARGET}",
         );
     }
@@ -542,7 +550,7 @@ pub fn prepare(text: &str, file: &str, target: &Path) -> Result<Prepared, FioJob
     for raw in text.lines() {
         let code = strip_comment(raw);
         if code.contains(PLACEHOLDER) {
-            // Checked above: only `filename|directory|filename_format = ${TARGET}`.
+            // Checked above: only `filename|filename_format = ${TARGET}`.
             let key = code.split_once('=').map_or("", |(k, _)| k.trim());
             out.push_str(&format!("{key}={escaped}\n"));
         } else {
@@ -867,6 +875,7 @@ mod tests {
         for (text, needle) in [
             ("[r]\nfilename=${TARGET}:/dev/sdb\n", "filename="),
             ("[r]\ndirectory=/tmp\n", "directory=/tmp"),
+            ("[r]\ndirectory=${TARGET}\n", "names a directory"),
             ("[r]\nfilename_format=/tmp/$jobname\n", "filename_format"),
             ("[r]\nfilename=${TARGET}\nioengine=exec\n", "ioengine=exec"),
             ("[r]\nfilename=${TARGET}\nioengine=net\n", "ioengine=net"),
@@ -922,7 +931,7 @@ mod tests {
         for ok in [
             "[r]\nfilename=${TARGET}\nioengine=libaio\niodepth=32\ndirect=1\n",
             "[r]\nfilename=${TARGET}\nunlink=0\nverify_dump=0\nmem=malloc\n",
-            "[r]\ndirectory=${TARGET}\n",
+            "[r]\nfilename_format=${TARGET}\n",
         ] {
             prepare(ok, "jobs.fio", Path::new(T)).unwrap();
         }

@@ -29,6 +29,9 @@ pub struct UringFeatures {
     pub defer_taskrun: bool,
 }
 
+/// The `user_data` of the ring's own timer (IORING_OP_TIMEOUT); slots use `0..depth`.
+const TIMER: u64 = u64::MAX;
+
 pub struct Uring {
     ring: IoUring,
     bufs: SlotBuffers,
@@ -37,6 +40,12 @@ pub struct Uring {
     /// Completions of one reap, reused (capacity `depth`: no allocation per reap).
     reaped: Vec<(u32, i32)>,
     features: UringFeatures,
+    /// The deadline (CLOCK_MONOTONIC ns) of the timer request in the ring, if one is.
+    timer: Option<u64>,
+    /// False once the kernel refused a timer request: waits then time out by argument.
+    timer_ok: bool,
+    /// The timer's deadline as the kernel reads it (boxed: its address must not move).
+    timer_ts: Box<types::Timespec>,
     // Declared last so it is dropped last: registered and in-flight I/O refer to it.
     file: Arc<File>,
 }
@@ -45,7 +54,8 @@ impl Uring {
     /// A ring with `depth` slots of `slot_size` bytes over `file`. Must be created on the
     /// thread that will use it (single issuer).
     pub fn new(file: Arc<File>, depth: u32, slot_size: usize) -> io::Result<Uring> {
-        let entries = depth.next_power_of_two().max(1);
+        // One entry more than the slots, for the timer.
+        let entries = (depth + 1).next_power_of_two();
         let (ring, defer_taskrun) = match IoUring::builder()
             .setup_single_issuer()
             .setup_defer_taskrun()
@@ -80,6 +90,9 @@ impl Uring {
             reaped: Vec::with_capacity(depth as usize),
             bufs,
             features,
+            timer: None,
+            timer_ok: true,
+            timer_ts: Box::new(types::Timespec::new()),
             file,
         })
     }
@@ -171,6 +184,58 @@ impl Uring {
         self.n_in_flight += 1;
     }
 
+    /// Hands what is queued to the kernel now, without waiting.
+    pub fn submit(&mut self) -> io::Result<()> {
+        match self.ring.submit() {
+            Ok(_) => Ok(()),
+            Err(e) => match e.raw_os_error() {
+                // Nothing lost: the entries stay queued and go with the next call.
+                Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => Ok(()),
+                _ => Err(e),
+            },
+        }
+    }
+
+    /// Submits what is queued and waits for a completion, or until `deadline` (an absolute
+    /// CLOCK_MONOTONIC time in ns, as `now_ns`) at the latest; it may return earlier.
+    ///
+    /// The deadline is kept by a timer request in the ring (IORING_OP_TIMEOUT), armed once
+    /// and kept across waits while it still falls no later than the deadline asked, so a
+    /// closed loop waits on its interval boundary with one timer per interval. A timed
+    /// wait (IORING_ENTER_EXT_ARG) arms and cancels a kernel timer on every call, which on
+    /// this VM cost the loop-device job about 6% of its IOPS (BENCHMARKS.md, job 7). A
+    /// deadline earlier than the timer's (an open loop's next due I/O, the run's end) is
+    /// waited for by argument.
+    pub fn wait_until(&mut self, deadline: u64, now: u64) -> io::Result<()> {
+        if self.timer_ok && self.features.ext_arg {
+            if self.timer.is_none() {
+                self.arm_timer(deadline);
+            }
+            if self.timer.is_some_and(|t| t <= deadline) {
+                return self.submit_and_wait(1, None);
+            }
+        }
+        let timeout = Duration::from_nanos(deadline.saturating_sub(now).max(1000));
+        self.submit_and_wait(1, Some(timeout))
+    }
+
+    fn arm_timer(&mut self, deadline: u64) {
+        *self.timer_ts = types::Timespec::new()
+            .sec(deadline / 1_000_000_000)
+            .nsec((deadline % 1_000_000_000) as u32);
+        let entry = opcode::Timeout::new(&*self.timer_ts)
+            .flags(types::TimeoutFlags::ABS)
+            .build()
+            .user_data(TIMER);
+        // SAFETY: the entry points at `self.timer_ts`, boxed (its address never changes)
+        // and owned by `self`, so it outlives the request: the kernel copies it when it
+        // prepares the request, at the next submission, and `Drop` drains the ring first.
+        // A second timer queued before that submission reads the same (newer) deadline.
+        if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+            self.timer = Some(deadline);
+        }
+    }
+
     /// Submits what is queued and waits until at least `want` completions are ready, or
     /// until `timeout` passes (when the kernel supports timed waits).
     pub fn submit_and_wait(&mut self, want: usize, timeout: Option<Duration>) -> io::Result<()> {
@@ -207,7 +272,19 @@ impl Uring {
         {
             let mut cq = self.ring.completion();
             cq.sync();
-            reaped.extend(cq.map(|cqe| (cqe.user_data() as u32, cqe.result())));
+            for cqe in cq {
+                if cqe.user_data() == TIMER {
+                    // -ETIME: it fired. Anything else but a cancel means the kernel does
+                    // not take timer requests: waits time out by argument from now on.
+                    let res = cqe.result();
+                    if res != -libc::ETIME && res != -libc::ECANCELED {
+                        self.timer_ok = false;
+                    }
+                    self.timer = None;
+                } else {
+                    reaped.push((cqe.user_data() as u32, cqe.result()));
+                }
+            }
         }
         for &(slot, _) in &reaped {
             self.in_flight[slot as usize] = false;
@@ -245,6 +322,69 @@ impl Drop for Uring {
         }
         if self.features.fixed_buffers {
             let _ = self.ring.submitter().unregister_buffers();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::time::Instant;
+
+    fn now_ns() -> u64 {
+        let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+
+    /// A read from an empty pipe stands for a device that answers nothing: the waits must
+    /// still end at their deadlines, through the ring's timer or by argument.
+    #[test]
+    fn a_wait_ends_at_its_deadline_while_an_io_hangs() {
+        let (rx, mut tx) = std::io::pipe().unwrap();
+        let rx = Arc::new(File::from(std::os::fd::OwnedFd::from(rx)));
+        let mut ring = Uring::new(rx, 2, 4096).unwrap();
+        ring.queue(0, true, 0, 16);
+        let mut waits = Vec::new();
+        let mut wait = |ring: &mut Uring, ms: u64| {
+            let t = Instant::now();
+            ring.wait_until(now_ns() + ms * 1_000_000, now_ns())
+                .unwrap();
+            let took = t.elapsed();
+            let done = ring.reap(|_, _, _| {});
+            waits.push((ms, took, done, ring.timer));
+        };
+        // The first wait arms the timer; the second arms the next one.
+        wait(&mut ring, 60);
+        wait(&mut ring, 40);
+        // A timer armed for later than the deadline asked: that wait goes by argument.
+        ring.arm_timer(now_ns() + 10_000_000_000);
+        wait(&mut ring, 20);
+        let timer_ok = ring.timer_ok;
+        // Let the read complete (before any assertion: a ring cannot be dropped while an
+        // I/O is in flight, so a failed assertion would otherwise hang the test).
+        tx.write_all(&[7u8; 16]).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            ring.wait_until(now_ns() + 50_000_000, now_ns()).unwrap();
+            ring.reap(|r, slot, res| got.push((slot, res, r.buf(slot)[0])));
+            if !got.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(got, vec![(0, 16, 7)]);
+        assert!(timer_ok, "the kernel refused the timer request");
+        for (i, &(ms, took, done, timer)) in waits.iter().enumerate() {
+            assert_eq!(done, 0, "wait {i}: the read cannot have completed");
+            assert!(
+                took >= Duration::from_millis(ms - 5) && took < Duration::from_millis(ms + 1_000),
+                "wait {i}: returned after {took:?}, deadline {ms} ms"
+            );
+            if i < 2 {
+                assert_eq!(timer, None, "wait {i} ended by its timer, reaped");
+            } else {
+                assert!(timer.is_some(), "wait {i}: the later timer stays armed");
+            }
         }
     }
 }
