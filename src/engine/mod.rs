@@ -22,6 +22,9 @@ pub use job::{
 };
 pub use stats::{DirStats, DirSummary, IntervalDir, IntervalSummary, LatencySummary};
 pub use verify::VerifySummary;
+/// CLOCK_MONOTONIC in ns, the clock of `Uring::wait_until` (its test uses it).
+#[cfg(test)]
+pub(crate) use worker::now_ns;
 pub use worker::IoErrorRecord;
 
 use crate::sys::uring::UringFeatures;

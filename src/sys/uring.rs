@@ -186,14 +186,7 @@ impl Uring {
 
     /// Hands what is queued to the kernel now, without waiting.
     pub fn submit(&mut self) -> io::Result<()> {
-        match self.ring.submit() {
-            Ok(_) => Ok(()),
-            Err(e) => match e.raw_os_error() {
-                // Nothing lost: the entries stay queued and go with the next call.
-                Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => Ok(()),
-                _ => Err(e),
-            },
-        }
+        transient_ok(self.ring.submit())
     }
 
     /// Submits what is queued and waits for a completion, or until `deadline` (an absolute
@@ -250,15 +243,7 @@ impl Uring {
             }
             _ => self.ring.submit_and_wait(want),
         };
-        match res {
-            Ok(_) => Ok(()),
-            Err(e) => match e.raw_os_error() {
-                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {
-                    Ok(())
-                }
-                _ => Err(e),
-            },
-        }
+        transient_ok(res)
     }
 
     /// Takes every ready completion, calling `f(slot, result)` for each (result is the
@@ -299,6 +284,20 @@ impl Uring {
     }
 }
 
+/// An `io_uring_enter` result with the outcomes that lose nothing taken as success: a
+/// timed wait that timed out (ETIME), a signal (EINTR), a full completion queue or no
+/// memory for the moment (EBUSY, EAGAIN). Queued entries stay queued and go with the
+/// next call.
+fn transient_ok(res: io::Result<usize>) -> io::Result<()> {
+    match res {
+        Ok(_) => Ok(()),
+        Err(e) => match e.raw_os_error() {
+            Some(libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN) => Ok(()),
+            _ => Err(e),
+        },
+    }
+}
+
 impl Drop for Uring {
     fn drop(&mut self) {
         // Every I/O in flight must finish before the buffers and file go away.
@@ -329,13 +328,9 @@ impl Drop for Uring {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::now_ns;
     use std::io::Write;
     use std::time::Instant;
-
-    fn now_ns() -> u64 {
-        let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    }
 
     /// A read from an empty pipe stands for a device that answers nothing: the waits must
     /// still end at their deadlines, through the ring's timer or by argument.
