@@ -330,11 +330,7 @@ fn bench_fio_job_names_its_document_as_a_schedule_of_the_file_does() {
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_ok(&out, "driveprobe bench --fio-job");
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     // `config::fio_job_label`: what a `[[schedule]]` with `fio_job` calls its runs.
     assert_eq!(doc["suite"], "fio-job:two-jobs");

@@ -84,11 +84,7 @@ fn oltp_at_quick_scale_measures_two_and_eight_threads_and_leaves_nothing() {
         .output()
         .unwrap();
     let took = t0.elapsed();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_ok(&out, "driveprobe bench --suite=oltp");
     assert!(took < Duration::from_secs(90), "quick oltp took {took:?}");
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(schema_errors(&doc), Vec::<String>::new());
@@ -190,11 +186,7 @@ fn oltp_at_quick_scale_measures_two_and_eight_threads_and_leaves_nothing() {
         .arg(&html_path)
         .output()
         .unwrap();
-    assert!(
-        rep.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rep.stderr)
-    );
+    common::assert_ok(&rep, "driveprobe report");
     let html = std::fs::read_to_string(&html_path).unwrap();
     for id in [
         "chart-app-oltp-tps",

@@ -1008,11 +1008,7 @@ fn filesystem_can_be_unmounted_right_after_an_io_uring_run() {
         ])
         .ok();
         let st = Command::new("umount").arg(&mnt).output().unwrap();
-        assert!(
-            st.status.success(),
-            "umount right after a {engine} run failed: {}",
-            String::from_utf8_lossy(&st.stderr)
-        );
+        common::assert_ok(&st, &format!("umount right after a {engine} run"));
         common::run("mount", &["-t", "tmpfs", "-o", "size=16m", "none", s(&mnt)]);
         random_file(&f, MIB, 32);
     }

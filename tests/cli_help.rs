@@ -1,6 +1,8 @@
 //! `--help` snapshots: a change to the command line shows up as a diff in review.
 //! Regenerate with `UPDATE_SNAPSHOTS=1 cargo test --test cli_help`.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -10,11 +12,7 @@ fn check(args: &[&str], name: &str) {
         .env("COLUMNS", "100")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_ok(&out, &format!("driveprobe {args:?}"));
     let got = String::from_utf8(out.stdout).unwrap();
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/snapshots")

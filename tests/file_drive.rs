@@ -52,11 +52,7 @@ fn partition_image(file: &Path) {
         .write_all(b"label: dos\nstart=2048, type=83\n")
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "sfdisk failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_ok(&out, "sfdisk");
 }
 
 fn kernel_name(dev: &Path) -> String {

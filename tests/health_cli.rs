@@ -1,6 +1,8 @@
 //! `driveprobe health` end to end on saved data (the live devices are in vm_health.rs):
 //! NVMe log pages captured from QEMU, smartctl JSON from real drives, and bad input.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -52,11 +54,7 @@ fn nvme_log_with_identify_data_from_qemu() {
         &fixture("nvme/qemu-id-ns.bin"),
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_ok(&out, "driveprobe health");
     let v = json(&out);
     let h = &v["health"];
     assert_eq!(h["identity"]["serial"], "TESTSN01");
@@ -98,11 +96,7 @@ fn smartctl_json_with_a_rating_gives_an_endurance_estimate() {
         "1600000",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_ok(&out, "driveprobe health");
     let v = json(&out);
     let e = &v["endurance"];
     assert_eq!(e["rated_bytes"], 2e14);

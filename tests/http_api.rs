@@ -802,11 +802,7 @@ fn chromium_shows_the_drive_table() {
         &url,
         Duration::from_secs(120),
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_ok(&out, "chromium --dump-dom");
     let dom = String::from_utf8_lossy(&out.stdout);
     assert!(dom.contains("<table class=\"drives\">"), "{dom}");
     // (Chromium may leave `<` unescaped inside attribute values when it serializes.)

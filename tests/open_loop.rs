@@ -3,6 +3,8 @@
 //! being stopped (SIGSTOP) for 300 ms: to the engine it looks exactly like a device that
 //! answers nothing for 300 ms.
 
+mod common;
+
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -37,11 +39,7 @@ fn a_stall_shows_in_open_loop_latency() {
     let out = child.wait_with_output().unwrap();
     let _ = std::fs::remove_file(&path);
     assert!(stop.unwrap().success() && cont.unwrap().success());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_ok(&out, "driveprobe bench");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let read = &v["read"];
     let ops = read["ops"].as_u64().unwrap();

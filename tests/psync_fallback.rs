@@ -3,6 +3,8 @@
 //! seccomp filter (libseccomp's Python binding, Debian package python3-seccomp) that
 //! makes io_uring_setup fail, installed before exec'ing the binary.
 
+mod common;
+
 use std::process::Command;
 
 const WRAPPER: &str = r#"
@@ -52,11 +54,7 @@ fn run_filtered(errno: &str, extra: &[&str]) -> std::process::Output {
 fn seccomp_without_io_uring_falls_back_to_psync() {
     for (errno, why) in [("ENOSYS", "no io_uring"), ("EPERM", "disabled")] {
         let out = run_filtered(errno, &["--iodepth=4"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::assert_ok(&out, "driveprobe bench under seccomp");
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["engine"], "psync");
         let note = v["engine_note"].as_str().unwrap();

@@ -885,11 +885,7 @@ fn cli_writes_the_page() {
         .arg(&out_path)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_ok(&out, "driveprobe report");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         out_path.display().to_string()
@@ -904,11 +900,7 @@ fn cli_writes_the_page() {
         .arg(fixture_path(FIXTURES[0]))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_ok(&out, "driveprobe report");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "report.html");
     assert!(dir.path().join("report.html").is_file());
 }
@@ -1037,11 +1029,7 @@ fn chromium_renders_the_charts() {
 
     // The DOM after load holds every chart.
     let dom = chromium(profile.path(), &["--dump-dom"], &url, limit);
-    assert!(
-        dom.status.success(),
-        "{}",
-        String::from_utf8_lossy(&dom.stderr)
-    );
+    common::assert_ok(&dom, "chromium --dump-dom");
     let dom = String::from_utf8_lossy(&dom.stdout);
     let charts = html.matches("<svg").count();
     assert!(charts >= 15, "{charts} charts");

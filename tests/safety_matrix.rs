@@ -657,11 +657,7 @@ fn a_free_device_is_written_only_with_allow_destructive_and_its_serial() {
         ],
         Duration::from_secs(30),
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_ok(&out, "driveprobe bench");
     sync();
     assert_ne!(
         checksum(&file),
@@ -789,11 +785,7 @@ fn a_file_target_never_writes_outside_its_file() {
             ],
             Duration::from_secs(30),
         );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::assert_ok(&out, "driveprobe bench");
         let unchanged = fs.sums() == before;
         target_changed += (checksum(&fs.target) != t0) as u32;
         assert!(unchanged, "bench {w} changed a neighbour");

@@ -2,6 +2,8 @@
 //! through the real binary: the result document is checked against its JSON Schema,
 //! every closed-loop point obeys Little's law, and each suite has the phases it promises.
 
+mod common;
+
 use std::process::{Command, Output};
 use std::sync::Mutex;
 
@@ -51,11 +53,7 @@ fn run_suite(name: &str, extra: &[&str]) -> (Value, Output) {
         .args(&extra)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "suite {name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_ok(&out, &format!("suite {name}"));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     let validator = jsonschema::validator_for(&schema()).unwrap();
     let errors: Vec<String> = validator

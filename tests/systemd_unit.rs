@@ -8,6 +8,8 @@
 //! systemd-analyze comes with the `systemd` package, which `scripts/test` installs: these
 //! tests fail (they do not skip) when it is missing.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -461,9 +463,8 @@ fn the_binary_accepts_the_units_command_lines() {
         .arg(&example)
         .output()
         .unwrap();
-    assert!(
-        check.status.success(),
-        "ExecReload= runs `driveprobe check-config FILE`; on the example config it failed:\n{}",
-        String::from_utf8_lossy(&check.stderr)
+    common::assert_ok(
+        &check,
+        "ExecReload= runs `driveprobe check-config FILE`; on the example config it",
     );
 }

@@ -2,6 +2,8 @@
 //! same option names must mean the same workload. (Speed is compared by
 //! scripts/bench-vs-fio, which prints figures; here only what must hold on any machine.)
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -30,11 +32,7 @@ fn scratch(name: &str, size: &str) -> Scratch {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_ok(&out, "driveprobe bench");
     Scratch(p)
 }
 
@@ -54,11 +52,7 @@ fn fio(file: &str, args: &[&str]) -> Value {
     ]);
     cmd.args(args);
     let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "fio: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_ok(&out, "fio");
     let text = String::from_utf8_lossy(&out.stdout);
     let json = &text[text.find('{').expect("fio printed JSON")..];
     let v: Value = serde_json::from_str(json).unwrap();
@@ -71,11 +65,7 @@ fn driveprobe(file: &str, args: &[&str]) -> Value {
         .args(args)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "driveprobe: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_ok(&out, "driveprobe bench");
     serde_json::from_slice(&out.stdout).unwrap()
 }
 

@@ -23,7 +23,11 @@
 //!   I/O from elsewhere or sends it elsewhere (`read_iolog`, `replay_redirect`,
 //!   `merge_blktrace_file`, `opendir`), changes the system (`ioscheduler`, `cgroup`),
 //!   deletes the target (`unlink`, `unlink_each_loop`) or brings in unchecked jobs
-//!   (`include`, `profile`).
+//!   (`include`, `profile`);
+//! - on a target that is a regular file, nothing that would grow it: fio extends a file
+//!   smaller than the region a job asks for, so `offset` (with `offset_increment` over
+//!   the clones) plus `size` or `filesize` must end inside the file, and `file_append`,
+//!   `fill_device` and `fill_fs` are refused.
 //!
 //! The target itself must already have passed driveprobe's write gate: the caller's
 //! business, as for any workload.
@@ -540,6 +544,15 @@ pub fn prepare(text: &str, file: &str, target: &Path) -> Result<Prepared, FioJob
             file: file.to_string(),
         });
     }
+    // fio extends a regular file that is smaller than what a job asks of it; a file
+    // target is never grown (its size is the drive's, chosen by the operator).
+    if let Ok(meta) = std::fs::metadata(target) {
+        if meta.is_file() {
+            for j in &jobs {
+                fits_in_file(file, j, meta.len())?;
+            }
+        }
+    }
     // The text fio runs: the lines as written, the placeholder replaced.
     let mut out = String::new();
     if !names_file {
@@ -563,6 +576,108 @@ pub fn prepare(text: &str, file: &str, target: &Path) -> Result<Prepared, FioJob
         jobs,
         filename_added: !names_file,
     })
+}
+
+/// Refuses a job that would grow a target file of `len` bytes: a region past its end
+/// (`offset`, `offset_increment` over the clones, `size`, `filesize`), appending, or
+/// filling the filesystem.
+fn fits_in_file(file: &str, j: &JobInfo, len: u64) -> Result<(), FioJobError> {
+    let refusal = |option: String, why: String, what: &str| {
+        FioJobError::Refused(Box::new(Refusal {
+            file: file.to_string(),
+            job: j.name.clone(),
+            option,
+            why,
+            what: what.to_string(),
+        }))
+    };
+    for key in ["fill_device", "fill_fs"] {
+        if j.flag(key) {
+            return Err(refusal(
+                key.to_string(),
+                "writes until the filesystem is full; on a file target that fills the \
+                 filesystem the file is on"
+                    .into(),
+                "remove it; bound the run with size=, io_size= or runtime=",
+            ));
+        }
+    }
+    if j.flag("file_append") {
+        return Err(refusal(
+            "file_append".into(),
+            "writes past the end of the target file, growing it".into(),
+            "remove it",
+        ));
+    }
+    // An amount in bytes, or a share of the file (`N%`); a range (`filesize=1m-4m`)
+    // counts by its upper end.
+    let bytes = |key: &str| -> Result<Option<u64>, FioJobError> {
+        let Some(v) = j.get(&[key]) else {
+            return Ok(None);
+        };
+        let upper = v.rsplit(['-', ':']).next().unwrap_or(v).trim();
+        let n = match upper.strip_suffix('%') {
+            Some(pct) => pct
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|p| (0.0..=100.0).contains(p))
+                .map(|p| (len as f64 * p / 100.0) as u64),
+            None => fio_bytes(upper),
+        };
+        n.map(Some).ok_or_else(|| {
+            refusal(
+                format!("{key}={v}"),
+                "cannot be read as a size, so it cannot be checked against the target file".into(),
+                "write a number of bytes with k, m, g or t, or a share of the file up to 100%",
+            )
+        })
+    };
+    let offset = bytes("offset")?.unwrap_or(0);
+    let clones = j
+        .get(&["numjobs"])
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(1)
+        .max(1);
+    let step = bytes("offset_increment")?.unwrap_or(0);
+    let size = match (bytes("size")?, bytes("filesize")?) {
+        (None, None) => return Ok(()),
+        (a, b) => a.unwrap_or(0).max(b.unwrap_or(0)),
+    };
+    let end = offset
+        .saturating_add(step.saturating_mul(clones - 1))
+        .saturating_add(size);
+    if end > len {
+        let option = ["offset", "offset_increment", "size", "filesize"]
+            .iter()
+            .filter_map(|k| j.get(&[k]).map(|v| format!("{k}={v}")))
+            .collect::<Vec<_>>()
+            .join(" ");
+        return Err(refusal(
+            option,
+            format!("reaches byte {end} of a target file of {len} bytes; fio would grow the file"),
+            "keep the region inside the file, or give size as a share of it (size=100%)",
+        ));
+    }
+    Ok(())
+}
+
+/// A fio size (`4k`, `1g`, `1GiB`, `512`): every unit is binary, as with fio's default
+/// `kb_base=1024`.
+fn fio_bytes(v: &str) -> Option<u64> {
+    let v = v.trim().to_ascii_lowercase();
+    let v = v.strip_suffix('b').unwrap_or(&v);
+    let v = v.strip_suffix('i').unwrap_or(v);
+    let (digits, shift) = match v.chars().last()? {
+        'k' => (&v[..v.len() - 1], 10),
+        'm' => (&v[..v.len() - 1], 20),
+        'g' => (&v[..v.len() - 1], 30),
+        't' => (&v[..v.len() - 1], 40),
+        'p' => (&v[..v.len() - 1], 50),
+        _ => (v, 0),
+    };
+    let n: f64 = digits.trim().parse().ok()?;
+    (n.is_finite() && n >= 0.0).then(|| (n * (1u64 << shift) as f64).ceil() as u64)
 }
 
 fn num(v: &Value, key: &str) -> f64 {
@@ -824,6 +939,85 @@ mod tests {
         match prepare(text, "jobs.fio", Path::new(T)) {
             Err(e @ FioJobError::Refused(_)) => e.to_string(),
             other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_file_target_is_never_grown() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("drive.dat");
+        std::fs::write(&target, vec![0u8; 1 << 20]).unwrap();
+        let job = |opts: &str| format!("[w]\nrw=randwrite\nfilename=${{TARGET}}\n{opts}");
+        let prep = |opts: &str| prepare(&job(opts), "jobs.fio", &target);
+        // Inside the file, or no region at all: accepted.
+        for ok in [
+            "",
+            "size=1m",
+            "size=1MiB",
+            "size=100%",
+            "size=512k\noffset=512k",
+            "size=256k\noffset=50%",
+            "filesize=128k-1m",
+            "size=256k\nnumjobs=4\noffset_increment=256k",
+            "io_size=64m",
+            "fill_device=0",
+        ] {
+            assert!(prep(ok).is_ok(), "{ok}: {:?}", prep(ok));
+        }
+        for (bad, says) in [
+            (
+                "size=2m",
+                "reaches byte 2097152 of a target file of 1048576 bytes",
+            ),
+            ("size=1.5m", "reaches byte 1572864"),
+            (
+                "size=1m\noffset=4k",
+                "offset=4k size=1m: reaches byte 1052672",
+            ),
+            ("size=512k\noffset=75%", "reaches byte 1310720"),
+            ("filesize=512k-2m", "filesize=512k-2m: reaches byte 2097152"),
+            (
+                "size=256k\nnumjobs=5\noffset_increment=256k",
+                "reaches byte 1310720",
+            ),
+            ("size=200%", "size=200%: cannot be read as a size"),
+            ("size=lots", "cannot be read as a size"),
+            ("fill_fs=1", "fill_fs: writes until the filesystem is full"),
+            (
+                "fill_device",
+                "fill_device: writes until the filesystem is full",
+            ),
+            ("file_append=1", "file_append: writes past the end"),
+        ] {
+            let e = prep(bad).unwrap_err().to_string();
+            assert!(
+                e.starts_with("jobs.fio: job [w]: ") && e.contains(says),
+                "{bad}: {e}"
+            );
+        }
+        // The same options on a target that is not a regular file are fio's business
+        // (a device cannot grow; fio stops at its end).
+        assert!(prepare(&job("size=2m"), "jobs.fio", Path::new(T)).is_ok());
+        assert_eq!(std::fs::metadata(&target).unwrap().len(), 1 << 20);
+    }
+
+    #[test]
+    fn sizes_read_as_fio_reads_them() {
+        for (v, n) in [
+            ("512", 512),
+            ("4k", 4096),
+            ("4K", 4096),
+            ("4KiB", 4096),
+            ("4kb", 4096),
+            ("1m", 1 << 20),
+            ("2g", 2 << 30),
+            ("1t", 1 << 40),
+            ("1.5k", 1536),
+        ] {
+            assert_eq!(fio_bytes(v), Some(n), "{v}");
+        }
+        for v in ["", "k", "-1k", "lots", "1x"] {
+            assert_eq!(fio_bytes(v), None, "{v}");
         }
     }
 

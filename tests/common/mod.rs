@@ -23,6 +23,18 @@ pub fn need_root() {
     );
 }
 
+/// Asserts that a finished command succeeded. On failure the message names what ran,
+/// its exit status and its stderr.
+#[track_caller]
+pub fn assert_ok(out: &std::process::Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Runs `cmd`, asserts it succeeds, returns its stdout.
 pub fn run(cmd: &str, args: &[&str]) -> String {
     run_with_stdin(cmd, args, None)
@@ -50,11 +62,7 @@ pub fn run_with_stdin(cmd: &str, args: &[&str], stdin: Option<&str>) -> String {
             .unwrap();
     }
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out, &format!("{cmd} {args:?}"));
     String::from_utf8(out.stdout).unwrap()
 }
 
