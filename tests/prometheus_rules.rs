@@ -175,6 +175,9 @@ fn the_rules_file_has_the_alerts_and_recordings_of_the_contract() {
         "DriveprobeCollectorFailing",
         "DriveprobeWearBudgetExceeded",
         "DriveprobeDown",
+        // ATA sectors that cannot be read, and link CRC errors
+        "DriveprobePendingSectors",
+        "DriveprobeInterfaceCrcErrors",
         // recording rules the dashboards read (grafana/)
         "driveprobe:probe_latency_p99_seconds:avg30m",
         "driveprobe:probe_latency_p99_seconds:median7d",
