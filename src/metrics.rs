@@ -1010,6 +1010,8 @@ mod tests {
             ops_total: 100,
             bytes_total: 409_600,
             errors_total: 1,
+            device_errors_total: 1,
+            last_host_error: None,
             latency_sum_seconds: 0.01,
             buckets: vec![0; LATENCY_BUCKETS.len()],
             window: Some(WindowQuantiles {

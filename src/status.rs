@@ -131,6 +131,12 @@ pub struct OpStatus {
     pub ops_total: u64,
     pub bytes_total: u64,
     pub errors_total: u64,
+    /// Of `errors_total`, those the device failed (EIO, a medium or transport error, a
+    /// timeout, the device gone: `engine::device_errno`) and verify mismatches. The rest
+    /// are the host's: a full or read-only filesystem, permissions, a truncated file.
+    pub device_errors_total: u64,
+    /// The latest error that was not the device's, by name ("no space left (ENOSPC)").
+    pub last_host_error: Option<String>,
     /// Sum of the latencies of `ops_total` I/Os, seconds (the histogram's `_sum`).
     pub latency_sum_seconds: f64,
     /// Cumulative counts per [`LATENCY_BUCKETS`] bound (same length); `+Inf` is `ops_total`.

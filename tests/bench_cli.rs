@@ -884,6 +884,115 @@ fn json_output_contract_and_output_file() {
     assert_eq!(file, j, "--output and stdout differ");
 }
 
+/// The CPUs this process may use (its children inherit them).
+fn allowed_cpus() -> Vec<u64> {
+    let set = rustix::thread::sched_getaffinity(None).unwrap();
+    (0..rustix::thread::CpuSet::MAX_CPU)
+        .filter(|&c| set.is_set(c))
+        .map(|c| c as u64)
+        .collect()
+}
+
+fn cpus_of(v: &Value) -> Option<Vec<u64>> {
+    v.as_array().map(|a| {
+        a.iter()
+            .map(|c| c.as_u64().expect("a CPU number"))
+            .collect()
+    })
+}
+
+#[test]
+fn the_result_says_where_the_workers_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("c.img");
+    // `driveprobe bench` under `prefix` (a command such as taskset, or nothing).
+    let cmd = |prefix: &[&str]| match prefix.split_first() {
+        None => Command::new(BIN),
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(BIN);
+            c
+        }
+    };
+    // The JSON document and the text output's `cpus:` line of one run.
+    let run = |prefix: &[&str], args: &[&str]| -> (Value, String) {
+        let common = [s(&f), "--size", "8m", "--rw", "randread", "--runtime", "1"];
+        let json = run_cmd(
+            cmd(prefix),
+            &[&common[..], args, &["--output-format", "json"]].concat(),
+        );
+        json.ok();
+        let text = run_cmd(
+            cmd(prefix),
+            &[&common[..], args, &["--output-format", "text"]].concat(),
+        );
+        text.ok();
+        let line = text
+            .stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with("cpus: "))
+            .unwrap_or_else(|| panic!("no cpus line in\n{}", text.stdout))
+            .trim()
+            .to_string();
+        (json.json(), line)
+    };
+    let allowed = allowed_cpus();
+    let list = |c: &[u64]| {
+        c.iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+
+    // Two depth-1 workers: each on a CPU of its own when there are two (engine::cpu).
+    let (j, line) = run(&[], &["--iodepth", "1", "--numjobs", "2"]);
+    assert_eq!(cpus_of(&j["cpus_allowed"]), Some(allowed.clone()), "{j}");
+    let workers = j["worker_cpus"]
+        .as_array()
+        .expect("worker_cpus is an array");
+    assert_eq!(workers.len(), 2);
+    if allowed.len() >= 2 {
+        let placed: Vec<Vec<u64>> = workers
+            .iter()
+            .map(|w| cpus_of(w).expect("confined"))
+            .collect();
+        assert!(
+            placed
+                .iter()
+                .all(|p| p.len() == 1 && allowed.contains(&p[0])),
+            "{placed:?}"
+        );
+        assert_ne!(placed[0], placed[1], "two workers on one CPU: {placed:?}");
+        assert_eq!(
+            line,
+            format!(
+                "cpus: {} allowed; worker 0 on {}, worker 1 on {}",
+                list(&allowed),
+                placed[0][0],
+                placed[1][0]
+            )
+        );
+    }
+
+    // One deep worker is never confined: its I/O's kernel helpers may use every CPU.
+    let (j, line) = run(&[], &["--iodepth", "8"]);
+    assert_eq!(j["worker_cpus"], serde_json::json!([null]), "{j}");
+    assert_eq!(
+        line,
+        format!("cpus: {} allowed; workers not confined", list(&allowed))
+    );
+
+    // Under taskset, the allowed set is what taskset left, and one CPU confines no one.
+    let one = allowed[0].to_string();
+    let (j, line) = run(
+        &["taskset", "-c", &one],
+        &["--iodepth", "1", "--numjobs", "2"],
+    );
+    assert_eq!(cpus_of(&j["cpus_allowed"]), Some(vec![allowed[0]]), "{j}");
+    assert_eq!(j["worker_cpus"], serde_json::json!([null, null]), "{j}");
+    assert_eq!(line, format!("cpus: {one} allowed; workers not confined"));
+}
+
 #[test]
 fn output_file_with_text_on_stdout() {
     let dir = tempfile::tempdir().unwrap();

@@ -54,6 +54,8 @@ fn op(ops: u64, errors: u64, p50: f64) -> OpStatus {
         ops_total: ops,
         bytes_total: ops * 4096,
         errors_total: errors,
+        device_errors_total: errors,
+        last_host_error: None,
         latency_sum_seconds: ops as f64 * p50 * 1.1,
         buckets: vec![ops; driveprobe::status::LATENCY_BUCKETS.len()],
         window: Some(WindowQuantiles {

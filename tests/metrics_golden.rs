@@ -48,6 +48,8 @@ fn op(ops: u64, block: u64, errors: u64, first_bucket: usize, mean: f64) -> OpSt
         ops_total: ops,
         bytes_total: ops * block,
         errors_total: errors,
+        device_errors_total: errors,
+        last_host_error: None,
         latency_sum_seconds: ops as f64 * mean,
         buckets: buckets(ops, first_bucket),
         window: Some(WindowQuantiles {

@@ -117,6 +117,16 @@ fn a_deleted_or_truncated_file_target_is_made_again_and_the_canary_goes_on() {
     // The canary looks at the file again after the first interval with errors: about
     // one interval of failed reads at 200 IOPS, not the seconds until the periodic check.
     assert!(errors > 0.0 && errors <= 450.0, "{errors} read errors");
+    // Short reads of a truncated file are the host's errors, not the drive's: the status
+    // keeps them apart (the health verdict warns on them but does not call the drive
+    // failing; see `daemon::health`).
+    let (code, _, body) = d.get("/api/v1/drives");
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let rd = &v[0]["probes"]["rd"]["read"];
+    assert_eq!(rd["errors_total"].as_f64(), Some(errors), "{rd}");
+    assert_eq!(rd["device_errors_total"], 0, "{rd}");
+    assert_eq!(rd["last_host_error"], "short transfer", "{rd}");
     let (st, _) = d.terminate(Duration::from_secs(5));
     assert!(st.success());
 }

@@ -432,6 +432,29 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
     Ok((spec.validate().map_err(usage)?, size, offset))
 }
 
+/// Where the workers ran, in a line: "0,1 allowed; worker 0 on 0, worker 1 on 1".
+fn cpus_text(allowed: &[usize], workers: &[Option<Vec<usize>>]) -> String {
+    let list = |c: &[usize]| {
+        c.iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let placed: Vec<String> = workers
+        .iter()
+        .enumerate()
+        .filter_map(|(w, c)| c.as_ref().map(|c| format!("worker {w} on {}", list(c))))
+        .collect();
+    let how = if placed.is_empty() {
+        "workers not confined".to_string()
+    } else if placed.len() < workers.len() {
+        format!("{} (the others not confined)", placed.join(", "))
+    } else {
+        placed.join(", ")
+    };
+    format!("{} allowed; {how}", list(allowed))
+}
+
 /// What `bench --output-format json` prints (a contract: later tools read it).
 #[derive(Serialize)]
 struct BenchReport<'a> {
@@ -747,6 +770,11 @@ fn text_report(target: &Target, job: &Job, r: &RunResult, name: Option<&str>) ->
             .as_deref()
             .map(|n| format!(" ({n})"))
             .unwrap_or_default()
+    );
+    let _ = writeln!(
+        out,
+        "  cpus: {}",
+        cpus_text(&r.cpus_allowed, &r.worker_cpus)
     );
     dir_text(&mut out, "read", &r.read, r.runtime_seconds);
     dir_text(&mut out, "write", &r.write, r.runtime_seconds);

@@ -131,7 +131,7 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
                 if r.verify.mismatches > 0 {
                     // Silent corruption: counted as read errors, and said loudly.
                     for _ in 0..r.verify.mismatches {
-                        win_r.add_error();
+                        win_r.add_mismatch();
                     }
                     tracing::error!(drive = %name, probe = %probe.name,
                         mismatches = r.verify.mismatches,

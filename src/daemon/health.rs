@@ -34,32 +34,66 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>) {
 #[derive(Debug, Default)]
 struct ErrorMark {
     downs: u64,
-    per_probe: BTreeMap<String, u64>,
+    /// Per probe: (all errors, the device's), read and write together.
+    per_probe: BTreeMap<String, (u64, u64)>,
 }
 
-/// The canaries' I/O errors since the last reading, one reason per probe that had any,
-/// and moves the mark. Errors across a time the drive went down (removed, replaced) are
-/// the drive leaving, not its media: they are not held against the drive that is there.
+/// What the canaries' errors since the last reading say of the drive.
+#[derive(Debug, Default, PartialEq)]
+struct CanaryErrors {
+    /// The device failed I/O (or returned wrong data): one reason per probe. The drive
+    /// is failing.
+    device: Vec<String>,
+    /// I/O failed for the host's reasons (a full or read-only filesystem, permissions):
+    /// one reason per probe. Not the drive's fault, but its canary sees nothing: a warning.
+    host: Vec<String>,
+}
+
+/// The canaries' I/O errors since the last reading, and moves the mark. Errors across a
+/// time the drive went down (removed, replaced) are the drive leaving, not its media:
+/// they are not held against the drive that is there.
 fn new_canary_errors(
     probes: &BTreeMap<String, ProbeStatus>,
     downs: u64,
     mark: &mut ErrorMark,
-) -> Vec<String> {
+) -> CanaryErrors {
     let left = downs != mark.downs;
     mark.downs = downs;
-    let mut reasons = Vec::new();
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    let mut out = CanaryErrors::default();
     for (name, p) in probes {
-        let now = p.read.errors_total + p.write.errors_total;
-        let before = mark.per_probe.insert(name.clone(), now).unwrap_or(0);
-        if now > before && !left {
-            let n = now - before;
-            reasons.push(format!(
-                "canary {name}: {n} I/O error{} since the last health reading",
-                if n == 1 { "" } else { "s" }
+        let now = (
+            p.read.errors_total + p.write.errors_total,
+            p.read.device_errors_total + p.write.device_errors_total,
+        );
+        let before = mark.per_probe.insert(name.clone(), now).unwrap_or((0, 0));
+        if left {
+            continue;
+        }
+        let device = now.1.saturating_sub(before.1);
+        let host = now.0.saturating_sub(before.0).saturating_sub(device);
+        if device > 0 {
+            out.device.push(format!(
+                "canary {name}: {device} I/O error{} since the last health reading",
+                plural(device)
+            ));
+        }
+        if host > 0 {
+            let why = p
+                .write
+                .last_host_error
+                .as_deref()
+                .or(p.read.last_host_error.as_deref())
+                .unwrap_or("an error of the host");
+            out.host.push(format!(
+                "canary {name}: {host} I/O error{} since the last health reading that the \
+                 host caused, not the drive (the last: {why}): check the file target's \
+                 filesystem and the daemon's log",
+                plural(host)
             ));
         }
     }
-    reasons
+    out
 }
 
 fn poll_once(ctx: &Ctx, drive: &DriveCtl, name: &str, opts: &ReadOptions, mark: &mut ErrorMark) {
@@ -107,11 +141,16 @@ fn poll_once(ctx: &Ctx, drive: &DriveCtl, name: &str, opts: &ReadOptions, mark: 
                 // I/O that fails on the drive is the plainest sign it is failing, whatever
                 // its own SMART data says (issue 7): the verdict says so until a reading
                 // with no new canary error.
+                // Errors the host caused (a full filesystem under a file target, say)
+                // stop the canary seeing the drive: a warning, not the drive failing.
                 let canary = new_canary_errors(&d.probes, drive.downs(), mark);
-                if !canary.is_empty() {
+                if !canary.device.is_empty() {
                     a.verdict = Verdict::Failing;
-                    a.reasons.splice(0..0, canary);
+                    a.reasons.splice(0..0, canary.device);
+                } else if !canary.host.is_empty() && a.verdict != Verdict::Failing {
+                    a.verdict = Verdict::Warning;
                 }
+                a.reasons.extend(canary.host);
                 d.endurance = Some(endurance::estimate(
                     &report,
                     &drive.cfg.rating,
@@ -187,39 +226,92 @@ fn merge_identity(into: &mut health::Identity, from: &health::Identity) {
 mod tests {
     use super::*;
 
-    fn probes(errors: &[(&str, u64, u64)]) -> BTreeMap<String, ProbeStatus> {
+    /// Probes with (name, read errors, write errors, of them the device's, the last
+    /// host error).
+    fn probes(errors: &[(&str, u64, u64, u64, Option<&str>)]) -> BTreeMap<String, ProbeStatus> {
         errors
             .iter()
-            .map(|&(n, r, w)| {
+            .map(|&(n, r, w, dev, host)| {
                 let mut p = ProbeStatus::default();
                 p.read.errors_total = r;
                 p.write.errors_total = w;
+                p.read.device_errors_total = dev;
+                p.write.last_host_error = host.map(str::to_string);
                 (n.to_string(), p)
             })
             .collect()
     }
 
+    fn device(r: &[&str]) -> CanaryErrors {
+        CanaryErrors {
+            device: r.iter().map(|s| s.to_string()).collect(),
+            host: Vec::new(),
+        }
+    }
+
     #[test]
     fn canary_errors_count_once_and_not_across_a_removal() {
         let mut mark = ErrorMark::default();
-        assert!(new_canary_errors(&probes(&[("rd", 0, 0)]), 0, &mut mark).is_empty());
-        let r = new_canary_errors(&probes(&[("rd", 3, 1), ("wr", 0, 0)]), 0, &mut mark);
+        let mut seen = |p: &[(&str, u64, u64, u64, Option<&str>)], downs| {
+            new_canary_errors(&probes(p), downs, &mut mark)
+        };
+        assert_eq!(seen(&[("rd", 0, 0, 0, None)], 0), device(&[]));
         assert_eq!(
-            r,
-            vec!["canary rd: 4 I/O errors since the last health reading"]
+            seen(&[("rd", 3, 1, 4, None), ("wr", 0, 0, 0, None)], 0),
+            device(&["canary rd: 4 I/O errors since the last health reading"])
         );
         // The same counts at the next reading: nothing new, the verdict recovers.
-        assert!(new_canary_errors(&probes(&[("rd", 3, 1), ("wr", 0, 0)]), 0, &mut mark).is_empty());
-        let r = new_canary_errors(&probes(&[("rd", 3, 1), ("wr", 0, 1)]), 0, &mut mark);
         assert_eq!(
-            r,
-            vec!["canary wr: 1 I/O error since the last health reading"]
+            seen(&[("rd", 3, 1, 4, None), ("wr", 0, 0, 0, None)], 0),
+            device(&[])
+        );
+        assert_eq!(
+            seen(&[("rd", 3, 1, 4, None), ("wr", 0, 1, 1, None)], 0),
+            device(&["canary wr: 1 I/O error since the last health reading"])
         );
         // Errors while the drive went away (removed and back): not the drive's.
-        assert!(
-            new_canary_errors(&probes(&[("rd", 90, 1), ("wr", 0, 1)]), 1, &mut mark).is_empty()
+        assert_eq!(
+            seen(&[("rd", 90, 1, 91, None), ("wr", 0, 1, 1, None)], 1),
+            device(&[])
         );
-        let r = new_canary_errors(&probes(&[("rd", 91, 1), ("wr", 0, 1)]), 1, &mut mark);
-        assert_eq!(r.len(), 1);
+        assert_eq!(
+            seen(&[("rd", 91, 1, 92, None), ("wr", 0, 1, 1, None)], 1)
+                .device
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn errors_the_host_caused_are_a_warning_not_the_drive_failing() {
+        let mut mark = ErrorMark::default();
+        let enospc = Some("no space left (ENOSPC)");
+        // A full filesystem under the file target: 5 write errors, none the device's.
+        let r = new_canary_errors(&probes(&[("wr", 0, 5, 0, enospc)]), 0, &mut mark);
+        assert!(r.device.is_empty(), "{r:?}");
+        assert_eq!(r.host.len(), 1);
+        assert!(
+            r.host[0].starts_with("canary wr: 5 I/O errors since the last health reading that the host caused, not the drive (the last: no space left (ENOSPC))"),
+            "{}",
+            r.host[0]
+        );
+        // Then the device fails too: 2 more, both the device's, counted apart.
+        let r = new_canary_errors(&probes(&[("wr", 0, 7, 2, enospc)]), 0, &mut mark);
+        assert_eq!(
+            r,
+            device(&["canary wr: 2 I/O errors since the last health reading"])
+        );
+        // Both at once.
+        let r = new_canary_errors(&probes(&[("wr", 1, 10, 3, enospc)]), 0, &mut mark);
+        assert_eq!(
+            r.device,
+            vec!["canary wr: 1 I/O error since the last health reading"]
+        );
+        assert_eq!(r.host.len(), 1);
+        assert!(
+            r.host[0].starts_with("canary wr: 3 I/O errors"),
+            "{}",
+            r.host[0]
+        );
     }
 }

@@ -35,6 +35,10 @@ pub struct OpWindow {
     ops_total: u64,
     bytes_total: u64,
     errors_total: u64,
+    /// Of `errors_total`, the device's (`engine::device_errno`) and verify mismatches.
+    device_errors_total: u64,
+    /// The latest error that was not the device's, by name.
+    last_host_error: Option<&'static str>,
     sum_ns: u128,
 }
 
@@ -54,6 +58,8 @@ impl OpWindow {
             ops_total: 0,
             bytes_total: 0,
             errors_total: 0,
+            device_errors_total: 0,
+            last_host_error: None,
             sum_ns: 0,
         }
     }
@@ -64,6 +70,10 @@ impl OpWindow {
         self.ops_total += s.ops;
         self.bytes_total += s.bytes;
         self.errors_total += s.errors;
+        self.device_errors_total += s.device_errors;
+        if let Some(errno) = s.other_errno {
+            self.last_host_error = Some(crate::engine::errno_name(errno));
+        }
         self.sum_ns += s.sum_ns();
         let bounds = bounds_ns();
         let mut pairs = Vec::new();
@@ -109,9 +119,11 @@ impl OpWindow {
         }
     }
 
-    /// Counts an I/O error that the engine could not (the target failed to open, say).
-    pub fn add_error(&mut self) {
+    /// Counts a read whose data differs from what was written (verify): the device
+    /// returned wrong data, so it counts as the device's.
+    pub fn add_mismatch(&mut self) {
         self.errors_total += 1;
+        self.device_errors_total += 1;
     }
 
     /// The quantiles over the window, None when it holds no I/O.
@@ -157,6 +169,8 @@ impl OpWindow {
             ops_total: self.ops_total,
             bytes_total: self.bytes_total,
             errors_total: self.errors_total,
+            device_errors_total: self.device_errors_total,
+            last_host_error: self.last_host_error.map(str::to_string),
             latency_sum_seconds: self.sum_ns as f64 / 1e9,
             buckets: cumulative,
             window: self.quantiles(),

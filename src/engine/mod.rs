@@ -20,12 +20,12 @@ pub use job::{
     Arrival, BackendChoice, CpuPolicy, Distribution, Job, JobError, JobSpec, Pattern, RateLimit,
     RegionSpec, SizeMix, Stop,
 };
-pub use stats::{DirStats, DirSummary, IntervalDir, IntervalSummary, LatencySummary};
+pub use stats::{device_errno, DirStats, DirSummary, IntervalDir, IntervalSummary, LatencySummary};
 pub use verify::VerifySummary;
 /// CLOCK_MONOTONIC in ns, the clock of `Uring::wait_until` (its test uses it).
 #[cfg(test)]
 pub(crate) use worker::now_ns;
-pub use worker::IoErrorRecord;
+pub use worker::{errno_name, IoErrorRecord};
 
 use crate::sys::uring::UringFeatures;
 use crate::target::{Region, Target, TargetError};
@@ -171,6 +171,12 @@ pub struct RunResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub io_uring: Option<UringFeatures>,
     pub region: Region,
+    /// The CPUs the process could use (its affinity: cgroup cpusets, taskset).
+    pub cpus_allowed: Vec<usize>,
+    /// Where each worker ran, in worker order: the CPUs it was confined to, or null for
+    /// a worker free to run on any of `cpus_allowed` (`engine::cpu`: fio's
+    /// `cpus_allowed_policy=split`, and a depth-1 worker on a CPU of its own).
+    pub worker_cpus: Vec<Option<Vec<usize>>>,
     pub runtime_seconds: f64,
     pub read: DirSummary,
     pub write: DirSummary,
@@ -343,8 +349,9 @@ pub fn run_observed(
         control,
         job.latency_digits,
     );
+    let cpus_allowed = cpu::allowed();
     let mut placement = cpu::split(
-        &cpu::allowed(),
+        &cpus_allowed,
         setups.len(),
         job.depth,
         job.cpu_policy,
@@ -361,13 +368,13 @@ pub fn run_observed(
                 .name(format!("dp-worker-{}", setup.id))
                 .spawn_scoped(scope, move || {
                     // Before the ring exists: its kernel helpers are made on these CPUs.
-                    if let Some(cpus) = cpus {
-                        cpu::confine(&cpus);
-                    }
-                    match backend {
+                    let confined = cpus.filter(|c| cpu::confine(c));
+                    let mut outcome = match backend {
                         Backend::IoUring => worker::run_uring(setup, gate, shared),
                         Backend::Psync => worker::run_psync(setup, gate, shared),
-                    }
+                    };
+                    outcome.cpus = confined;
+                    outcome
                 });
             match h {
                 Ok(h) => handles.push(h),
@@ -410,6 +417,7 @@ pub fn run_observed(
     let mut errors = ErrorSummary::default();
     let mut verify = VerifySummary::default();
     let mut io_uring = None;
+    let worker_cpus = outcomes.iter().map(|o| o.cpus.clone()).collect();
     for o in outcomes {
         errors.count += o.errors;
         errors.first.extend(o.error_records);
@@ -440,6 +448,8 @@ pub fn run_observed(
         engine_note: note,
         io_uring,
         region,
+        cpus_allowed,
+        worker_cpus,
         runtime_seconds,
         read: collector.total_read.summary(runtime_seconds),
         write: collector.total_write.summary(runtime_seconds),

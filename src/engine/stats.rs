@@ -22,6 +22,30 @@ pub const TOTAL_PERCENTILES: [(&str, f64); 5] = [
     ("99.99", 99.99),
 ];
 
+/// Whether a failed I/O's errno says the device, or the path to it, failed it, as the
+/// block layer reports a device's failures (`blk_status_to_errno`): an I/O error, a
+/// medium error (ENODATA), an integrity error (EILSEQ), a timeout, the transport or the
+/// target failing (ENOLINK, EREMOTEIO), the device offline or gone (ENODEV, ENXIO), a
+/// command duration limit (ETIME), a bad message (EBADMSG). The others are the host's:
+/// no space (a full filesystem or thin pool), a read-only filesystem, permissions,
+/// alignment (EINVAL), a short transfer (0, a file truncated under the run), no memory,
+/// busy, a reservation held by another host (EBADE).
+pub fn device_errno(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::EIO
+            | libc::ENODATA
+            | libc::EILSEQ
+            | libc::ETIMEDOUT
+            | libc::ENOLINK
+            | libc::EREMOTEIO
+            | libc::ENODEV
+            | libc::ENXIO
+            | libc::ETIME
+            | libc::EBADMSG
+    )
+}
+
 /// Counts for one direction (read or write) over some span of time.
 #[derive(Debug, Clone)]
 pub struct DirStats {
@@ -29,6 +53,11 @@ pub struct DirStats {
     pub bytes: u64,
     /// I/Os that failed (not in `ops` or the latencies).
     pub errors: u64,
+    /// Of `errors`, those the device failed ([`device_errno`]). The others are the
+    /// host's: a full or read-only filesystem, permissions, alignment, a truncated file.
+    pub device_errors: u64,
+    /// The errno of the latest error that was not the device's (0: a short transfer).
+    pub other_errno: Option<i32>,
     lat_sum: u128,
     lat_sq_sum: u128,
     lat_min: u64,
@@ -55,6 +84,8 @@ impl DirStats {
             ops: 0,
             bytes: 0,
             errors: 0,
+            device_errors: 0,
+            other_errno: None,
             lat_sum: 0,
             lat_sq_sum: 0,
             lat_min: u64::MAX,
@@ -77,10 +108,23 @@ impl DirStats {
         self.hist.saturating_record(lat.min(MAX_TRACKED_NS));
     }
 
+    /// Counts one failed I/O; `errno` 0 is a short transfer.
+    #[cold]
+    pub fn error(&mut self, errno: i32) {
+        self.errors += 1;
+        if device_errno(errno) {
+            self.device_errors += 1;
+        } else {
+            self.other_errno = Some(errno);
+        }
+    }
+
     pub fn merge(&mut self, other: &DirStats) {
         self.ops += other.ops;
         self.bytes += other.bytes;
         self.errors += other.errors;
+        self.device_errors += other.device_errors;
+        self.other_errno = other.other_errno.or(self.other_errno);
         self.lat_sum += other.lat_sum;
         self.lat_sq_sum += other.lat_sq_sum;
         self.lat_min = self.lat_min.min(other.lat_min);
@@ -99,6 +143,8 @@ impl DirStats {
         self.ops = 0;
         self.bytes = 0;
         self.errors = 0;
+        self.device_errors = 0;
+        self.other_errno = None;
         self.lat_sum = 0;
         self.lat_sq_sum = 0;
         self.lat_min = u64::MAX;
@@ -263,6 +309,50 @@ pub struct IntervalSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::errno_name;
+
+    #[test]
+    fn errors_are_the_device_s_or_the_host_s() {
+        for e in [
+            libc::EIO,
+            libc::ENODATA,
+            libc::EILSEQ,
+            libc::ETIMEDOUT,
+            libc::ENOLINK,
+            libc::EREMOTEIO,
+            libc::ENODEV,
+            libc::ENXIO,
+        ] {
+            assert!(device_errno(e), "{}", errno_name(e));
+        }
+        for e in [
+            0,
+            libc::ENOSPC,
+            libc::EROFS,
+            libc::EACCES,
+            libc::EPERM,
+            libc::EINVAL,
+            libc::EBADF,
+            libc::EOPNOTSUPP,
+            libc::EAGAIN,
+        ] {
+            assert!(!device_errno(e), "{}", errno_name(e));
+        }
+        let mut a = DirStats::new();
+        a.error(libc::EIO);
+        a.error(libc::ENOSPC);
+        let mut b = DirStats::new();
+        b.error(0);
+        b.error(libc::ENODATA);
+        a.merge(&b);
+        assert_eq!((a.errors, a.device_errors, a.other_errno), (4, 2, Some(0)));
+        // The latest host error wins a merge; one with none keeps what it had.
+        a.merge(&DirStats::new());
+        assert_eq!(a.other_errno, Some(0));
+        assert_eq!(a.ops, 0, "a failed I/O is not an op");
+        a.reset();
+        assert_eq!((a.errors, a.device_errors, a.other_errno), (0, 0, None));
+    }
 
     /// Percentiles from the histogram are within 1% (in fact 0.1%) of the exact ones.
     #[test]

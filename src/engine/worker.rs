@@ -74,6 +74,8 @@ pub struct WorkerOutcome {
     pub uring: Option<UringFeatures>,
     /// A failure that kept the worker from running at all.
     pub fatal: Option<String>,
+    /// The CPUs the worker was confined to, if it was.
+    pub cpus: Option<Vec<usize>>,
 }
 
 /// Shared between workers and the collector; touched only off the hot path (errors,
@@ -360,12 +362,12 @@ impl Core {
     #[cold]
     fn error(&mut self, slot: &Slot, res: i64, shared: &Shared) {
         self.outcome.errors += 1;
-        if slot.read {
-            self.cur.read.errors += 1;
-        } else {
-            self.cur.write.errors += 1;
-        }
         let errno = if res < 0 { (-res) as i32 } else { 0 };
+        if slot.read {
+            self.cur.read.error(errno);
+        } else {
+            self.cur.write.error(errno);
+        }
         if self.outcome.error_records.len() < MAX_ERROR_RECORDS {
             self.outcome.error_records.push(IoErrorRecord {
                 offset: slot.offset,
@@ -395,7 +397,8 @@ impl Core {
     }
 }
 
-fn errno_name(errno: i32) -> &'static str {
+/// A failed I/O's errno as the result names it (0: a short transfer).
+pub fn errno_name(errno: i32) -> &'static str {
     match errno {
         0 => "short transfer",
         libc::EIO => "input/output error (EIO)",
