@@ -426,10 +426,22 @@ fn probe_rows(h: &mut String, name: &str, p: &ProbeStatus) {
             None => Default::default(),
         };
         let or_none = |s: String| if s.is_empty() { NONE.to_string() } else { s };
-        let errors = if o.errors_total > 0 {
+        // Errors the host caused (a full or read-only filesystem, a truncated file) are
+        // told apart: they do not make the drive's verdict failing.
+        let host = o.errors_total.saturating_sub(o.device_errors_total);
+        let errors = if o.errors_total == 0 {
+            "0".to_string()
+        } else if host == 0 {
             format!("<span class=\"bad\">{}</span>", f::count(o.errors_total))
         } else {
-            "0".to_string()
+            format!(
+                "<span class=\"bad\" title=\"{} caused by the host, not the drive; the last: {}\">{} \
+                 <span class=\"dim\">({} host)</span></span>",
+                f::count(host),
+                esc(o.last_host_error.as_deref().unwrap_or("unknown")),
+                f::count(o.errors_total),
+                f::count(host),
+            )
         };
         let _ = write!(
             h,
@@ -586,6 +598,9 @@ mod tests {
             ProbeStatus {
                 read: OpStatus {
                     ops_total: 5,
+                    errors_total: 3,
+                    device_errors_total: 1,
+                    last_host_error: Some(evil.into()),
                     window: Some(WindowQuantiles {
                         ops: 5,
                         quantiles: [f64::NAN, f64::INFINITY, -1.0, 1e300],
@@ -616,6 +631,12 @@ mod tests {
         assert!(!html.contains("<script"), "{html}");
         assert!(!html.contains("'x'"));
         assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;"));
+        // Host errors are counted apart, their last one named (escaped, as above).
+        assert!(
+            html.contains("title=\"2 caused by the host, not the drive; the last: &lt;script&gt;"),
+            "{html}"
+        );
+        assert!(html.contains(">3 <span class=\"dim\">(2 host)</span></span>"));
         // An id that is not URL-safe gets no report link.
         assert!(!html.contains("/runs/&lt;"));
     }
