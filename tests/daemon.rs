@@ -11,13 +11,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::daemon::{file_drive, Daemon, Exposition, BIN};
 
-fn shm_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("dp-daemon-")
-        .tempdir_in("/dev/shm")
-        .expect("tempdir in /dev/shm")
-}
-
 fn write(path: &Path, text: &str) {
     std::fs::write(path, text).expect("write config");
 }
@@ -61,7 +54,7 @@ fn state_json(dir: &Path) -> serde_json::Value {
 
 #[test]
 fn serves_live_metrics_for_file_target_drives() {
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-daemon-");
     let cfg = dir.path().join("d.toml");
     write(
         &cfg,
@@ -211,7 +204,7 @@ fn serves_live_metrics_for_file_target_drives() {
 
 #[test]
 fn a_drive_whose_identity_matches_nothing_is_down_and_gets_no_io() {
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-daemon-");
     let cfg = dir.path().join("d.toml");
     write(
         &cfg,
@@ -265,7 +258,7 @@ fn a_drive_whose_identity_matches_nothing_is_down_and_gets_no_io() {
 
 #[test]
 fn sighup_applies_a_good_config_and_keeps_the_old_one_on_a_bad_one() {
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-daemon-");
     let cfg = dir.path().join("d.toml");
     let probe = "[[probe]]\nname = \"rd\"\ndrives = [\"*\"]\nworkload = { rate_iops = 100 }\n";
     let a = file_drive("a", &dir.path().join("a.dat"), "8MiB");
@@ -357,7 +350,7 @@ fn wait_run_status(d: &Daemon, want: &str, limit: Duration) -> serde_json::Value
 
 #[test]
 fn a_scheduled_run_pauses_the_canary_exports_its_results_and_is_not_repeated_after_restart() {
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-daemon-");
     let cfg = dir.path().join("d.toml");
     write(&cfg, &run_config(dir.path(), "latency", "10m"));
     seed_state(dir.path(), &["s/a"]);
@@ -463,7 +456,7 @@ fn a_scheduled_run_pauses_the_canary_exports_its_results_and_is_not_repeated_aft
 
 #[test]
 fn a_run_past_its_maximum_duration_is_stopped_and_marked_timed_out() {
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-daemon-");
     let cfg = dir.path().join("d.toml");
     write(&cfg, &run_config(dir.path(), "enterprise", "3s"));
     seed_state(dir.path(), &["s/a"]);
@@ -487,7 +480,7 @@ fn a_run_past_its_maximum_duration_is_stopped_and_marked_timed_out() {
 
 #[test]
 fn sigterm_mid_run_stops_within_5_s_marks_the_run_and_a_restart_does_not_repeat_it() {
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-daemon-");
     let cfg = dir.path().join("d.toml");
     write(&cfg, &run_config(dir.path(), "enterprise", "1h"));
     seed_state(dir.path(), &["s/a"]);
@@ -514,7 +507,7 @@ fn sigterm_mid_run_stops_within_5_s_marks_the_run_and_a_restart_does_not_repeat_
 
 #[test]
 fn kill_9_mid_run_leaves_it_interrupted_and_not_repeated() {
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-daemon-");
     let cfg = dir.path().join("d.toml");
     write(&cfg, &run_config(dir.path(), "enterprise", "1h"));
     seed_state(dir.path(), &["s/a"]);
@@ -532,7 +525,7 @@ fn kill_9_mid_run_leaves_it_interrupted_and_not_repeated() {
 
 #[test]
 fn the_wear_budget_pauses_writing_probes_and_says_so() {
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-daemon-");
     let cfg = dir.path().join("d.toml");
     write(
         &cfg,
@@ -588,7 +581,7 @@ fn the_wear_budget_pauses_writing_probes_and_says_so() {
 
 #[test]
 fn speaks_the_systemd_notify_protocol() {
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-daemon-");
     let sock_path = dir.path().join("notify.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(30)))
@@ -650,7 +643,7 @@ fn speaks_the_systemd_notify_protocol() {
 
 #[test]
 fn refuses_a_bad_config_and_a_busy_port_in_one_line() {
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-daemon-");
     let cfg = dir.path().join("bad.toml");
     write(&cfg, "[server]\nlisten = 12\n");
     let out = std::process::Command::new(BIN)
@@ -697,7 +690,7 @@ fn refuses_a_bad_config_and_a_busy_port_in_one_line() {
 fn the_bare_command_runs_the_built_in_config() {
     use std::io::{BufRead, BufReader};
     use std::os::unix::fs::PermissionsExt;
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-daemon-");
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let xdg = dir.path().join("xdg");
     let mut child = std::process::Command::new("setpriv")

@@ -250,13 +250,6 @@ fn read_response(s: &mut impl Read) -> Result<Resp, String> {
 
 // ------------------------------------------------------------------ the daemon
 
-fn shm_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("dp-httpsec-")
-        .tempdir_in("/dev/shm")
-        .expect("tempdir in /dev/shm")
-}
-
 fn now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -275,7 +268,7 @@ struct Rig {
 
 impl Rig {
     fn new() -> Rig {
-        let dir = shm_dir();
+        let dir = common::shm_dir("dp-httpsec-");
         let d = dir.path();
         let pki_dir = d.join("pki");
         std::fs::create_dir(&pki_dir).unwrap();

@@ -13,13 +13,6 @@ use std::time::{Duration, Instant};
 use common::daemon::{file_drive, Daemon};
 use common::{need_root, Mount};
 
-fn shm_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("dp-rel-")
-        .tempdir_in("/dev/shm")
-        .expect("tempdir in /dev/shm")
-}
-
 fn ops(d: &Daemon) -> f64 {
     d.scrape()
         .value(
@@ -43,7 +36,7 @@ fn wait_until(what: &str, limit: Duration, d: &Daemon, mut cond: impl FnMut() ->
 
 #[test]
 fn a_deleted_or_truncated_file_target_is_made_again_and_the_canary_goes_on() {
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-rel-");
     let target = dir.path().join("a.dat");
     let cfg = dir.path().join("d.toml");
     std::fs::write(
@@ -153,7 +146,7 @@ impl Lcg {
 /// interrupted at the next start; the last start, with nothing due, starts nothing.
 #[test]
 fn kill_9_at_random_moments_twenty_times_never_repeats_a_run() {
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-rel-");
     let state_dir = dir.path().join("state");
     std::fs::create_dir_all(&state_dir).unwrap();
     let state_file = state_dir.join("state.json");
@@ -336,7 +329,7 @@ fn schedule_runs(d: &Daemon) -> Vec<serde_json::Value> {
 /// repair. After each repair the state is saved again.
 fn state_dir_fault(kind: StateFault, episodes: u32) {
     need_root();
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-rel-");
     let state = dir.path().join("state");
     let mnt = Mount::virtual_fs("tmpfs", Some("size=256k"), &state);
     let state_file = state.join("state.json");
@@ -499,7 +492,7 @@ fn a_read_only_state_directory_loses_nothing_and_delays_only_runs() {
 #[test]
 fn a_file_target_made_read_only_holds_the_write_canary_only() {
     need_root();
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-rel-");
     let wdir = dir.path().join("w");
     std::fs::create_dir_all(&wdir).unwrap();
     let state = dir.path().join("state");

@@ -208,7 +208,17 @@ fn refuses_swap() {
     let file = image(dir.path(), "disk.img", 16 * MIB);
     let lo = Loop::attach(&file, &[]);
     let _s = Swap::on(lo.path());
-    let err = refuse(lo.path(), &destructive(&loop_serial(&file)), &file);
+    // The kernel may swap to the device during the attempt (its writes, not the gate's):
+    // checked as the safety matrix checks it, again while the kernel did not swap.
+    let info = device::inspect(lo.path()).unwrap();
+    let (err, unchanged) = common::watched(&file, true, || {
+        safety::authorize_block_writes(&info, &destructive(&loop_serial(&file)))
+            .expect_err("the gate must refuse")
+    });
+    assert!(
+        unchanged,
+        "backing file changed while the kernel did not swap"
+    );
     match &err {
         SafetyError::InUse { reasons, .. } => assert_eq!(
             reasons.0,

@@ -31,13 +31,6 @@ use common::{
     Loop, Mount, Swap, MIB,
 };
 
-fn shm_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("dp-safety-")
-        .tempdir_in("/dev/shm")
-        .expect("tempdir in /dev/shm")
-}
-
 /// Attempts per test (every one refused, every checksum unchanged): RELIABILITY.md gives
 /// these figures, and `Tally::finish` checks the matrix really made them.
 const MOUNTED_ATTEMPTS: u32 = 106;
@@ -160,41 +153,6 @@ fn beside_the_target_suites() -> Vec<String> {
 
 const WORKLOADS: [&str; 4] = ["randwrite", "write", "randrw", "rw"];
 
-/// Pages the kernel has written to swap areas since boot (/proc/vmstat).
-fn pswpout() -> u64 {
-    std::fs::read_to_string("/proc/vmstat")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("pswpout "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// Runs `attempt` between two checksums of `backing`; returns its value and whether the
-/// file stayed unchanged. On a swap area (`swap`) the kernel itself writes swapped-out
-/// pages whenever memory is short: an attempt during which the kernel swapped out and the
-/// file changed proves nothing either way, so it is made again (up to 5 times); one made
-/// while the kernel did not swap is conclusive.
-fn watched<T>(backing: &Path, swap: bool, mut attempt: impl FnMut() -> T) -> (T, bool) {
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        let sw0 = pswpout();
-        std::thread::sleep(Duration::from_millis(if swap { 200 } else { 0 }));
-        let before = checksum(backing);
-        let v = attempt();
-        sync();
-        let unchanged = checksum(backing) == before;
-        std::thread::sleep(Duration::from_millis(if swap { 200 } else { 0 }));
-        if unchanged || !swap || pswpout() == sw0 || tries >= 5 {
-            if swap && tries > 1 {
-                println!("swap: attempt made {tries} times (the kernel swapped meanwhile)");
-            }
-            return (v, unchanged);
-        }
-    }
-}
-
 /// The flag combinations tried against a device whose serial is `right`; the one that may
 /// write (allow + right serial) is left out unless `with_permitted`.
 fn flag_sets(right: &str, with_permitted: bool) -> Vec<(&'static str, Vec<String>)> {
@@ -303,7 +261,7 @@ fn cli_attempts(
             args.extend(f.iter().cloned());
             args.push(dev.clone());
             let (out, unchanged) =
-                watched(backing, swap, || driveprobe(&args, Duration::from_secs(30)));
+                common::watched(backing, swap, || driveprobe(&args, Duration::from_secs(30)));
             let what = format!("{case}: {path} [{fname}]");
             let line = one_line_refusal(&out, &what);
             assert!(
@@ -379,7 +337,7 @@ fn daemon_in_use(
     backing: &Path,
     swap: bool,
 ) {
-    let ((ops, r, log), unchanged) = watched(backing, swap, || {
+    let ((ops, r, log), unchanged) = common::watched(backing, swap, || {
         let cfg = daemon_config(
             dir,
             dev,
@@ -506,7 +464,7 @@ fn ext4_loop(dir: &Path, name: &str) -> (PathBuf, Loop) {
 #[test]
 fn a_mounted_device_is_never_written() {
     need_root();
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-safety-");
     let (file, lo) = ext4_loop(dir.path(), "disk.img");
     let _m = Mount::new(lo.path(), &dir.path().join("mnt"));
     sync();
@@ -529,7 +487,7 @@ fn a_mounted_device_is_never_written() {
 #[test]
 fn a_device_with_a_mounted_partition_is_never_written() {
     need_root();
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-safety-");
     let file = marked_image(dir.path(), "disk.img", 64 * MIB);
     partition_image(&file);
     let lo = Loop::attach(&file, &["--partscan"]);
@@ -582,7 +540,7 @@ fn swap_used(dev: &Path) -> u64 {
 #[test]
 fn a_swap_device_is_never_written() {
     need_root();
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-safety-");
     let file = marked_image(dir.path(), "disk.img", 64 * MIB);
     let lo = Loop::attach(&file, &[]);
     let _s = Swap::on(lo.path());
@@ -612,7 +570,7 @@ fn a_swap_device_is_never_written() {
 #[test]
 fn a_free_device_is_written_only_with_allow_destructive_and_its_serial() {
     need_root();
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-safety-");
     let (file, lo) = ext4_loop(dir.path(), "disk.img");
     let serial = loop_serial(&file);
     let mut t = Tally::default();
@@ -715,7 +673,7 @@ struct FileSetup {
 }
 
 fn file_setup() -> FileSetup {
-    let dir = shm_dir();
+    let dir = common::shm_dir("dp-safety-");
     let img = common::image(dir.path(), "fs.img", 256 * MIB);
     let lo = Loop::attach(&img, &[]);
     mkfs_ext4(lo.path());
@@ -948,7 +906,7 @@ fn links_are_not_a_way_around_the_gate() {
     let twin = dir.join("twin.dat");
     std::fs::hard_link(&fs.neighbours[1], &twin).unwrap();
     // A link to a free block device with a filesystem (in /dev/shm, not on the ext4).
-    let devdir = shm_dir();
+    let devdir = common::shm_dir("dp-safety-");
     let (backing, lo) = ext4_loop(devdir.path(), "dev.img");
     let to_dev = dir.join("link-to-dev.dat");
     std::os::unix::fs::symlink(lo.path(), &to_dev).unwrap();

@@ -632,3 +632,38 @@ pub fn wait_for_child_named(
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Pages the kernel has written to swap areas since boot (/proc/vmstat).
+pub fn pswpout() -> u64 {
+    std::fs::read_to_string("/proc/vmstat")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("pswpout "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Runs `attempt` between two checksums of `backing`; returns its value and whether the
+/// file stayed unchanged. On a swap area (`swap`) the kernel itself writes swapped-out
+/// pages whenever memory is short: an attempt during which the kernel swapped out and the
+/// file changed proves nothing either way, so it is made again (up to 5 times); one made
+/// while the kernel did not swap is conclusive.
+pub fn watched<T>(backing: &Path, swap: bool, mut attempt: impl FnMut() -> T) -> (T, bool) {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let sw0 = pswpout();
+        std::thread::sleep(Duration::from_millis(if swap { 200 } else { 0 }));
+        let before = checksum(backing);
+        let v = attempt();
+        sync();
+        let unchanged = checksum(backing) == before;
+        std::thread::sleep(Duration::from_millis(if swap { 200 } else { 0 }));
+        if unchanged || !swap || pswpout() == sw0 || tries >= 5 {
+            if swap && tries > 1 {
+                println!("swap: attempt made {tries} times (the kernel swapped meanwhile)");
+            }
+            return (v, unchanged);
+        }
+    }
+}
