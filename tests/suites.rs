@@ -180,24 +180,51 @@ fn curves_suite() {
     assert_eq!(phases(&doc, "fill").len(), 1);
     let curves = phases(&doc, "rate_curve");
     assert_eq!(curves.len(), 16);
+    // Below the maximum the rate asked for is delivered. Rounds are 100 ms, so a host
+    // busy elsewhere for a moment (a build on this 2-CPU machine) can starve one point:
+    // once it delivered 7090 of 32610 IOPS. A broken limiter misses many points, and
+    // systematically; so at least 90% of the points must be within 10%, and the median
+    // error under 5%.
+    let mut errors = Vec::new();
+    let mut misses = Vec::new();
     for c in &curves {
         let max = c["max_iops"].as_f64().unwrap();
         assert!(max > 0.0);
         let pts = c["points"].as_array().unwrap();
         assert_eq!(pts.len(), 12);
-        // Below the maximum the rate asked for is delivered (within 10%: short rounds).
         for p in pts
             .iter()
             .filter(|p| p["fraction"].as_f64().unwrap() <= 0.3)
         {
             let want = p["target_iops"].as_f64().unwrap();
             let got = p["round"]["iops"].as_f64().unwrap();
-            assert!(
-                (got - want).abs() / want < 0.10,
-                "{}: {got} of {want}",
-                c["workload"]["name"]
-            );
+            let err = (got - want).abs() / want;
+            errors.push(err);
+            if err >= 0.10 {
+                misses.push(format!("{}: {got:.0} of {want:.0}", c["workload"]["name"]));
+            }
         }
+    }
+    assert!(
+        errors.len() >= 32,
+        "{} points at or below 30%",
+        errors.len()
+    );
+    errors.sort_by(f64::total_cmp);
+    let median = errors[errors.len() / 2];
+    assert!(
+        misses.len() * 10 <= errors.len() && median < 0.05,
+        "{} of {} points off by 10% or more, median error {:.1}%:\n{}",
+        misses.len(),
+        errors.len(),
+        median * 100.0,
+        misses.join("\n")
+    );
+    if !misses.is_empty() {
+        println!(
+            "points off by 10% or more (within the allowance):\n{}",
+            misses.join("\n")
+        );
     }
 }
 
