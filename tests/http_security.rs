@@ -677,7 +677,46 @@ fn bad_web_configs_are_refused_with_exit_2() {
         }
         assert!(out.stdout.is_empty(), "{what}: it started listening");
         println!("{what}: {}", lines[0]);
+        // check-config refuses it before any daemon does, with the same line.
+        let check = Command::new(BIN)
+            .args(["check-config", "--web-config-file"])
+            .arg(&rig.web)
+            .output()
+            .unwrap();
+        assert_eq!(check.status.code(), Some(2), "{what}: check-config");
+        assert_eq!(
+            String::from_utf8_lossy(&check.stderr),
+            err,
+            "{what}: check-config"
+        );
     }
+    // A good one: both files checked, each named in one line.
+    rig.write_web(&format!("{tls}basic_auth_users:\n  alice: {h}\n"));
+    let check = Command::new(BIN)
+        .arg("check-config")
+        .arg(&rig.config)
+        .arg("--web-config-file")
+        .arg(&rig.web)
+        .output()
+        .unwrap();
+    common::assert_ok(&check, "check-config FILE --web-config-file WEB");
+    let said = String::from_utf8_lossy(&check.stdout);
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines.len(), 2, "{said}");
+    assert!(
+        lines[0].starts_with(&format!("{}: ok (", rig.config.display())),
+        "{said}"
+    );
+    assert_eq!(
+        lines[1],
+        format!(
+            "{}: ok (TLS on, basic auth for 1 user(s), 0 extra header(s))",
+            rig.web.display()
+        )
+    );
+    // Neither file: a usage error.
+    let none = Command::new(BIN).arg("check-config").output().unwrap();
+    assert_eq!(none.status.code(), Some(2));
     // A file that is not there.
     let out = Command::new(BIN)
         .args(["daemon", "--config"])

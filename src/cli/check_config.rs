@@ -1,4 +1,5 @@
-//! `driveprobe check-config FILE`: validates a config without starting anything.
+//! `driveprobe check-config [FILE] [--web-config-file WEB]`: validates a config, a web
+//! config, or both, without starting anything.
 
 use std::path::PathBuf;
 
@@ -6,25 +7,40 @@ use clap::Args;
 
 use super::Failure;
 use crate::config::Config;
+use crate::http::WebConfig;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Exit status: 0 when the config is valid, 2 when it is refused (the error names FILE:LINE:COLUMN and what to change)."
+    after_help = "Give the config FILE, the web config with --web-config-file, or both (as the daemon is started; systemd's ExecReload= runs it before SIGHUP).\n\nExit status: 0 when what was given is valid, 2 when it is refused (the error names FILE:LINE:COLUMN, or the web config file, and what to change)."
 )]
 pub struct CheckConfigArgs {
     /// The TOML config file (see config/driveprobe.example.toml).
-    #[arg(value_name = "FILE")]
-    file: PathBuf,
+    #[arg(value_name = "FILE", required_unless_present = "web_config_file")]
+    file: Option<PathBuf>,
+    /// The web config file (TLS, basic auth) as `driveprobe daemon --web-config-file`
+    /// reads it: its certificate and key are loaded, its password hashes read.
+    #[arg(
+        long = "web-config-file",
+        visible_alias = "web.config.file",
+        value_name = "WEB"
+    )]
+    web_config_file: Option<PathBuf>,
 }
 
 pub fn run(args: CheckConfigArgs) -> Result<u8, Failure> {
-    let config = Config::load(&args.file).map_err(Failure::usage)?;
-    println!(
-        "{}: ok ({} drives, {} probes, {} schedules)",
-        args.file.display(),
-        config.drives.len(),
-        config.probes.len(),
-        config.schedules.len()
-    );
+    if let Some(file) = &args.file {
+        let config = Config::load(file).map_err(Failure::usage)?;
+        println!(
+            "{}: ok ({} drives, {} probes, {} schedules)",
+            file.display(),
+            config.drives.len(),
+            config.probes.len(),
+            config.schedules.len()
+        );
+    }
+    if let Some(web) = &args.web_config_file {
+        let w = WebConfig::load(web).map_err(Failure::usage)?;
+        println!("{}: ok ({})", web.display(), w.summary());
+    }
     Ok(0)
 }
