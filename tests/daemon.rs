@@ -310,6 +310,96 @@ fn sighup_applies_a_good_config_and_keeps_the_old_one_on_a_bad_one() {
     assert!(st.success());
 }
 
+/// A free port on loopback (bound, then let go: another process could take it meanwhile,
+/// which the test would see as a bind failure).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn sighup_moves_the_listener_to_a_new_address_or_keeps_the_old_one() {
+    let dir = common::shm_dir("dp-daemon-");
+    let cfg = dir.path().join("d.toml");
+    let a = file_drive("a", &dir.path().join("a.dat"), "8MiB");
+    let with_listen = |port: u16| {
+        format!(
+            "{}[server]\nlisten = \"127.0.0.1:{port}\"\n\n{a}",
+            header(dir.path())
+        )
+    };
+    let first = free_port();
+    write(&cfg, &with_listen(first));
+    let d = Daemon::start_on_config_listen(&cfg, &[]);
+    let old = format!("127.0.0.1:{first}");
+    assert_eq!(d.addr, old);
+    let metrics = |addr: &str| common::daemon::http_get(addr, "/metrics", &[]);
+    assert_eq!(metrics(&old).0, 200);
+
+    // A new address: served after SIGHUP, and the old one closed.
+    let second = free_port();
+    let new = format!("127.0.0.1:{second}");
+    write(&cfg, &with_listen(second));
+    d.signal("HUP");
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(&new).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "nothing listens on {new}; log:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, _, body) = metrics(&new);
+    assert_eq!(code, 200);
+    let e = Exposition::parse(&body);
+    assert_eq!(
+        counter(&e, "driveprobe_config_last_reload_successful", &[]),
+        1.0
+    );
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(&old).is_ok() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "{old} still accepts");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // An address that is taken: the whole new config is refused, the listener stays.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    let b = file_drive("b", &dir.path().join("b.dat"), "8MiB");
+    write(&cfg, &format!("{}{b}", with_listen(taken_port)));
+    d.signal("HUP");
+    let t0 = Instant::now();
+    let e = loop {
+        let e = Exposition::parse(&metrics(&new).2);
+        if e.value("driveprobe_config_last_reload_successful", &[]) == Some(0.0) {
+            break e;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "no refusal; log:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        e.value("driveprobe_drive_up", &[("drive", "b")]),
+        None,
+        "drive b was not added"
+    );
+    let (_, _, page) = common::daemon::http_get(&new, "/", &[]);
+    assert!(
+        page.contains(&format!("cannot listen on 127.0.0.1:{taken_port}")),
+        "the status page names the address refused: {page}"
+    );
+    drop(taken);
+    let (st, _) = d.terminate(Duration::from_secs(5));
+    assert!(st.success());
+}
+
 /// A run due since Jan 1st (the schedule was first seen long ago) starts at once.
 const DUE_LONG_AGO: &str = "0 0 1 1 *";
 

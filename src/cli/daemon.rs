@@ -11,7 +11,7 @@ use crate::daemon::{self, DaemonError, Options};
 
 #[derive(Debug, Args, Default)]
 #[command(
-    after_help = "Without --config it runs the built-in config: a 256 MiB file target in the state directory ($XDG_STATE_HOME/driveprobe, or /var/lib/driveprobe as root) with one 4 KiB random-read canary at 50 IOPS, listening on 127.0.0.1:39480.\n\nSignals: SIGHUP reloads the config and the web config (a bad one is refused and the old one keeps running); SIGTERM and SIGINT stop within 5 seconds, saving the state.\n\nLogs go to stderr; set RUST_LOG (for example RUST_LOG=driveprobe=debug) for more or less.\n\nExit status: 0 after a clean stop, 2 for a refused config or web config, 1 for anything else that stops it from starting."
+    after_help = "Without --config it runs the built-in config: a 256 MiB file target in the state directory ($XDG_STATE_HOME/driveprobe, or /var/lib/driveprobe as root) with one 4 KiB random-read canary at 50 IOPS, listening on 127.0.0.1:39480.\n\nSignals: SIGHUP reloads the config and the web config (a bad one is refused and the old one keeps running; a new [server] listen is bound, then the old address closed); SIGTERM and SIGINT stop within 5 seconds, saving the state.\n\nLogs go to stderr; set RUST_LOG (for example RUST_LOG=driveprobe=debug) for more or less.\n\nExit status: 0 after a clean stop, 2 for a refused config or web config, 1 for anything else that stops it from starting."
 )]
 pub struct DaemonArgs {
     /// The TOML config file (see config/driveprobe.example.toml; check it with

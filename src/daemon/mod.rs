@@ -561,14 +561,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         .build()
         .map_err(DaemonError::Runtime)?;
     let addr = config.server.listen;
-    let std_listener =
-        std::net::TcpListener::bind(addr).map_err(|source| DaemonError::Listen { addr, source })?;
-    std_listener
-        .set_nonblocking(true)
-        .map_err(|source| DaemonError::Listen { addr, source })?;
-    let bound = std_listener
-        .local_addr()
-        .map_err(|source| DaemonError::Listen { addr, source })?;
+    let (std_listener, bound) = bind(addr)?;
 
     let runs = Arc::new(Runs::default());
     scheduler::recover(&store, now_unix() as i64);
@@ -587,8 +580,8 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(std_listener)
             .map_err(|source| DaemonError::Listen { addr, source })?;
-        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-        let server = tokio::spawn(crate::http::serve_web(listener, shared.clone(), shutdown_rx, web.clone()));
+        let (mut shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+        let mut server = tokio::spawn(crate::http::serve_web(listener, shared.clone(), shutdown_rx, web.clone()));
         use tokio::signal::unix::{signal, SignalKind};
         let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Runtime)?;
         let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Runtime)?;
@@ -631,10 +624,35 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                             Err(e) => tracing::error!("the new web config is refused; the old one stays in force: {e}"),
                         }
                     }
-                    match load_config(&opts) {
-                        Ok(new) => {
-                            if new.server.listen != generation.ctx.config.server.listen {
-                                tracing::warn!(listen = %new.server.listen, "a new listen address takes effect at the next restart");
+                    // A new listen address is bound before anything changes: if it cannot
+                    // be, the whole new config is refused and the old one keeps serving.
+                    let loaded = load_config(&opts).map_err(|e| e.to_string()).and_then(|new| {
+                        if new.server.listen == generation.ctx.config.server.listen {
+                            return Ok((new, None));
+                        }
+                        let l = bind(new.server.listen).map_err(|e| e.to_string())?;
+                        let addr = new.server.listen;
+                        let l = (
+                            tokio::net::TcpListener::from_std(l.0)
+                                .map_err(|source| DaemonError::Listen { addr, source }.to_string())?,
+                            l.1,
+                        );
+                        Ok((new, Some(l)))
+                    });
+                    match loaded {
+                        Ok((new, rebound)) => {
+                            if let Some((listener, bound)) = rebound {
+                                // Serve the new address, then let the old listener's requests
+                                // in flight finish and close it.
+                                let (tx, rx) = tokio::sync::watch::channel(false);
+                                let old_server = std::mem::replace(
+                                    &mut server,
+                                    tokio::spawn(crate::http::serve_web(listener, shared.clone(), rx, web.clone())),
+                                );
+                                let _ = std::mem::replace(&mut shutdown_tx, tx).send(true);
+                                let _ = tokio::time::timeout(Duration::from_secs(2), old_server).await;
+                                println!("listening on {scheme}://{bound}/");
+                                tracing::info!(%bound, "listening on the new address; the old one is closed");
                             }
                             let old = generation;
                             let deadline = Instant::now() + Duration::from_secs(5);
@@ -651,7 +669,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                             tracing::error!(error = %e, "the new config is refused; the old one keeps running");
                             let mut s = shared.lock();
                             s.config.last_reload_successful = false;
-                            s.config.last_error = Some(e.to_string());
+                            s.config.last_error = Some(e);
                         }
                     }
                     notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&summary_line(&shared))]);
@@ -673,6 +691,15 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         tracing::info!("stopped");
         Ok(())
     })
+}
+
+/// A non-blocking listener on `addr`, and the address it got (the port, for port 0).
+fn bind(addr: SocketAddr) -> Result<(std::net::TcpListener, SocketAddr), DaemonError> {
+    let err = |source| DaemonError::Listen { addr, source };
+    let listener = std::net::TcpListener::bind(addr).map_err(err)?;
+    listener.set_nonblocking(true).map_err(err)?;
+    let bound = listener.local_addr().map_err(err)?;
+    Ok((listener, bound))
 }
 
 /// After a restart: the last run of each suite per drive, from the documents on disk.

@@ -30,10 +30,18 @@ impl Daemon {
     /// [`Daemon::start`] with more arguments (`--web-config-file FILE`...); the address is
     /// taken from `listening on http://ADDR/` or `https://ADDR/`.
     pub fn start_args(config: &Path, args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        Daemon::spawn(config, &[&["--listen", "127.0.0.1:0"], args].concat(), env)
+    }
+
+    /// [`Daemon::start`] on the config's own `[server] listen` (no `--listen`).
+    pub fn start_on_config_listen(config: &Path, env: &[(&str, &str)]) -> Daemon {
+        Daemon::spawn(config, &[], env)
+    }
+
+    fn spawn(config: &Path, args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let mut cmd = Command::new(BIN);
         cmd.args(["daemon", "--config"])
             .arg(config)
-            .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .env("RUST_LOG", "driveprobe=debug")
             .env_remove("NOTIFY_SOCKET")
