@@ -359,6 +359,13 @@ impl Core {
         }
     }
 
+    /// The ring refused a submission or a wait for good: the worker ends, and the run.
+    #[cold]
+    fn enter_failed(&mut self, e: std::io::Error, shared: &Shared) {
+        self.outcome.fatal = Some(format!("io_uring_enter failed: {e}"));
+        shared.stop.store(true, Ordering::Relaxed);
+    }
+
     #[cold]
     fn error(&mut self, slot: &Slot, res: i64, shared: &Shared) {
         self.outcome.errors += 1;
@@ -510,8 +517,7 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
                 }
             }
             if let Some(e) = submit_error {
-                core.outcome.fatal = Some(format!("io_uring_enter failed: {e}"));
-                shared.stop.store(true, Ordering::Relaxed);
+                core.enter_failed(e, shared);
                 break;
             }
             // Closed loop: an I/O's latency starts when it is handed to the kernel, not
@@ -546,8 +552,7 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
             wake = core.tl.end;
         }
         if let Err(e) = ring.wait_until(wake, now) {
-            core.outcome.fatal = Some(format!("io_uring_enter failed: {e}"));
-            shared.stop.store(true, Ordering::Relaxed);
+            core.enter_failed(e, shared);
             break;
         }
         now = now_ns();
