@@ -365,26 +365,61 @@ fn sighup_moves_the_listener_to_a_new_address_or_keeps_the_old_one() {
         assert!(t0.elapsed() < Duration::from_secs(5), "{old} still accepts");
         std::thread::sleep(Duration::from_millis(100));
     }
+    let reloaded = |want: f64, what: &str| {
+        let t0 = Instant::now();
+        loop {
+            // The listener may be between two sockets for a moment (a refused move that
+            // let the port go first): a failed connection is tried again.
+            if let Ok((200, _, body)) = common::daemon::try_http_get(&new, "/metrics", &[]) {
+                let e = Exposition::parse(&body);
+                if e.value("driveprobe_config_last_reload_successful", &[]) == Some(want) {
+                    return e;
+                }
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "{what}; log:\n{}",
+                d.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+
+    // The same port on all addresses (127.0.0.1:P to 0.0.0.0:P): the old listener holds
+    // the port, so it is let go first. While another socket holds 127.0.0.2:P, the new
+    // address cannot be bound either: the old one is taken back and the config refused.
+    let wild = |port: u16| {
+        format!(
+            "{}[server]\nlisten = \"0.0.0.0:{port}\"\n\n{a}",
+            header(dir.path())
+        )
+    };
+    let holder = std::net::TcpListener::bind(format!("127.0.0.2:{second}")).unwrap();
+    write(&cfg, &wild(second));
+    d.signal("HUP");
+    reloaded(
+        0.0,
+        "the wildcard move refused while 127.0.0.2 holds the port",
+    );
+    assert_eq!(metrics(&new).0, 200, "serving on {new} again");
+    drop(holder);
+    d.signal("HUP");
+    reloaded(1.0, "the wildcard move after the port is free");
+    assert_eq!(metrics(&new).0, 200, "0.0.0.0:{second} serves loopback too");
+    let log = d.log();
+    assert!(
+        log.contains(&format!("bound=0.0.0.0:{second}")),
+        "the log names the new address: {log}"
+    );
 
     // An address that is taken: the whole new config is refused, the listener stays.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken_port = taken.local_addr().unwrap().port();
     let b = file_drive("b", &dir.path().join("b.dat"), "8MiB");
+    // (From 0.0.0.0:P to 127.0.0.1:Q: another port, so nothing is let go first.)
     write(&cfg, &format!("{}{b}", with_listen(taken_port)));
     d.signal("HUP");
-    let t0 = Instant::now();
-    let e = loop {
-        let e = Exposition::parse(&metrics(&new).2);
-        if e.value("driveprobe_config_last_reload_successful", &[]) == Some(0.0) {
-            break e;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(15),
-            "no refusal; log:\n{}",
-            d.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let e = reloaded(0.0, "no refusal of a taken port");
     assert_eq!(
         e.value("driveprobe_drive_up", &[("drive", "b")]),
         None,

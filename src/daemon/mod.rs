@@ -578,10 +578,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     tracing::info!(%bound, metrics = %format!("{scheme}://{bound}/metrics"), "driveprobe daemon started");
 
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::from_std(std_listener)
-            .map_err(|source| DaemonError::Listen { addr, source })?;
-        let (mut shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-        let mut server = tokio::spawn(crate::http::serve_web(listener, shared.clone(), shutdown_rx, web.clone()));
+        let mut http = Http::start(std_listener, bound, &shared, &web)?;
         use tokio::signal::unix::{signal, SignalKind};
         let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Runtime)?;
         let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Runtime)?;
@@ -626,34 +623,21 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                     }
                     // A new listen address is bound before anything changes: if it cannot
                     // be, the whole new config is refused and the old one keeps serving.
-                    let loaded = load_config(&opts).map_err(|e| e.to_string()).and_then(|new| {
-                        if new.server.listen == generation.ctx.config.server.listen {
-                            return Ok((new, None));
-                        }
-                        let l = bind(new.server.listen).map_err(|e| e.to_string())?;
-                        let addr = new.server.listen;
-                        let l = (
-                            tokio::net::TcpListener::from_std(l.0)
-                                .map_err(|source| DaemonError::Listen { addr, source }.to_string())?,
-                            l.1,
-                        );
-                        Ok((new, Some(l)))
-                    });
-                    match loaded {
-                        Ok((new, rebound)) => {
-                            if let Some((listener, bound)) = rebound {
-                                // Serve the new address, then let the old listener's requests
-                                // in flight finish and close it.
-                                let (tx, rx) = tokio::sync::watch::channel(false);
-                                let old_server = std::mem::replace(
-                                    &mut server,
-                                    tokio::spawn(crate::http::serve_web(listener, shared.clone(), rx, web.clone())),
-                                );
-                                let _ = std::mem::replace(&mut shutdown_tx, tx).send(true);
-                                let _ = tokio::time::timeout(Duration::from_secs(2), old_server).await;
-                                println!("listening on {scheme}://{bound}/");
-                                tracing::info!(%bound, "listening on the new address; the old one is closed");
+                    let mut loaded = load_config(&opts).map_err(|e| e.to_string());
+                    if let Ok(new) = &loaded {
+                        if new.server.listen != generation.ctx.config.server.listen {
+                            let to = new.server.listen;
+                            match http.move_to(to, &shared, &web).await {
+                                Ok(()) => {
+                                    println!("listening on {scheme}://{}/", http.bound);
+                                    tracing::info!(bound = %http.bound, "listening on the new address; the old one is closed");
+                                }
+                                Err(e) => loaded = Err(e),
                             }
+                        }
+                    }
+                    match loaded {
+                        Ok(new) => {
                             let old = generation;
                             let deadline = Instant::now() + Duration::from_secs(5);
                             let _ = tokio::task::spawn_blocking(move || old.stop(deadline)).await;
@@ -681,16 +665,108 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         notify(&[sd_notify::NotifyState::Stopping, sd_notify::NotifyState::Status("stopping")]);
         tracing::info!("stopping");
         let deadline = Instant::now() + Duration::from_millis(4000);
-        let _ = shutdown_tx.send(true);
+        let _ = http.shutdown.send(true);
         runs.stop_all(deadline);
         generation.stop(deadline);
         if let Err(e) = store.save() {
             tracing::error!(error = %e, "cannot save the state at exit");
         }
-        let _ = tokio::time::timeout(Duration::from_millis(500), server).await;
+        let _ = tokio::time::timeout(Duration::from_millis(500), http.server).await;
         tracing::info!("stopped");
         Ok(())
     })
+}
+
+/// The HTTP server on one listener.
+struct Http {
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    shutdown: tokio::sync::watch::Sender<bool>,
+    bound: SocketAddr,
+}
+
+impl Http {
+    /// Serves on `listener` (from [`bind`]; `bound` is its address).
+    fn start(
+        listener: std::net::TcpListener,
+        bound: SocketAddr,
+        shared: &Arc<Shared>,
+        web: &crate::http::WebHandle,
+    ) -> Result<Http, DaemonError> {
+        let listener =
+            tokio::net::TcpListener::from_std(listener).map_err(|source| DaemonError::Listen {
+                addr: bound,
+                source,
+            })?;
+        let (shutdown, rx) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(crate::http::serve_web(
+            listener,
+            shared.clone(),
+            rx,
+            web.clone(),
+        ));
+        Ok(Http {
+            server,
+            shutdown,
+            bound,
+        })
+    }
+
+    /// Stops accepting, and lets requests in flight finish (for a moment).
+    async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.server).await;
+    }
+
+    /// Moves the server to `to`: the new address is bound first, then the old listener
+    /// is closed. The same port on another address (127.0.0.1:P to 0.0.0.0:P) cannot be
+    /// bound while the old listener holds it: then the old one is closed first, and
+    /// taken back if the new one still cannot be bound. On an error the server stays
+    /// where it was.
+    async fn move_to(
+        &mut self,
+        to: SocketAddr,
+        shared: &Arc<Shared>,
+        web: &crate::http::WebHandle,
+    ) -> Result<(), String> {
+        let (listener, bound) = match bind(to) {
+            Ok(l) => l,
+            Err(DaemonError::Listen { source, .. })
+                if source.kind() == std::io::ErrorKind::AddrInUse
+                    && to.port() == self.bound.port() =>
+            {
+                let old = self.bound;
+                self.replace_with_stopped().await;
+                match bind(to) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        let back = bind(old).and_then(|(l, b)| Http::start(l, b, shared, web));
+                        match back {
+                            Ok(h) => *self = h,
+                            Err(again) => {
+                                tracing::error!(error = %again, "cannot take the old address back: no HTTP until a reload binds one")
+                            }
+                        }
+                        return Err(e.to_string());
+                    }
+                }
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        let new = Http::start(listener, bound, shared, web).map_err(|e| e.to_string())?;
+        std::mem::replace(self, new).stop().await;
+        Ok(())
+    }
+
+    /// Stops the server, leaving `self` a stopped placeholder on the same address.
+    async fn replace_with_stopped(&mut self) {
+        let (shutdown, _) = tokio::sync::watch::channel(true);
+        let placeholder = Http {
+            server: tokio::spawn(async { Ok(()) }),
+            shutdown,
+            bound: self.bound,
+        };
+        std::mem::replace(self, placeholder).stop().await;
+    }
 }
 
 /// A non-blocking listener on `addr`, and the address it got (the port, for port 0).

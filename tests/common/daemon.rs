@@ -182,22 +182,31 @@ impl Drop for Daemon {
     }
 }
 
-/// A plain HTTP/1.1 GET over a fresh connection.
+/// A plain HTTP/1.1 GET over a fresh connection; panics if the connection fails.
 pub fn http_get(
     addr: &str,
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, BTreeMap<String, String>, String) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    try_http_get(addr, path, headers).unwrap_or_else(|e| panic!("GET {path} from {addr}: {e}"))
+}
+
+/// [`http_get`], with a failed connection as an error (a server moving its listener).
+pub fn try_http_get(
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<(u16, BTreeMap<String, String>, String)> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
     let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
     req.push_str("\r\n");
-    s.write_all(req.as_bytes()).expect("send");
+    s.write_all(req.as_bytes())?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("read");
+    s.read_to_end(&mut raw)?;
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.lines();
@@ -217,7 +226,7 @@ pub fn http_get(
     } else {
         body.to_string()
     };
-    (status, h, body)
+    Ok((status, h, body))
 }
 
 fn dechunk(mut s: &str) -> String {
