@@ -629,6 +629,8 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                             let to = new.server.listen;
                             match http.move_to(to, &shared, &web).await {
                                 Ok(()) => {
+                                    // The web config may have changed with this SIGHUP.
+                                    let scheme = web.current().map_or("http", |w| w.scheme());
                                     println!("listening on {scheme}://{}/", http.bound);
                                     tracing::info!(bound = %http.bound, "listening on the new address; the old one is closed");
                                 }
