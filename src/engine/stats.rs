@@ -322,8 +322,11 @@ mod tests {
             libc::EREMOTEIO,
             libc::ENODEV,
             libc::ENXIO,
+            libc::ETIME,
+            libc::EBADMSG,
         ] {
             assert!(device_errno(e), "{}", errno_name(e));
+            assert!(!errno_name(e).starts_with("other"), "{e} has a name");
         }
         for e in [
             0,
@@ -335,8 +338,12 @@ mod tests {
             libc::EBADF,
             libc::EOPNOTSUPP,
             libc::EAGAIN,
+            libc::EBADE,
+            libc::EBUSY,
+            libc::ENOMEM,
         ] {
             assert!(!device_errno(e), "{}", errno_name(e));
+            assert!(!errno_name(e).starts_with("other"), "{e} has a name");
         }
         let mut a = DirStats::new();
         a.error(libc::EIO);

@@ -404,7 +404,8 @@ impl Core {
     }
 }
 
-/// A failed I/O's errno as the result names it (0: a short transfer).
+/// A failed I/O's errno as the result names it (0: a short transfer). The result's
+/// error records also carry the number.
 pub fn errno_name(errno: i32) -> &'static str {
     match errno {
         0 => "short transfer",
@@ -422,7 +423,15 @@ pub fn errno_name(errno: i32) -> &'static str {
         libc::EILSEQ => "illegal byte sequence (EILSEQ)",
         libc::ENODATA => "no data (ENODATA)",
         libc::EOPNOTSUPP => "not supported (EOPNOTSUPP)",
-        _ => "I/O error",
+        libc::ENOLINK => "transport failed (ENOLINK)",
+        libc::EREMOTEIO => "target failed (EREMOTEIO)",
+        libc::ETIME => "command time limit (ETIME)",
+        libc::EBADMSG => "bad message (EBADMSG)",
+        libc::EBADE => "reservation conflict (EBADE)",
+        libc::EBUSY => "device busy (EBUSY)",
+        libc::ENOMEM => "out of memory (ENOMEM)",
+        libc::EFBIG => "file too large (EFBIG)",
+        _ => "other error (see errno)",
     }
 }
 
