@@ -140,9 +140,9 @@ fn poll_once(ctx: &Ctx, drive: &DriveCtl, name: &str, opts: &ReadOptions, mark: 
                 let mut a = health::assess(&report);
                 // I/O that fails on the drive is the plainest sign it is failing, whatever
                 // its own SMART data says (issue 7): the verdict says so until a reading
-                // with no new canary error.
-                // Errors the host caused (a full filesystem under a file target, say)
-                // stop the canary seeing the drive: a warning, not the drive failing.
+                // with no new canary error. Errors the host caused (a full filesystem
+                // under a file target, say) only keep the canary from seeing the drive:
+                // a warning, not the drive failing.
                 let canary = new_canary_errors(&d.probes, drive.downs(), mark);
                 if !canary.device.is_empty() {
                     a.verdict = Verdict::Failing;

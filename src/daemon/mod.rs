@@ -578,7 +578,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     tracing::info!(%bound, metrics = %format!("{scheme}://{bound}/metrics"), "driveprobe daemon started");
 
     runtime.block_on(async move {
-        let mut http = Http::start(std_listener, bound, &shared, &web)?;
+        let mut http = Some(Http::start(std_listener, bound, &shared, &web)?);
         use tokio::signal::unix::{signal, SignalKind};
         let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Runtime)?;
         let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Runtime)?;
@@ -627,12 +627,21 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                     if let Ok(new) = &loaded {
                         if new.server.listen != generation.ctx.config.server.listen {
                             let to = new.server.listen;
-                            match http.move_to(to, &shared, &web).await {
+                            let (now, moved) = match http.take() {
+                                Some(h) => h.move_to(to, &shared, &web).await,
+                                None => match bind(to).and_then(|(l, b)| Http::start(l, b, &shared, &web)) {
+                                    Ok(h) => (Some(h), Ok(())),
+                                    Err(e) => (None, Err(e.to_string())),
+                                },
+                            };
+                            http = now;
+                            match moved {
                                 Ok(()) => {
                                     // The web config may have changed with this SIGHUP.
                                     let scheme = web.current().map_or("http", |w| w.scheme());
-                                    println!("listening on {scheme}://{}/", http.bound);
-                                    tracing::info!(bound = %http.bound, "listening on the new address; the old one is closed");
+                                    let bound = http.as_ref().map(|h| h.bound).unwrap_or(to);
+                                    println!("listening on {scheme}://{bound}/");
+                                    tracing::info!(%bound, "listening on the new address; the old one is closed");
                                 }
                                 Err(e) => loaded = Err(e),
                             }
@@ -667,13 +676,17 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         notify(&[sd_notify::NotifyState::Stopping, sd_notify::NotifyState::Status("stopping")]);
         tracing::info!("stopping");
         let deadline = Instant::now() + Duration::from_millis(4000);
-        let _ = http.shutdown.send(true);
+        if let Some(h) = &http {
+            let _ = h.shutdown.send(true);
+        }
         runs.stop_all(deadline);
         generation.stop(deadline);
         if let Err(e) = store.save() {
             tracing::error!(error = %e, "cannot save the state at exit");
         }
-        let _ = tokio::time::timeout(Duration::from_millis(500), http.server).await;
+        if let Some(h) = http {
+            let _ = tokio::time::timeout(Duration::from_millis(500), h.server).await;
+        }
         tracing::info!("stopped");
         Ok(())
     })
@@ -722,52 +735,42 @@ impl Http {
     /// Moves the server to `to`: the new address is bound first, then the old listener
     /// is closed. The same port on another address (127.0.0.1:P to 0.0.0.0:P) cannot be
     /// bound while the old listener holds it: then the old one is closed first, and
-    /// taken back if the new one still cannot be bound. On an error the server stays
-    /// where it was.
+    /// taken back if the new one still cannot be bound. Returns the server now running
+    /// (None only if the old address could not be taken back) and whether it moved.
     async fn move_to(
-        &mut self,
+        self,
         to: SocketAddr,
         shared: &Arc<Shared>,
         web: &crate::http::WebHandle,
-    ) -> Result<(), String> {
-        let (listener, bound) = match bind(to) {
-            Ok(l) => l,
+    ) -> (Option<Http>, Result<(), String>) {
+        let start = |(l, b)| Http::start(l, b, shared, web);
+        match bind(to) {
+            Ok(l) => match start(l) {
+                Ok(new) => {
+                    self.stop().await;
+                    (Some(new), Ok(()))
+                }
+                Err(e) => (Some(self), Err(e.to_string())),
+            },
             Err(DaemonError::Listen { source, .. })
                 if source.kind() == std::io::ErrorKind::AddrInUse
                     && to.port() == self.bound.port() =>
             {
                 let old = self.bound;
-                self.replace_with_stopped().await;
-                match bind(to) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        let back = bind(old).and_then(|(l, b)| Http::start(l, b, shared, web));
-                        match back {
-                            Ok(h) => *self = h,
-                            Err(again) => {
-                                tracing::error!(error = %again, "cannot take the old address back: no HTTP until a reload binds one")
-                            }
+                self.stop().await;
+                match bind(to).and_then(start) {
+                    Ok(new) => (Some(new), Ok(())),
+                    Err(e) => match bind(old).and_then(start) {
+                        Ok(back) => (Some(back), Err(e.to_string())),
+                        Err(again) => {
+                            tracing::error!(error = %again, "cannot take the old address back: no HTTP until a reload binds one");
+                            (None, Err(e.to_string()))
                         }
-                        return Err(e.to_string());
-                    }
+                    },
                 }
             }
-            Err(e) => return Err(e.to_string()),
-        };
-        let new = Http::start(listener, bound, shared, web).map_err(|e| e.to_string())?;
-        std::mem::replace(self, new).stop().await;
-        Ok(())
-    }
-
-    /// Stops the server, leaving `self` a stopped placeholder on the same address.
-    async fn replace_with_stopped(&mut self) {
-        let (shutdown, _) = tokio::sync::watch::channel(true);
-        let placeholder = Http {
-            server: tokio::spawn(async { Ok(()) }),
-            shutdown,
-            bound: self.bound,
-        };
-        std::mem::replace(self, placeholder).stop().await;
+            Err(e) => (Some(self), Err(e.to_string())),
+        }
     }
 }
 
