@@ -204,6 +204,17 @@ impl Target {
     pub fn is_block_device(&self) -> bool {
         matches!(self.kind, TargetKind::BlockDevice { .. })
     }
+    /// Whether the target is a file on a memory-backed filesystem (tmpfs, ramfs,
+    /// hugetlbfs): no device and no block layer behind its I/O.
+    pub fn in_memory(&self) -> bool {
+        const TMPFS_MAGIC: u64 = 0x0102_1994;
+        const RAMFS_MAGIC: u64 = 0x8584_58f6;
+        const HUGETLBFS_MAGIC: u64 = 0x9584_58f6;
+        !self.is_block_device()
+            && rustix::fs::fstatfs(&*self.file).is_ok_and(|s| {
+                matches!(s.f_type as u64, TMPFS_MAGIC | RAMFS_MAGIC | HUGETLBFS_MAGIC)
+            })
+    }
     pub(crate) fn file(&self) -> &Arc<File> {
         &self.file
     }
@@ -398,6 +409,28 @@ fn publish(tmp: &Path, path: &Path) -> io::Result<()> {
 mod tests {
     use super::*;
     use crate::safety;
+
+    #[test]
+    fn files_in_memory_are_told_from_files_on_a_device() {
+        // The oracle is coreutils' `stat -f`, which names the filesystem's type.
+        let mut seen = Vec::new();
+        for dir in ["/dev/shm".into(), "/var/tmp".into(), std::env::temp_dir()] {
+            let out = std::process::Command::new("stat")
+                .args(["-f", "-c", "%T"])
+                .arg(&dir)
+                .output()
+                .unwrap();
+            let fs = String::from_utf8(out.stdout).unwrap().trim().to_string();
+            let d = tempfile::tempdir_in(&dir).unwrap();
+            let p = d.path().join("t.dat");
+            create_file_if_missing(&p, 64 << 10).unwrap();
+            let t = Target::open(&p, false, None).unwrap();
+            let expect = matches!(fs.as_str(), "tmpfs" | "ramfs" | "hugetlbfs");
+            assert_eq!(t.in_memory(), expect, "{} on {fs}", dir.display());
+            seen.push(expect);
+        }
+        assert!(seen[0], "/dev/shm is tmpfs");
+    }
 
     #[test]
     fn a_created_file_has_one_link_and_an_existing_one_is_kept() {

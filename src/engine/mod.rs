@@ -294,6 +294,7 @@ pub fn run_observed(
         Stop::Time(d) => (u64::MAX, Some(d.as_nanos() as u64)),
         Stop::Bytes(b) => (b, None),
     };
+    let in_memory = target.in_memory();
     let mut setups = Vec::new();
     let mut spare_txs = Vec::new();
     for i in 0..workers {
@@ -323,6 +324,7 @@ pub fn run_observed(
         setups.push(WorkerSetup {
             id: i as usize,
             file: target.file().clone(),
+            first_early: !in_memory,
             gen,
             byte_budget: if byte_budget == u64::MAX {
                 u64::MAX
