@@ -68,6 +68,10 @@ fn serves_live_metrics_for_file_target_drives() {
         ),
     );
     let d = Daemon::start(&cfg, &[]);
+    // Healthy from its first answer: the scheduler's first pass comes before the
+    // "listening on" line (and READY=1).
+    let (status, _, body) = d.get("/healthz");
+    assert_eq!(status, 200, "{body}");
     let first = d.wait_for("I/O on every probe", Duration::from_secs(30), |e| {
         ["a", "b"].iter().all(|dr| {
             e.value(
@@ -744,6 +748,7 @@ fn speaks_the_systemd_notify_protocol() {
     };
     let first = recv("READY=1");
     assert!(first.last().unwrap().contains("STATUS="), "{first:?}");
+    assert_eq!(d.get("/healthz").0, 200, "healthy once ready");
     recv("WATCHDOG=1");
     let t0 = Instant::now();
     recv("WATCHDOG=1");

@@ -502,6 +502,20 @@ fn load_config(opts: &Options) -> Result<Config, ConfigError> {
     Ok(c)
 }
 
+/// Waits until the scheduler has made its first pass, or `limit` has passed (false).
+fn first_pass_made(shared: &Shared, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if shared.lock().scheduler.last_tick_unix > 0.0 {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn notify(state: &[sd_notify::NotifyState]) {
     // Outside systemd (no NOTIFY_SOCKET) this does nothing.
     if let Err(e) = sd_notify::notify(state) {
@@ -573,6 +587,12 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         s.runs = st.runs.clone();
     }
     restore_last_runs(&generation.ctx);
+    // Ready (the "listening" line, READY=1) once the scheduler has made its first pass, so
+    // /healthz answers 200 from the start; a pass that hangs (a device that does not
+    // answer) holds the start back only so long, and /healthz then says why.
+    if !first_pass_made(&shared, Duration::from_secs(10)) {
+        tracing::warn!("the scheduler has not made its first pass in 10 s; starting anyway");
+    }
 
     println!("listening on {scheme}://{bound}/");
     tracing::info!(%bound, metrics = %format!("{scheme}://{bound}/metrics"), "driveprobe daemon started");
