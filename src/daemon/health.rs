@@ -34,8 +34,8 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>) {
 #[derive(Debug, Default)]
 struct ErrorMark {
     downs: u64,
-    /// Per probe: (all errors, the device's), read and write together.
-    per_probe: BTreeMap<String, (u64, u64)>,
+    /// Per probe, read and write: (all errors, the device's).
+    per_probe: BTreeMap<String, [(u64, u64); 2]>,
 }
 
 /// What the canaries' errors since the last reading say of the drive.
@@ -62,16 +62,20 @@ fn new_canary_errors(
     let plural = |n: u64| if n == 1 { "" } else { "s" };
     let mut out = CanaryErrors::default();
     for (name, p) in probes {
-        let now = (
-            p.read.errors_total + p.write.errors_total,
-            p.read.device_errors_total + p.write.device_errors_total,
-        );
-        let before = mark.per_probe.insert(name.clone(), now).unwrap_or((0, 0));
+        let dirs = [&p.read, &p.write];
+        let now = dirs.map(|d| (d.errors_total, d.device_errors_total));
+        let before = mark.per_probe.insert(name.clone(), now).unwrap_or_default();
         if left {
             continue;
         }
-        let device = now.1.saturating_sub(before.1);
-        let host = now.0.saturating_sub(before.0).saturating_sub(device);
+        // Per direction: (the device's, the host's) since the last reading.
+        let new = [0, 1].map(|i| {
+            let device = now[i].1.saturating_sub(before[i].1);
+            let all = now[i].0.saturating_sub(before[i].0);
+            (device, all.saturating_sub(device))
+        });
+        let device = new[0].0 + new[1].0;
+        let host = new[0].1 + new[1].1;
         if device > 0 {
             out.device.push(format!(
                 "canary {name}: {device} I/O error{} since the last health reading",
@@ -79,11 +83,12 @@ fn new_canary_errors(
             ));
         }
         if host > 0 {
-            let why = p
-                .write
-                .last_host_error
-                .as_deref()
-                .or(p.read.last_host_error.as_deref())
+            // A direction's latest host error, from one that had some since the last
+            // reading (so not an old one of the other direction).
+            let why = [1, 0]
+                .into_iter()
+                .filter(|&i| new[i].1 > 0)
+                .find_map(|i| dirs[i].last_host_error.as_deref())
                 .unwrap_or("an error of the host");
             out.host.push(format!(
                 "canary {name}: {host} I/O error{} since the last health reading that the \
@@ -228,15 +233,19 @@ mod tests {
 
     /// Probes with (name, read errors, write errors, of them the device's, the last
     /// host error).
-    fn probes(errors: &[(&str, u64, u64, u64, Option<&str>)]) -> BTreeMap<String, ProbeStatus> {
-        errors
+    /// A probe: its name, read's and write's (errors, the device's), and read's and
+    /// write's last host error.
+    type Fixture<'a> = (&'a str, (u64, u64), (u64, u64), [Option<&'a str>; 2]);
+
+    fn probes(fixtures: &[Fixture]) -> BTreeMap<String, ProbeStatus> {
+        fixtures
             .iter()
-            .map(|&(n, r, w, dev, host)| {
+            .map(|&(n, r, w, host)| {
                 let mut p = ProbeStatus::default();
-                p.read.errors_total = r;
-                p.write.errors_total = w;
-                p.read.device_errors_total = dev;
-                p.write.last_host_error = host.map(str::to_string);
+                (p.read.errors_total, p.read.device_errors_total) = r;
+                (p.write.errors_total, p.write.device_errors_total) = w;
+                p.read.last_host_error = host[0].map(str::to_string);
+                p.write.last_host_error = host[1].map(str::to_string);
                 (n.to_string(), p)
             })
             .collect()
@@ -252,32 +261,60 @@ mod tests {
     #[test]
     fn canary_errors_count_once_and_not_across_a_removal() {
         let mut mark = ErrorMark::default();
-        let mut seen = |p: &[(&str, u64, u64, u64, Option<&str>)], downs| {
-            new_canary_errors(&probes(p), downs, &mut mark)
-        };
-        assert_eq!(seen(&[("rd", 0, 0, 0, None)], 0), device(&[]));
+        let mut seen = |p: &[Fixture], downs| new_canary_errors(&probes(p), downs, &mut mark);
+        assert_eq!(seen(&[("rd", (0, 0), (0, 0), [None; 2])], 0), device(&[]));
         assert_eq!(
-            seen(&[("rd", 3, 1, 4, None), ("wr", 0, 0, 0, None)], 0),
+            seen(
+                &[
+                    ("rd", (3, 3), (1, 1), [None; 2]),
+                    ("wr", (0, 0), (0, 0), [None; 2])
+                ],
+                0
+            ),
             device(&["canary rd: 4 I/O errors since the last health reading"])
         );
         // The same counts at the next reading: nothing new, the verdict recovers.
         assert_eq!(
-            seen(&[("rd", 3, 1, 4, None), ("wr", 0, 0, 0, None)], 0),
+            seen(
+                &[
+                    ("rd", (3, 3), (1, 1), [None; 2]),
+                    ("wr", (0, 0), (0, 0), [None; 2])
+                ],
+                0
+            ),
             device(&[])
         );
         assert_eq!(
-            seen(&[("rd", 3, 1, 4, None), ("wr", 0, 1, 1, None)], 0),
+            seen(
+                &[
+                    ("rd", (3, 3), (1, 1), [None; 2]),
+                    ("wr", (0, 0), (1, 1), [None; 2])
+                ],
+                0
+            ),
             device(&["canary wr: 1 I/O error since the last health reading"])
         );
         // Errors while the drive went away (removed and back): not the drive's.
         assert_eq!(
-            seen(&[("rd", 90, 1, 91, None), ("wr", 0, 1, 1, None)], 1),
+            seen(
+                &[
+                    ("rd", (90, 90), (1, 1), [None; 2]),
+                    ("wr", (0, 0), (1, 1), [None; 2])
+                ],
+                1
+            ),
             device(&[])
         );
         assert_eq!(
-            seen(&[("rd", 91, 1, 92, None), ("wr", 0, 1, 1, None)], 1)
-                .device
-                .len(),
+            seen(
+                &[
+                    ("rd", (91, 91), (1, 1), [None; 2]),
+                    ("wr", (0, 0), (1, 1), [None; 2])
+                ],
+                1
+            )
+            .device
+            .len(),
             1
         );
     }
@@ -287,7 +324,11 @@ mod tests {
         let mut mark = ErrorMark::default();
         let enospc = Some("no space left (ENOSPC)");
         // A full filesystem under the file target: 5 write errors, none the device's.
-        let r = new_canary_errors(&probes(&[("wr", 0, 5, 0, enospc)]), 0, &mut mark);
+        let r = new_canary_errors(
+            &probes(&[("wr", (0, 0), (5, 0), [None, enospc])]),
+            0,
+            &mut mark,
+        );
         assert!(r.device.is_empty(), "{r:?}");
         assert_eq!(r.host.len(), 1);
         assert!(
@@ -296,13 +337,21 @@ mod tests {
             r.host[0]
         );
         // Then the device fails too: 2 more, both the device's, counted apart.
-        let r = new_canary_errors(&probes(&[("wr", 0, 7, 2, enospc)]), 0, &mut mark);
+        let r = new_canary_errors(
+            &probes(&[("wr", (0, 0), (7, 2), [None, enospc])]),
+            0,
+            &mut mark,
+        );
         assert_eq!(
             r,
             device(&["canary wr: 2 I/O errors since the last health reading"])
         );
         // Both at once.
-        let r = new_canary_errors(&probes(&[("wr", 1, 10, 3, enospc)]), 0, &mut mark);
+        let r = new_canary_errors(
+            &probes(&[("wr", (1, 1), (10, 2), [None, enospc])]),
+            0,
+            &mut mark,
+        );
         assert_eq!(
             r.device,
             vec!["canary wr: 1 I/O error since the last health reading"]
@@ -310,6 +359,21 @@ mod tests {
         assert_eq!(r.host.len(), 1);
         assert!(
             r.host[0].starts_with("canary wr: 3 I/O errors"),
+            "{}",
+            r.host[0]
+        );
+        // New host errors on the read side only: named by read's last, not by the old
+        // ENOSPC of the write side.
+        let eacces = Some("permission denied (EACCES)");
+        let r = new_canary_errors(
+            &probes(&[("wr", (3, 1), (10, 2), [eacces, enospc])]),
+            0,
+            &mut mark,
+        );
+        assert!(r.device.is_empty(), "{r:?}");
+        assert!(
+            r.host[0].contains("2 I/O errors")
+                && r.host[0].contains("(the last: permission denied (EACCES))"),
             "{}",
             r.host[0]
         );
