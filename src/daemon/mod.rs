@@ -594,7 +594,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         tracing::warn!("the scheduler has not made its first pass in 10 s; starting anyway");
     }
 
-    println!("listening on {scheme}://{bound}/");
+    announce(bound, &web);
     tracing::info!(%bound, metrics = %format!("{scheme}://{bound}/metrics"), "driveprobe daemon started");
 
     runtime.block_on(async move {
@@ -615,6 +615,19 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         loop {
             tokio::select! {
                 _ = tick.tick() => {
+                    if http.is_none() {
+                        // A move that could not take the old address back left no
+                        // listener: bind the configured one again, every tick until it can.
+                        let to = generation.ctx.config.server.listen;
+                        match bind(to).and_then(|(l, b)| Http::start(l, b, &shared, &web)) {
+                            Ok(h) => {
+                                announce(h.bound, &web);
+                                tracing::info!(bound = %h.bound, "listening again");
+                                http = Some(h);
+                            }
+                            Err(e) => tracing::debug!(error = %e, "still no listener"),
+                        }
+                    }
                     let stale = generation.stale(Duration::from_secs(15));
                     if stale.is_empty() {
                         if watchdog.is_some() {
@@ -645,7 +658,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                     // be, the whole new config is refused and the old one keeps serving.
                     let mut loaded = load_config(&opts).map_err(|e| e.to_string());
                     if let Ok(new) = &loaded {
-                        if new.server.listen != generation.ctx.config.server.listen {
+                        if http.is_none() || new.server.listen != generation.ctx.config.server.listen {
                             let to = new.server.listen;
                             let (now, moved) = match http.take() {
                                 Some(h) => h.move_to(to, &shared, &web).await,
@@ -657,10 +670,8 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                             http = now;
                             match moved {
                                 Ok(()) => {
-                                    // The web config may have changed with this SIGHUP.
-                                    let scheme = web.current().map_or("http", |w| w.scheme());
                                     let bound = http.as_ref().map(|h| h.bound).unwrap_or(to);
-                                    println!("listening on {scheme}://{bound}/");
+                                    announce(bound, &web);
                                     tracing::info!(%bound, "listening on the new address; the old one is closed");
                                 }
                                 Err(e) => loaded = Err(e),
@@ -783,7 +794,7 @@ impl Http {
                     Err(e) => match bind(old).and_then(start) {
                         Ok(back) => (Some(back), Err(e.to_string())),
                         Err(again) => {
-                            tracing::error!(error = %again, "cannot take the old address back: no HTTP until a reload binds one");
+                            tracing::error!(error = %again, "cannot take the old address back: no HTTP until it can be bound again (tried every tick, and at a reload)");
                             (None, Err(e.to_string()))
                         }
                     },
@@ -792,6 +803,13 @@ impl Http {
             Err(e) => (Some(self), Err(e.to_string())),
         }
     }
+}
+
+/// The "listening on" line, with the scheme of the web config in force (a SIGHUP may
+/// have turned TLS on or off).
+fn announce(bound: SocketAddr, web: &crate::http::WebHandle) {
+    let scheme = web.current().map_or("http", |w| w.scheme());
+    println!("listening on {scheme}://{bound}/");
 }
 
 /// A non-blocking listener on `addr`, and the address it got (the port, for port 0).
