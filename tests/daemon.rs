@@ -700,9 +700,11 @@ fn the_wear_budget_pauses_writing_probes_and_says_so() {
         "no writes over budget"
     );
     let spent = counter(&e, "driveprobe_self_written_bytes_total", &[("drive", "a")]);
-    // At most one interval (1 s at 300 x 4 KiB) past the budget.
+    // A few intervals (1 s at 300 x 4 KiB) past the budget at most: the budget is checked
+    // once an interval, and on a loaded host that check may come late while the rate
+    // limiter catches up. That writing stops at all is the check above.
     assert!(
-        spent >= (2u64 << 20) as f64 && spent <= (2u64 << 20) as f64 + 300.0 * 4096.0 * 1.5,
+        spent >= (2u64 << 20) as f64 && spent <= (2u64 << 20) as f64 + 300.0 * 4096.0 * 3.0,
         "{spent}"
     );
     d.terminate(Duration::from_secs(5));
@@ -750,11 +752,18 @@ fn speaks_the_systemd_notify_protocol() {
     assert!(first.last().unwrap().contains("STATUS="), "{first:?}");
     assert_eq!(d.get("/healthz").0, 200, "healthy once ready");
     recv("WATCHDOG=1");
-    let t0 = Instant::now();
-    recv("WATCHDOG=1");
+    // At half the period (500 ms): each gap within the period systemd allows, and the
+    // median of five near half of it (a stalled host may delay one ping, not all).
+    let mut gaps = Vec::new();
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        recv("WATCHDOG=1");
+        gaps.push(t0.elapsed());
+    }
+    gaps.sort();
     assert!(
-        t0.elapsed() < Duration::from_millis(900),
-        "watchdog at half the period"
+        gaps[4] < Duration::from_millis(1000) && gaps[2] < Duration::from_millis(750),
+        "watchdog at half the period: {gaps:?}"
     );
     d.signal("HUP");
     let reload = recv("RELOADING=1");

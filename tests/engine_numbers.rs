@@ -136,10 +136,13 @@ fn rate_limit_holds_500_iops_within_2_percent() {
     let err = (r.total.iops - 500.0).abs() / 500.0;
     assert!(err < 0.02, "rate {} IOPS, 500 asked", r.total.iops);
     assert_eq!(r.intervals.len(), 5);
+    // Each second on its own: a host stall of d ms just before a boundary moves d/2 of
+    // its I/Os into the next second (the limiter catches up, as it must), so this allows
+    // stalls up to 100 ms; a limiter that bunches its I/Os still fails it.
     for i in &r.intervals {
         let e = (i.read.iops - 500.0).abs() / 500.0;
         assert!(
-            e < 0.05,
+            e < 0.10,
             "interval at {}s: {} IOPS",
             i.end_seconds,
             i.read.iops

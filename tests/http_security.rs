@@ -457,11 +457,19 @@ fn https_with_basic_auth() {
     let unknown = median((0..5).map(|_| timed("mallory", "nope", 401)).collect());
     let right: Vec<Duration> = (0..20).map(|_| timed(USER, PASSWORD, 200)).collect();
     let cached: Duration = right[1..].iter().sum();
+    // The median of 5, like the daemon's figures: one sample taken while another test
+    // hashes too could be twice as long.
     let bcrypt_once = {
         let h = hash(PASSWORD);
-        let t0 = Instant::now();
-        assert!(bcrypt::verify(PASSWORD, &h).unwrap());
-        t0.elapsed()
+        median(
+            (0..5)
+                .map(|_| {
+                    let t0 = Instant::now();
+                    assert!(bcrypt::verify(PASSWORD, &h).unwrap());
+                    t0.elapsed()
+                })
+                .collect(),
+        )
     };
     println!(
         "bcrypt cost {COST} here: {bcrypt_once:?}; 401 known user {known_wrong:?}, unknown \
@@ -858,7 +866,7 @@ fn slow_clients_are_dropped_after_the_header_timeout() {
     println!("slow TLS handshake dropped after {a_closed:?}; slow header after {b_closed:?}");
     for (what, t) in [("handshake", a_closed), ("header", b_closed)] {
         assert!(
-            t >= Duration::from_secs(8) && t <= Duration::from_secs(13),
+            t >= Duration::from_secs(8) && t <= Duration::from_secs(16),
             "slow {what} dropped after {t:?}; the header read timeout is 10 s"
         );
     }

@@ -499,10 +499,15 @@ fn hung_smartctl_is_killed_at_the_time_limit() {
         "smartctl did not answer within 0.5s on /dev/null: the device may be hung"
     );
     assert!(took >= Duration::from_millis(500), "{took:?}");
-    assert!(took < Duration::from_millis(1500), "{took:?}");
-    // The script and the sleep it started are both dead.
+    // Killed and reaped soon after the limit (the margin is for a loaded host).
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // The script and the sleep it started are both dead. (On a host so slow that the
+    // script was killed before it wrote a pid file, that process never started.)
     for file in ["hang.pid", "hang-child.pid"] {
-        let pid = fs::read_to_string(f.dir.join(file)).unwrap();
+        let Ok(pid) = fs::read_to_string(f.dir.join(file)) else {
+            println!("{file}: not written before the kill");
+            continue;
+        };
         let deadline = Instant::now() + Duration::from_secs(3);
         while !gone_or_zombie(&pid) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));

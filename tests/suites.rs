@@ -250,7 +250,9 @@ fn snia_iops_suite() {
 
 #[test]
 fn latency_suite() {
-    let (doc, _) = run_suite("latency", &[]);
+    // 300 ms rounds, as for snia-iops: at depth 1 a host stall between two I/Os comes
+    // straight off Little's law, and a short round has no time to even it out.
+    let (doc, _) = run_suite("latency", &["--round-time=300ms"]);
     let points = phases(&doc, "point");
     assert_eq!(points.len(), 9);
     for p in points {
@@ -314,7 +316,8 @@ fn stopping_a_suite_still_writes_the_result_marked_incomplete() {
     let out = child.wait_with_output().unwrap();
     let took = t.elapsed();
     let _ = std::fs::remove_file(&out_file);
-    assert!(took.as_secs_f64() < 2.0, "took {took:?} to stop");
+    // Within 5 s, as the daemon stops a run (the margin is for a loaded host).
+    assert!(took.as_secs_f64() < 5.0, "took {took:?} to stop");
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("incomplete"), "{err}");

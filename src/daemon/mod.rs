@@ -594,15 +594,17 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         tracing::warn!("the scheduler has not made its first pass in 10 s; starting anyway");
     }
 
-    announce(bound, &web);
-    tracing::info!(%bound, metrics = %format!("{scheme}://{bound}/metrics"), "driveprobe daemon started");
-
     runtime.block_on(async move {
-        let mut http = Some(Http::start(std_listener, bound, &shared, &web)?);
+        // The signal handlers are in place before the daemon says it is there: a reload
+        // or a stop sent right after the "listening" line or READY=1 must not meet the
+        // default action (the end of the process).
         use tokio::signal::unix::{signal, SignalKind};
         let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Runtime)?;
         let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Runtime)?;
         let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Runtime)?;
+        let mut http = Some(Http::start(std_listener, bound, &shared, &web)?);
+        announce(bound, &web);
+        tracing::info!(%bound, metrics = %format!("{scheme}://{bound}/metrics"), "driveprobe daemon started");
         notify(&[
             sd_notify::NotifyState::Ready,
             sd_notify::NotifyState::Status(&summary_line(&shared)),

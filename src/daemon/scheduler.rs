@@ -508,6 +508,12 @@ fn finish(
     });
     ctx.runs.lock().remove(&h.drive);
     ctx.shared.drive(&h.drive, |d| d.canary_paused = None);
+    // Publish the run's end and the wear it brought together, now: a pass of the
+    // scheduler under way may have taken the wear figures before the run's last bytes
+    // were accounted, and would otherwise show the run ended beside the older figures.
+    ctx.refresh_drives(false);
+    let runs = ctx.store.lock().runs.clone();
+    ctx.shared.lock().runs = runs;
 }
 
 /// Writes the result document atomically; returns its path.
