@@ -231,8 +231,6 @@ fn merge_identity(into: &mut health::Identity, from: &health::Identity) {
 mod tests {
     use super::*;
 
-    /// Probes with (name, read errors, write errors, of them the device's, the last
-    /// host error).
     /// A probe: its name, read's and write's (errors, the device's), and read's and
     /// write's last host error.
     type Fixture<'a> = (&'a str, (u64, u64), (u64, u64), [Option<&'a str>; 2]);
