@@ -621,7 +621,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                         // A move that could not take the old address back left no
                         // listener: bind the configured one again, every tick until it can.
                         let to = generation.ctx.config.server.listen;
-                        match bind(to).and_then(|(l, b)| Http::start(l, b, &shared, &web)) {
+                        match Http::open(to, &shared, &web) {
                             Ok(h) => {
                                 announce(h.bound, &web);
                                 tracing::info!(bound = %h.bound, "listening again");
@@ -664,7 +664,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                             let to = new.server.listen;
                             let (now, moved) = match http.take() {
                                 Some(h) => h.move_to(to, &shared, &web).await,
-                                None => match bind(to).and_then(|(l, b)| Http::start(l, b, &shared, &web)) {
+                                None => match Http::open(to, &shared, &web) {
                                     Ok(h) => (Some(h), Ok(())),
                                     Err(e) => (None, Err(e.to_string())),
                                 },
@@ -759,6 +759,16 @@ impl Http {
         })
     }
 
+    /// Binds `addr` and serves on it.
+    fn open(
+        addr: SocketAddr,
+        shared: &Arc<Shared>,
+        web: &crate::http::WebHandle,
+    ) -> Result<Http, DaemonError> {
+        let (listener, bound) = bind(addr)?;
+        Http::start(listener, bound, shared, web)
+    }
+
     /// Stops accepting, and lets requests in flight finish (for a moment).
     async fn stop(self) {
         let _ = self.shutdown.send(true);
@@ -776,24 +786,20 @@ impl Http {
         shared: &Arc<Shared>,
         web: &crate::http::WebHandle,
     ) -> (Option<Http>, Result<(), String>) {
-        let start = |(l, b)| Http::start(l, b, shared, web);
-        match bind(to) {
-            Ok(l) => match start(l) {
-                Ok(new) => {
-                    self.stop().await;
-                    (Some(new), Ok(()))
-                }
-                Err(e) => (Some(self), Err(e.to_string())),
-            },
+        match Http::open(to, shared, web) {
+            Ok(new) => {
+                self.stop().await;
+                (Some(new), Ok(()))
+            }
             Err(DaemonError::Listen { source, .. })
                 if source.kind() == std::io::ErrorKind::AddrInUse
                     && to.port() == self.bound.port() =>
             {
                 let old = self.bound;
                 self.stop().await;
-                match bind(to).and_then(start) {
+                match Http::open(to, shared, web) {
                     Ok(new) => (Some(new), Ok(())),
-                    Err(e) => match bind(old).and_then(start) {
+                    Err(e) => match Http::open(old, shared, web) {
                         Ok(back) => (Some(back), Err(e.to_string())),
                         Err(again) => {
                             tracing::error!(error = %again, "cannot take the old address back: no HTTP until it can be bound again (tried every tick, and at a reload)");
