@@ -112,6 +112,10 @@ fn round(
         lat_mean_ns: weigh(read.lat_mean_ns, write.lat_mean_ns),
         lat_stddev_ns: weigh(read.lat_stddev_ns, write.lat_stddev_ns),
         lat_max_ns: read.lat_max_ns.max(write.lat_max_ns),
+        slot_idle_seconds: 0.0,
+        slot_uncounted_seconds: 0.0,
+        in_flight_seconds: 0.0,
+        due_missed_ops: 0,
         read,
         write,
     }

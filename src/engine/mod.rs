@@ -178,6 +178,29 @@ pub struct RunResult {
     /// `cpus_allowed_policy=split`, and a depth-1 worker on a CPU of its own).
     pub worker_cpus: Vec<Option<Vec<usize>>>,
     pub runtime_seconds: f64,
+    /// Closed loop: seconds the I/O slots (workers x depth) held no I/O, summed over the
+    /// slots: from each completion to the next submission in the same slot. It is the
+    /// host's part of the queue (reaping, accounting, building the next I/O, waiting for a
+    /// CPU), so that IOPS x mean latency + this / runtime = workers x depth (Little's law
+    /// with the queue's gaps counted). 0 for open loop and psync.
+    pub slot_idle_seconds: f64,
+    /// Closed loop: seconds inside the measured window that slots held I/Os which are not
+    /// in the latency figures (they straddle the window's start or end, or failed), summed
+    /// over the slots. IOPS x mean latency + (this + `slot_idle_seconds`) / runtime =
+    /// workers x depth, exactly.
+    pub slot_uncounted_seconds: f64,
+    /// Seconds of I/O in flight, summed over the slots: divided by `runtime_seconds`, the
+    /// queue depth the target really saw (workers x depth, less the host's gaps). Closed
+    /// loop: this + `slot_idle_seconds` = workers x depth x runtime, and this -
+    /// `slot_uncounted_seconds` = IOPS x mean latency x runtime.
+    pub in_flight_seconds: f64,
+    /// Open loop: I/Os that came due inside the measured window but are in no figure,
+    /// because the host issued them too late to complete in it, or never: `ops` + this =
+    /// the I/Os the rate asked for.
+    pub due_missed_ops: u64,
+    /// Open loop: how late, at most, an I/O was issued against its due time, in seconds
+    /// (the host's stalls; the rate's figures are exact only when this is small).
+    pub issue_late_max_seconds: f64,
     pub read: DirSummary,
     pub write: DirSummary,
     pub total: DirSummary,
@@ -396,6 +419,11 @@ pub fn run_observed(
                     collector.add(w, &b, on_interval);
                     b.read.reset();
                     b.write.reset();
+                    b.slot_idle_ns = 0;
+                    b.slot_uncounted_ns = 0;
+                    b.in_flight_ns = 0;
+                    b.due_missed_ops = 0;
+                    b.issue_late_max_ns = 0;
                     let _ = spare_txs[w].try_send(b);
                 }
                 Msg::Done(w) => collector.done(w, on_interval),
@@ -453,6 +481,11 @@ pub fn run_observed(
         cpus_allowed,
         worker_cpus,
         runtime_seconds,
+        slot_idle_seconds: collector.total_idle_ns as f64 / 1e9,
+        slot_uncounted_seconds: collector.total_uncounted_ns as f64 / 1e9,
+        in_flight_seconds: collector.total_in_flight_ns as f64 / 1e9,
+        due_missed_ops: collector.total_due_missed,
+        issue_late_max_seconds: collector.issue_late_max_ns as f64 / 1e9,
         read: collector.total_read.summary(runtime_seconds),
         write: collector.total_write.summary(runtime_seconds),
         total: both.summary(runtime_seconds),
@@ -478,6 +511,11 @@ struct Collector {
     pending: BTreeMap<u64, Box<IntervalStats>>,
     total_read: DirStats,
     total_write: DirStats,
+    total_idle_ns: u64,
+    total_uncounted_ns: u64,
+    total_in_flight_ns: u64,
+    total_due_missed: u64,
+    issue_late_max_ns: u64,
     intervals: Vec<IntervalSummary>,
     last_end: u64,
     written: Arc<AtomicU64>,
@@ -504,6 +542,11 @@ impl Collector {
             pending: BTreeMap::new(),
             total_read: DirStats::with_digits(digits),
             total_write: DirStats::with_digits(digits),
+            total_idle_ns: 0,
+            total_uncounted_ns: 0,
+            total_in_flight_ns: 0,
+            total_due_missed: 0,
+            issue_late_max_ns: 0,
             intervals: Vec::new(),
             last_end: 0,
         }
@@ -519,6 +562,11 @@ impl Collector {
         });
         agg.read.merge(&b.read);
         agg.write.merge(&b.write);
+        agg.slot_idle_ns += b.slot_idle_ns;
+        agg.slot_uncounted_ns += b.slot_uncounted_ns;
+        agg.in_flight_ns += b.in_flight_ns;
+        agg.due_missed_ops += b.due_missed_ops;
+        agg.issue_late_max_ns = agg.issue_late_max_ns.max(b.issue_late_max_ns);
         agg.end_ns = agg.end_ns.max(b.end_ns);
         self.last_index[w] = Some(b.index);
         self.flush(emit);
@@ -543,7 +591,17 @@ impl Collector {
                 end_seconds: agg.end_ns.saturating_sub(self.measure_start) as f64 / 1e9,
                 read: agg.read.interval_summary(secs),
                 write: agg.write.interval_summary(secs),
+                slot_idle_seconds: agg.slot_idle_ns as f64 / 1e9,
+                slot_uncounted_seconds: agg.slot_uncounted_ns as f64 / 1e9,
+                in_flight_seconds: agg.in_flight_ns as f64 / 1e9,
+                due_missed_ops: agg.due_missed_ops,
+                issue_late_max_seconds: agg.issue_late_max_ns as f64 / 1e9,
             };
+            self.total_idle_ns += agg.slot_idle_ns;
+            self.total_uncounted_ns += agg.slot_uncounted_ns;
+            self.total_in_flight_ns += agg.in_flight_ns;
+            self.total_due_missed += agg.due_missed_ops;
+            self.issue_late_max_ns = self.issue_late_max_ns.max(agg.issue_late_max_ns);
             self.total_read.merge(&agg.read);
             self.total_write.merge(&agg.write);
             self.last_end = self.last_end.max(agg.end_ns);
@@ -561,6 +619,11 @@ impl Collector {
             let mut agg = agg;
             agg.read.reset();
             agg.write.reset();
+            agg.slot_idle_ns = 0;
+            agg.slot_uncounted_ns = 0;
+            agg.in_flight_ns = 0;
+            agg.due_missed_ops = 0;
+            agg.issue_late_max_ns = 0;
             agg.end_ns = 0;
             if self.spare.len() < 2 {
                 self.spare.push(agg);

@@ -304,6 +304,25 @@ pub struct IntervalSummary {
     pub end_seconds: f64,
     pub read: IntervalDir,
     pub write: IntervalDir,
+    /// Closed loop: seconds the slots held no I/O in this interval, summed over slots
+    /// (see `RunResult::slot_idle_seconds`).
+    #[serde(default)]
+    pub slot_idle_seconds: f64,
+    /// Closed loop: seconds of I/O in flight in this interval that no latency figure
+    /// counts (see `RunResult::slot_uncounted_seconds`).
+    #[serde(default)]
+    pub slot_uncounted_seconds: f64,
+    /// Seconds of I/O in flight in this interval, summed over the slots (split at the
+    /// interval's edges): divided by its length, the queue depth the target saw.
+    #[serde(default)]
+    pub in_flight_seconds: f64,
+    /// Open loop: I/Os due in this interval's run that no figure counts (see
+    /// `RunResult::due_missed_ops`).
+    #[serde(default)]
+    pub due_missed_ops: u64,
+    /// Open loop: the latest an I/O was issued against its due time, in seconds.
+    #[serde(default)]
+    pub issue_late_max_seconds: f64,
 }
 
 #[cfg(test)]

@@ -33,6 +33,27 @@ pub struct IntervalStats {
     pub end_ns: u64,
     pub read: DirStats,
     pub write: DirStats,
+    /// Closed loop: nanoseconds the worker's slots held no I/O between a completion and
+    /// the next submission in the same slot (reaping, accounting, building the next I/O,
+    /// and any time the thread waited for a CPU meanwhile). With the latencies it accounts
+    /// for every slot's time: IOPS x mean latency + idle / seconds = workers x depth.
+    pub slot_idle_ns: u64,
+    /// Nanoseconds inside the measured window that slots held I/Os which are not in the
+    /// latency figures: those that straddle the window's start or end, and failed ones.
+    /// Closed loop, over a whole run: latencies + this + `slot_idle_ns` = slots x seconds.
+    pub slot_uncounted_ns: u64,
+    /// Nanoseconds of I/O in flight in this interval, summed over the slots (an I/O that
+    /// spans a boundary is split at it): over the interval, its mean queue depth.
+    /// Closed loop: with `slot_idle_ns` it covers every slot's time, so
+    /// `in_flight_ns + slot_idle_ns = workers x depth x interval`.
+    pub in_flight_ns: u64,
+    /// Open loop: I/Os that came due inside the measured window but are in no figure of
+    /// it, because the host issued them too late to complete before its end, or not at
+    /// all. So `ops + due_missed_ops` = the I/Os the rate asked for, however busy the host.
+    pub due_missed_ops: u64,
+    /// Open loop: how late, at most, an I/O was issued against its due time (the host's
+    /// stall; for I/Os never issued, until the window's end).
+    pub issue_late_max_ns: u64,
 }
 
 impl IntervalStats {
@@ -43,6 +64,11 @@ impl IntervalStats {
             end_ns: 0,
             read: DirStats::with_digits(digits),
             write: DirStats::with_digits(digits),
+            slot_idle_ns: 0,
+            slot_uncounted_ns: 0,
+            in_flight_ns: 0,
+            due_missed_ops: 0,
+            issue_late_max_ns: 0,
         })
     }
 }
@@ -271,10 +297,24 @@ impl Core {
         self.next_due += gap;
     }
 
-    /// Sends the current interval(s) up to `now` to the collector.
-    fn flush_intervals(&mut self, now: u64) {
-        while now >= self.next_boundary && self.next_boundary <= self.tl.end {
+    /// Where the current interval began.
+    #[inline]
+    fn seg_start(&self) -> u64 {
+        self.next_boundary - self.tl.interval
+    }
+
+    /// Sends the current interval(s) up to `now` to the collector. `carry(from, to)` gives
+    /// the slots' time between `from` and the boundary `to` that is not accounted yet, as
+    /// (in flight, idle): an I/O or a gap that spans a boundary is split at it. The last
+    /// interval of a timed run is sent by `finish`, once the I/Os in flight at its end
+    /// have completed.
+    #[inline]
+    fn flush_intervals(&mut self, now: u64, carry: &dyn Fn(u64, u64) -> (u64, u64)) {
+        while now >= self.next_boundary && self.next_boundary < self.tl.end {
             let end = self.next_boundary;
+            let (busy, idle) = carry(self.seg_start(), end);
+            self.cur.in_flight_ns += busy;
+            self.cur.slot_idle_ns += idle;
             self.send_interval(end);
             self.next_boundary += self.tl.interval;
         }
@@ -352,13 +392,60 @@ impl Core {
                 v.written(slot.offset, slot.len, slot.seq, ok);
             }
         }
-        if ok && slot.start >= self.tl.measure_start && now <= self.tl.end {
+        let (from, to) = (self.tl.measure_start, self.tl.end);
+        let seg = self.seg_start().max(from);
+        self.cur.in_flight_ns += now.min(to).saturating_sub(slot.start.max(seg));
+        if ok && slot.start >= from && now <= to {
             let lat = now.saturating_sub(slot.start);
             if slot.read {
                 self.cur.read.record(lat, slot.len);
             } else {
                 self.cur.write.record(lat, slot.len);
             }
+        } else if slot.start < to && now > from {
+            // In flight inside the window, but not in its latency figures.
+            self.cur.slot_uncounted_ns += now.min(to) - slot.start.max(from);
+            if self.arrival.is_some() && slot.start >= from {
+                self.cur.due_missed_ops += 1;
+            }
+        }
+    }
+
+    /// Closed loop: a slot whose last I/O completed (measured) at `done` gets its next
+    /// I/O at `start`; the time between is the slot's idle time.
+    #[inline]
+    fn slot_refilled(&mut self, done: u64, start: u64) {
+        let from = self.seg_start().max(self.tl.measure_start);
+        self.cur.slot_idle_ns += start.min(self.tl.end).saturating_sub(done.max(from));
+    }
+
+    /// Open loop: an I/O due at `due` is issued at `now`.
+    #[inline]
+    fn issued_late(&mut self, due: u64, now: u64) {
+        if due >= self.tl.measure_start {
+            let late = now.saturating_sub(due);
+            if late > self.cur.issue_late_max_ns {
+                self.cur.issue_late_max_ns = late;
+            }
+        }
+    }
+
+    /// Open loop, at the end of a timed run: the I/Os that came due before the end but
+    /// were never issued (the host was late), drawn from the same schedule.
+    fn count_unissued(&mut self, now: u64) {
+        let (from, to) = (self.tl.measure_start, self.tl.end);
+        if self.arrival.is_none() || now < to {
+            return;
+        }
+        if (self.next_due as u64) < to {
+            let late = to - (self.next_due as u64).max(from);
+            self.cur.issue_late_max_ns = self.cur.issue_late_max_ns.max(late);
+        }
+        while (self.next_due as u64) < to {
+            if self.next_due as u64 >= from {
+                self.cur.due_missed_ops += 1;
+            }
+            self.advance_due();
         }
     }
 
@@ -393,12 +480,19 @@ impl Core {
         }
     }
 
-    fn finish(mut self) -> WorkerOutcome {
+    /// Sends the final interval; `carry` as for `flush_intervals` (slots left idle by a
+    /// stop, closed loop).
+    fn finish(mut self, carry: &dyn Fn(u64, u64) -> (u64, u64)) -> WorkerOutcome {
         // The final, partial interval ends now, or at the run's end for a time-based run
         // whose in-flight I/O drained after it.
-        let seg_start = self.next_boundary - self.tl.interval;
-        let end = now_ns().min(self.tl.end);
+        let seg_start = self.seg_start();
+        let now = now_ns();
+        self.count_unissued(now);
+        let end = now.min(self.tl.end);
         if end > seg_start {
+            let (busy, idle) = carry(seg_start.max(self.tl.measure_start), end);
+            self.cur.in_flight_ns += busy;
+            self.cur.slot_idle_ns += idle;
             self.send_interval(end);
         }
         let _ = self.tx.send(Msg::Done(self.id));
@@ -467,9 +561,27 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
     let mut slots = vec![Slot::default(); depth as usize];
     let mut free: Vec<u32> = (0..depth).rev().collect();
     let mut queued: Vec<u32> = Vec::with_capacity(depth as usize);
+    // When each slot's last I/O completed, for its idle time. A slot is idle from the
+    // start of measurement until its first I/O (a worker thread that started late).
+    let mut done_at = vec![core.tl.measure_start; depth as usize];
+    let closed = core.arrival.is_none();
+    // At an interval boundary: the slots' time since `from` not accounted yet, as (in
+    // flight, idle). A slot is in flight from its submission until its completion is
+    // reaped; closed loop, a free slot is idle since its last completion.
+    let carry = |ring: &Uring, slots: &[Slot], done_at: &[u64], from: u64, to: u64| {
+        let (mut busy, mut idle) = (0, 0);
+        for (i, s) in slots.iter().enumerate() {
+            if ring.is_busy(i as u32) {
+                busy += to.saturating_sub(s.start.max(from));
+            } else if closed {
+                idle += to.saturating_sub(done_at[i].max(from));
+            }
+        }
+        (busy, idle)
+    };
     let mut now = now_ns();
     loop {
-        core.flush_intervals(now);
+        core.flush_intervals(now, &|a, b| carry(&ring, &slots, &done_at, a, b));
         core.check_stop(now, shared);
         if !core.stopping {
             // Issue: closed loop keeps every slot busy; open loop issues what is due.
@@ -482,7 +594,9 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
                     if core.next_due > now as f64 {
                         break;
                     }
-                    core.next_due as u64
+                    let due = core.next_due as u64;
+                    core.issued_late(due, now);
+                    due
                 } else {
                     now
                 };
@@ -524,7 +638,9 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
                 // 5% off the queue depth Little's law sees on tmpfs (BENCHMARKS.md).
                 if queued.len() == 1 && first_early {
                     if core.arrival.is_none() {
-                        slots[slot as usize].start = now_ns();
+                        let t = now_ns();
+                        slots[slot as usize].start = t;
+                        core.slot_refilled(done_at[slot as usize], t);
                     }
                     if let Err(e) = ring.submit() {
                         submit_error = Some(e);
@@ -543,6 +659,7 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
                 let t = now_ns();
                 for &q in &queued[early..] {
                     slots[q as usize].start = t;
+                    core.slot_refilled(done_at[q as usize], t);
                 }
             }
         }
@@ -560,8 +677,12 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
             continue;
         }
         // Wait for a completion, but never past the next interval boundary or (open loop,
-        // with a free slot) the next due time.
+        // with a free slot) the next due time. Past the end of a timed run the last
+        // boundary waits for the I/Os in flight: wake once an interval meanwhile.
         let mut wake = core.next_boundary;
+        if wake <= now {
+            wake = now + core.tl.interval;
+        }
         if core.arrival.is_some() && !free.is_empty() && !core.stopping {
             wake = wake.min(core.next_due as u64);
         }
@@ -573,15 +694,17 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
             break;
         }
         now = now_ns();
-        core.flush_intervals(now);
+        core.flush_intervals(now, &|a, b| carry(&ring, &slots, &done_at, a, b));
         ring.reap(|ring, slot, res| {
             let s = slots[slot as usize];
             core.complete(&s, res as i64, now, ring.buf(slot), shared);
+            done_at[slot as usize] = now;
             free.push(slot);
         });
     }
+    let outcome = core.finish(&|a, b| carry(&ring, &slots, &done_at, a, b));
     drop(ring);
-    core.finish()
+    outcome
 }
 
 /// Runs the psync worker loop: one pread/pwrite at a time (depth 1 per worker).
@@ -595,7 +718,9 @@ pub fn run_psync(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
     let mut core = Core::new(setup, t0);
     let mut now = now_ns();
     loop {
-        core.flush_intervals(now);
+        // Between two I/Os the one slot is idle for no time (the next starts at the last
+        // one's completion, closed loop) or waits for its due time (open loop).
+        core.flush_intervals(now, &|_, _| (0, 0));
         core.check_stop(now, shared);
         if core.stopping {
             break;
@@ -608,6 +733,7 @@ pub fn run_psync(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
                 continue;
             }
             let s = core.next_due as u64;
+            core.issued_late(s, now);
             core.advance_due();
             s
         } else {
@@ -633,7 +759,8 @@ pub fn run_psync(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
             core.issued_bytes += op.len as u64;
         }
         now = now_ns();
-        core.flush_intervals(now);
+        // The I/O that just completed was in flight across any boundary passed meanwhile.
+        core.flush_intervals(now, &|a, b| (b.saturating_sub(start.max(a)), 0));
         let slot = Slot {
             start,
             offset: op.offset,
@@ -643,5 +770,5 @@ pub fn run_psync(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
         };
         core.complete(&slot, res, now, bufs.slot(0), shared);
     }
-    core.finish()
+    core.finish(&|_, _| (0, 0))
 }

@@ -44,6 +44,29 @@ pub struct Round {
     pub lat_mean_ns: f64,
     pub lat_max_ns: u64,
     pub lat_stddev_ns: f64,
+    /// Closed loop: seconds the round's I/O slots held no I/O, summed over the slots
+    /// (from a completion to the next submission in the same slot: the host's part).
+    /// IOPS x mean latency + this / the round's seconds = workers x depth.
+    #[serde(default)]
+    pub slot_idle_seconds: f64,
+    /// Closed loop: seconds the round's slots held I/Os that its latency figures do not
+    /// count (straddling the run's start or end, or failed), summed over the slots. Over
+    /// a whole run: IOPS x mean latency + (this + `slot_idle_seconds`) / seconds =
+    /// workers x depth. A round cut from a longer run attributes each I/O's latency and
+    /// each gap to the round in which it ended.
+    #[serde(default)]
+    pub slot_uncounted_seconds: f64,
+    /// Seconds of I/O in flight in the round, summed over the slots (an I/O spanning the
+    /// round's edge is split at it): divided by the round's length, the queue depth the
+    /// drive really saw. Closed loop: this + `slot_idle_seconds` = workers x depth x the
+    /// round's length.
+    #[serde(default)]
+    pub in_flight_seconds: f64,
+    /// Open loop (rate curves): I/Os that came due in the round but are in none of its
+    /// figures, because the host issued them too late to complete in it, or never. The
+    /// round's ops + this = the I/Os its rate asked for.
+    #[serde(default)]
+    pub due_missed_ops: u64,
 }
 
 /// The workload of a phase, in fio's terms.
@@ -240,6 +263,10 @@ impl Round {
             lat_mean_ns: weighted(read.lat_mean_ns, write.lat_mean_ns),
             lat_stddev_ns: weighted(read.lat_stddev_ns, write.lat_stddev_ns),
             lat_max_ns: read.lat_max_ns.max(write.lat_max_ns),
+            slot_idle_seconds: 0.0,
+            slot_uncounted_seconds: 0.0,
+            in_flight_seconds: 0.0,
+            due_missed_ops: 0,
             read,
             write,
         }
@@ -247,17 +274,29 @@ impl Round {
 
     /// A round from one engine interval.
     pub fn from_interval(index: u32, end_seconds: f64, i: &IntervalSummary) -> Round {
-        Round::from_dirs(index, end_seconds, dir(&i.read), dir(&i.write))
+        Round {
+            slot_idle_seconds: i.slot_idle_seconds,
+            slot_uncounted_seconds: i.slot_uncounted_seconds,
+            in_flight_seconds: i.in_flight_seconds,
+            due_missed_ops: i.due_missed_ops,
+            ..Round::from_dirs(index, end_seconds, dir(&i.read), dir(&i.write))
+        }
     }
 
     /// A round from a whole (one-round) run's totals.
     pub fn from_result(index: u32, r: &crate::engine::RunResult) -> Round {
-        Round::from_dirs(
-            index,
-            r.runtime_seconds,
-            DirFigures::from_summary(&r.read),
-            DirFigures::from_summary(&r.write),
-        )
+        Round {
+            slot_idle_seconds: r.slot_idle_seconds,
+            slot_uncounted_seconds: r.slot_uncounted_seconds,
+            in_flight_seconds: r.in_flight_seconds,
+            due_missed_ops: r.due_missed_ops,
+            ..Round::from_dirs(
+                index,
+                r.runtime_seconds,
+                DirFigures::from_summary(&r.read),
+                DirFigures::from_summary(&r.write),
+            )
+        }
     }
 
     /// The average of several rounds (steady window figures); max is the largest.
@@ -283,6 +322,11 @@ impl Round {
             lat_mean_ns: rounds.iter().map(|r| r.lat_mean_ns).sum::<f64>() / n,
             lat_max_ns: rounds.iter().map(|r| r.lat_max_ns).max().unwrap_or(0),
             lat_stddev_ns: rounds.iter().map(|r| r.lat_stddev_ns).sum::<f64>() / n,
+            slot_idle_seconds: rounds.iter().map(|r| r.slot_idle_seconds).sum::<f64>() / n,
+            slot_uncounted_seconds: rounds.iter().map(|r| r.slot_uncounted_seconds).sum::<f64>()
+                / n,
+            in_flight_seconds: rounds.iter().map(|r| r.in_flight_seconds).sum::<f64>() / n,
+            due_missed_ops: rounds.iter().map(|r| r.due_missed_ops).sum::<u64>() / n as u64,
         }
     }
 }

@@ -1608,6 +1608,10 @@ mod tests {
             lat_mean_ns: d.lat_mean_ns,
             lat_max_ns: d.lat_max_ns,
             lat_stddev_ns: d.lat_stddev_ns,
+            slot_idle_seconds: 0.0,
+            slot_uncounted_seconds: 0.0,
+            in_flight_seconds: 0.0,
+            due_missed_ops: 0,
             write: d,
             read: DirFigures::default(),
         }

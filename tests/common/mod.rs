@@ -667,3 +667,59 @@ pub fn watched<T>(backing: &Path, swap: bool, mut attempt: impl FnMut() -> T) ->
         }
     }
 }
+
+/// What a closed-loop run or round says of its slots' time (the engine's accounting).
+pub struct SlotTime {
+    pub iops: f64,
+    /// Mean latency, seconds.
+    pub mean_s: f64,
+    /// Seconds measured.
+    pub secs: f64,
+    /// Slot-seconds with an I/O in flight (split at the round's edges).
+    pub in_flight_s: f64,
+    /// Slot-seconds in flight that no latency figure counts (straddling the run's start
+    /// or end, or failed).
+    pub uncounted_s: f64,
+    /// Slot-seconds idle between a completion and the next submission.
+    pub idle_s: f64,
+}
+
+/// The slots' time in a closed loop, checked against the configured `slots`, whatever
+/// else the machine is doing (a stall moves time from one term to another; it loses none):
+/// - every slot at every moment is in flight or idle: `in_flight + idle = slots x secs`
+///   (catches a wrong number of workers or slots, a wrong duration);
+/// - `whole_run`: Little's law, `IOPS x mean latency x secs = in_flight - uncounted`
+///   (catches I/Os lost or counted twice, a wrong mean). A round cut from a longer run
+///   counts each I/O's latency in the round it ended in, so it is not checked there.
+///
+/// Within 1% of `slots`. Returns the queue depth the target saw (in flight / secs), for messages.
+pub fn slot_time(t: &SlotTime, slots: f64, whole_run: bool, what: &str) -> f64 {
+    assert!(t.secs > 0.0, "{what}: no time measured");
+    let depth = t.in_flight_s / t.secs;
+    let idle = t.idle_s / t.secs;
+    let err = (depth + idle - slots).abs() / slots;
+    assert!(
+        err < 0.01,
+        "{what}: {depth:.2} slots in flight and {idle:.2} idle over {:.3}s = {:.2}, expected \
+         {slots} (error {:.2}%)",
+        t.secs,
+        depth + idle,
+        err * 100.0
+    );
+    if whole_run {
+        let little = t.iops * t.mean_s;
+        let counted = (t.in_flight_s - t.uncounted_s) / t.secs;
+        let err = (little - counted).abs() / slots;
+        assert!(
+            err < 0.01,
+            "{what}: Little's law: IOPS {:.0} x mean latency {:.6}s = {little:.2}, but the \
+             counted I/Os were in flight {counted:.2} on average ({depth:.2} in all, \
+             {:.2} uncounted) (error {:.2}%)",
+            t.iops,
+            t.mean_s,
+            t.uncounted_s / t.secs,
+            err * 100.0
+        );
+    }
+    depth
+}
