@@ -706,11 +706,19 @@ fn fits_in_file(file: &str, j: &JobInfo, len: u64) -> Result<(), FioJobError> {
         })
     };
     let offset = aligned("offset")?;
-    let clones = j
-        .get(&["numjobs"])
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(1)
-        .max(1);
+    // A count this check cannot read (fio also takes `0x10`, or an expression) could
+    // hide clones whose offsets reach past the end: refused.
+    let clones = match j.get(&["numjobs"]) {
+        None => 1,
+        Some(v) => v.trim().parse::<u64>().map_err(|_| {
+            refusal(
+                format!("{}={v}", j.shown("numjobs")),
+                "cannot be read as a count, so the clones' offsets cannot be checked against the target file".into(),
+                "write the number of clones in decimal digits",
+            )
+        })?,
+    }
+    .max(1);
     let step = aligned("offset_increment")?;
     let region_keys = [
         "offset",
@@ -1170,6 +1178,10 @@ mod tests {
             (
                 "numjobs=2\nfileoffset=256k\noffset_increment=512k\nsize=512k",
                 Some("reaches byte 1310720"),
+            ),
+            (
+                "numjobs=0x10\noffset_increment=64k\nsize=64k",
+                Some("numjobs=0x10: cannot be read as a count"),
             ),
             // How large the file is.
             ("size=1m", None),
