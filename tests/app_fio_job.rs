@@ -340,3 +340,57 @@ fn bench_fio_job_names_its_document_as_a_schedule_of_the_file_does() {
     assert!(phases.iter().all(|p| p["kind"] == "point"));
     nothing_holds(&target);
 }
+
+/// Every spelling that makes fio grow a file (issue 16: `fileoffset=`, fio's alias of
+/// `offset`, got through): fio itself, given the job on a copy of the target, grows the
+/// copy (so the spelling is real and does what is feared); through driveprobe the same
+/// job is refused before fio runs, and the target keeps its length and bytes.
+#[test]
+fn every_spelling_that_grows_a_file_target_is_refused_before_fio_runs() {
+    need_fio();
+    let dir = scratch();
+    let target = dir.path().join("target");
+    let copy = dir.path().join("copy");
+    let data = common::pseudo_random(1 << 20, 16);
+    std::fs::write(&target, &data).unwrap();
+    for opts in [
+        "fileoffset=1m\nsize=256k",
+        "offset=1m\nsize=256k",
+        "fileoffset=768k\nsize=512k",
+        "size=2m",
+        "filesize=2m",
+        "file_append=1\nsize=256k",
+        "numjobs=2\noffset_increment=1m\nsize=256k",
+        "numjobs=2\nfileoffset=512k\noffset_increment=512k\nsize=512k",
+    ] {
+        let text =
+            format!("[grow]\nfilename=${{TARGET}}\nioengine=psync\nrw=write\nbs=64k\n{opts}\n");
+        // fio alone, on a copy.
+        std::fs::write(&copy, &data).unwrap();
+        let by_fio = common::run_with_stdin(
+            "fio",
+            &["--output-format=terse", "-"],
+            Some(&text.replace("${TARGET}", copy.to_str().unwrap())),
+        );
+        let grown = std::fs::metadata(&copy).unwrap().len();
+        assert!(
+            grown > 1 << 20,
+            "{opts:?}: fio did not grow the copy ({grown}): {by_fio}"
+        );
+        // Through driveprobe.
+        let job = job_file(dir.path(), &text);
+        let e =
+            fio_job::run(&job, &target, Duration::from_secs(30), &RunControl::new()).unwrap_err();
+        assert!(matches!(e, FioJobError::Refused(_)), "{opts:?}: {e}");
+        assert!(e.to_string().contains("grow"), "{e}");
+        assert_eq!(
+            std::fs::metadata(&target).unwrap().len(),
+            1 << 20,
+            "{opts:?}"
+        );
+    }
+    assert!(
+        std::fs::read(&target).unwrap() == data,
+        "the target's bytes changed"
+    );
+}

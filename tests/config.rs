@@ -347,6 +347,11 @@ fn the_bad_config_corpus_covers_every_kind() {
             &["probe_writes_raw"][..],
         ),
         ("TOML syntax", &["toml_syntax", "unterminated_string"][..]),
+        (
+            "values past their sane range (issue 16: durations, rates, sizes)",
+            &["too_long_", "too_large_", "out_of_range_"][..],
+        ),
+        ("a by_id that leaves /dev/disk/by-id/", &["by_id_"][..]),
     ] {
         let n = names
             .iter()
@@ -512,4 +517,270 @@ fn the_same_stem_is_one_label_only_for_the_same_file_or_other_drives() {
             && e.contains("suite 'fio-job:mix'"),
         "{e}"
     );
+}
+
+/// Every duration, rate and size has a range: its ends are taken, one step past them is
+/// refused at the value, with the range in the message (issue 16: `health_interval` near
+/// i64::MAX panicked a thread, a huge `max_duration` wrapped, `rate_iops = 1e308` was an
+/// unlimited canary).
+#[test]
+fn every_duration_rate_and_size_has_a_sane_range() {
+    let drive =
+        "[[drive]]\nname = \"d\"\nfile_target = { path = \"/srv/d.dat\", size = \"1GiB\" }\n";
+    let probe = |w: &str| format!("{drive}[[probe]]\nname = \"p\"\n{w}\n");
+    let schedule = |m: &str| {
+        format!("{drive}[[schedule]]\nname = \"s\"\ndrives = [\"d\"]\nsuite = \"enterprise\"\ncron = \"0 3 * * *\"\nmax_duration = \"{m}\"\n")
+    };
+    let rated = |k: &str| format!("[[drive]]\nname = \"d\"\nserial = \"S1\"\n{k}\n");
+    let cases: Vec<(String, Option<&str>)> = vec![
+        ("health_interval = \"1d\"".into(), None),
+        ("health_interval = \"86401s\"".into(), Some("health_interval '86401s' is too long; give at most \"1d\"")),
+        ("health_interval = \"9223372036854775807s\"".into(), Some("is too long")),
+        ("health_interval = \"106751991167300d\"".into(), Some("is too long")),
+        (probe("window = \"1d\"\nworkload = {}"), None),
+        (probe("window = \"25h\"\nworkload = {}"), Some("window '25h' is too long; give at most \"1d\"")),
+        (schedule("7d"), None),
+        (schedule("169h"), Some("max_duration '169h' is too long; give at most \"7d\"")),
+        (schedule("9223372036854775807s"), Some("is too long")),
+        (probe("workload = { rate_iops = 100000 }"), None),
+        (probe("workload = { rate_iops = 0.01 }"), None),
+        (probe("workload = { rate_iops = 100001 }"), Some("rate_iops 100001 is out of range")),
+        (probe("workload = { rate_iops = 1e308 }"), Some("is out of range")),
+        (probe("workload = { rate_iops = 0.001 }"), Some("rate_iops 0.001 is out of range")),
+        (probe("workload = { rate_iops = inf }"), Some("is out of range")),
+        (probe("workload = { rate_iops = nan }"), Some("is out of range")),
+        (probe("workload = { depth = 4097 }"), Some("depth 4097 is out of range")),
+        (probe("workload = { depth = 9223372036854775807 }"), Some("is out of range")),
+        ("[[drive]]\nname = \"d\"\nfile_target = { path = \"/srv/d.dat\", size = \"1PiB\" }\n".into(), None),
+        ("[[drive]]\nname = \"d\"\nfile_target = { path = \"/srv/d.dat\", size = \"1025TiB\" }\n".into(), Some("file_target size '1025TiB' is too large; give at most \"1PiB\"")),
+        ("[wear_budget]\nunrated_bytes_per_day = \"1PiB\"\n".into(), None),
+        ("[wear_budget]\nunrated_bytes_per_day = \"1025TiB\"\n".into(), Some("is too large")),
+        (rated("rated_tbw_bytes = \"1024PiB\""), None),
+        (rated("rated_tbw_bytes = \"1025PiB\""), Some("rated_tbw_bytes '1025PiB' is too large; give at most \"1024PiB\"")),
+        (rated("rated_seq_read_bw = \"1025PiB\""), Some("is too large")),
+        (rated("rated_dwpd = 1000\nwarranty_years = 100"), None),
+        (rated("rated_dwpd = 1001\nwarranty_years = 5"), Some("rated_dwpd 1001 must be a number more than 0 and at most 1000")),
+        (rated("warranty_years = 101"), Some("warranty_years 101 must be")),
+        (rated("rated_mtbf_hours = 1e10"), Some("at most 1000000000")),
+        (rated("rated_read_iops_4k = 2e9"), Some("at most 1000000000")),
+        (rated("rated_write_iops_4k = inf"), Some("at most 1000000000")),
+    ];
+    for (text, refused) in &cases {
+        let got = Config::parse(text, "x.toml");
+        match (refused, got) {
+            (None, Ok(_)) => {}
+            (None, Err(e)) => panic!("{text:?} refused: {e}"),
+            (Some(_), Ok(_)) => panic!("{text:?} accepted"),
+            (Some(says), Err(e)) => {
+                let e = e.to_string();
+                assert!(e.contains(says), "{text:?}: wanted {says:?} in {e}");
+                assert!(e.starts_with("x.toml:") && !e.contains('\n'), "{e}");
+            }
+        }
+    }
+}
+
+/// `by_id` names one link right under /dev/disk/by-id/: `..`, `.` and further `/` are
+/// refused (the daemon would open whatever they lead to).
+#[test]
+fn by_id_is_one_link_under_dev_disk_by_id() {
+    let with = |v: &str| {
+        Config::parse(
+            &format!("[[drive]]\nname = \"d\"\nby_id = \"{v}\"\n"),
+            "x.toml",
+        )
+    };
+    for ok in [
+        "/dev/disk/by-id/nvme-S4XX_1",
+        "/dev/disk/by-id/..x",
+        "/dev/disk/by-id/wwn-0x5000c500a1b2c3d4",
+    ] {
+        with(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+    for bad in [
+        "/dev/disk/by-id/../../sda",
+        "/dev/disk/by-id/..",
+        "/dev/disk/by-id/.",
+        "/dev/disk/by-id/x/y",
+        "/dev/disk/by-id/x/../../../sda",
+        "/dev/disk/by-id//sda",
+        "/dev/disk/by-id/",
+        "/dev/sda",
+    ] {
+        let e = with(bad)
+            .err()
+            .unwrap_or_else(|| panic!("{bad} accepted"))
+            .to_string();
+        assert!(e.contains("is not under /dev/disk/by-id/"), "{bad}: {e}");
+    }
+}
+
+/// A config of `n` drives (each with a serial and a file target), a write probe on every
+/// drive by `"*"`, a read probe that lists every drive by name, and a suite on every
+/// drive: each cross-check sees every drive.
+fn fleet(n: usize) -> String {
+    let mut t = String::with_capacity(n * 160);
+    for i in 0..n {
+        t.push_str(&format!(
+            "[[drive]]\nname = \"d{i}\"\nserial = \"S{i:08}\"\nfile_target = {{ path = \"/srv/d{i}.dat\", size = \"1GiB\" }}\n\n"
+        ));
+    }
+    t.push_str("[[probe]]\nname = \"w\"\ndrives = [\"*\"]\nworkload = { read_pct = 50 }\n\n");
+    t.push_str("[[probe]]\nname = \"r\"\ndrives = [");
+    for i in 0..n {
+        t.push_str(&format!("\"d{i}\","));
+    }
+    t.push_str("]\nworkload = {}\n\n");
+    t.push_str("[[schedule]]\nname = \"s\"\ndrives = [\"*\"]\nsuite = \"enterprise\"\ncron = \"0 3 * * *\"\nmax_duration = \"4h\"\n");
+    t
+}
+
+/// The fastest of three validations of `text` (the least disturbed by other work on the
+/// machine).
+fn fastest_parse(text: &str) -> std::time::Duration {
+    (0..3)
+        .map(|_| {
+            let t0 = std::time::Instant::now();
+            let c = Config::parse(text, "fleet.toml").unwrap_or_else(|e| panic!("{e}"));
+            let took = t0.elapsed();
+            assert!(!c.drives.is_empty());
+            took
+        })
+        .min()
+        .unwrap()
+}
+
+/// Validation is linear in the number of drives (issue 16: 20,000 drives took 32 s, the
+/// time growing with the square of the count). A relation, not a speed: ten times the
+/// drives may take at most 30 times as long (linear is about 10; quadratic 100).
+#[test]
+fn validation_time_grows_linearly_with_the_drives() {
+    const SMALL: usize = 2_000;
+    const LARGE: usize = 20_000;
+    let (small, large) = (fleet(SMALL), fleet(LARGE));
+    let c = Config::parse(&large, "fleet.toml").unwrap();
+    assert_eq!(c.drives.len(), LARGE);
+    assert_eq!(c.probes[1].drives.len(), LARGE);
+    assert_eq!(c.schedules[0].drives.len(), LARGE);
+    // A duplicate serial at the very end is still found, at its line.
+    let dup = format!("{large}\n[[drive]]\nname = \"last\"\nserial = \"S00000007\"\n");
+    let e = Config::parse(&dup, "fleet.toml").unwrap_err().to_string();
+    assert!(
+        e.contains("drive serial S00000007 is already used by the drive at line 38"),
+        "{e}"
+    );
+    let (t_small, t_large) = (fastest_parse(&small), fastest_parse(&large));
+    let ratio = t_large.as_secs_f64() / t_small.as_secs_f64().max(1e-6);
+    println!("{SMALL} drives: {t_small:?}; {LARGE} drives: {t_large:?}; ratio {ratio:.1}");
+    assert!(
+        ratio < 30.0,
+        "{LARGE} drives took {ratio:.1} times as long as {SMALL} ({t_small:?}, {t_large:?}): not linear"
+    );
+}
+
+/// `check-config FILE` with a time limit: the output, or None if it had not ended.
+fn check_config_within(file: &Path, extra: &[&str], limit: std::time::Duration) -> Option<Output> {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_driveprobe"))
+        .arg("check-config")
+        .arg(file)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
+fn mkfifo(p: &Path) {
+    let st = Command::new("mkfifo").arg(p).status().unwrap();
+    assert!(st.success());
+}
+
+/// A config (or web config, or fio job file) that is not a regular file, or is larger
+/// than 16 MiB, is refused at once with one line (issue 16: a FIFO hung check-config;
+/// /dev/zero had no size cap).
+#[test]
+fn a_fifo_a_device_or_a_huge_file_is_no_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let limit = std::time::Duration::from_secs(10);
+    let refused = |file: &Path, extra: &[&str], says: &str| {
+        let out = check_config_within(file, extra, limit).unwrap_or_else(|| {
+            panic!(
+                "check-config {} {extra:?} still running after {limit:?}",
+                file.display()
+            )
+        });
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {stderr}", file.display());
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with("driveprobe: error: "), "{stderr}");
+        assert!(stderr.contains(says), "wanted {says:?}: {stderr}");
+    };
+    let fifo = dir.path().join("fifo.toml");
+    mkfifo(&fifo);
+    refused(&fifo, &[], "fifo.toml: cannot read the config: it is a FIFO (named pipe), not a regular file; give the path of the file itself");
+    refused(
+        Path::new("/dev/zero"),
+        &[],
+        "/dev/zero: cannot read the config: it is a character device",
+    );
+    refused(dir.path(), &[], "it is a directory");
+    // 17 MiB of comments: a valid TOML document, refused for its size before it is read.
+    let big = dir.path().join("big.toml");
+    let line = format!("# {}\n", "x".repeat(1021));
+    std::fs::write(&big, line.repeat(17 << 10)).unwrap();
+    refused(
+        &big,
+        &[],
+        "big.toml: cannot read the config: it is larger than 16 MiB",
+    );
+    // Just under the cap: read (and found to hold no drive).
+    std::fs::write(&big, line.repeat((16 << 10) - 1)).unwrap();
+    let out = check_config_within(&big, &[], limit).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The web config file.
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, "").unwrap();
+    let web_fifo = dir.path().join("web.yml");
+    mkfifo(&web_fifo);
+    let w = web_fifo.to_str().unwrap();
+    refused(
+        &good,
+        &["--web-config-file", w],
+        "it is a FIFO (named pipe), not a regular file",
+    );
+    refused(
+        &good,
+        &["--web-config-file", "/dev/zero"],
+        "it is a character device",
+    );
+    // A fio job file named by the config.
+    let job = dir.path().join("job.fio");
+    mkfifo(&job);
+    let cfg = dir.path().join("fio.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[drive]]\nname = \"d\"\nfile_target = {{ path = \"{}\", size = \"1MiB\" }}\n\n[[schedule]]\nname = \"s\"\ndrives = [\"d\"]\nfio_job = \"{}\"\ncron = \"0 3 * * *\"\nmax_duration = \"1h\"\n",
+            dir.path().join("d.dat").display(),
+            job.display()
+        ),
+    )
+    .unwrap();
+    refused(&cfg, &[], "fio_job: cannot read");
 }

@@ -576,3 +576,64 @@ fn a_file_target_made_read_only_holds_the_write_canary_only() {
     assert!(st.success());
     println!("file target read-only: injected {injected} times; held and resumed each time");
 }
+
+/// A FIFO put in place of the config file before a SIGHUP (issue 16: the reload read it
+/// on the HTTP thread, and /metrics, /healthz and SIGTERM hung): the reload is refused
+/// and reported, /metrics and /healthz answer meanwhile, the canary goes on, and SIGTERM
+/// still stops the daemon within 5 s.
+#[test]
+fn a_fifo_swapped_in_for_the_config_before_sighup_holds_neither_http_nor_sigterm() {
+    let dir = common::shm_dir("dp-rel-");
+    let target = dir.path().join("a.dat");
+    let cfg = dir.path().join("d.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "state_dir = \"{}\"\n\n{}[[probe]]\nname = \"rd\"\nworkload = {{ rate_iops = 100 }}\n",
+            dir.path().join("state").display(),
+            file_drive("a", &target, "8MiB")
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(&cfg, &[]);
+    wait_until("canary I/O", Duration::from_secs(30), &d, || ops(&d) > 10.0);
+    let fifo = dir.path().join("fifo");
+    let st = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::rename(&fifo, &cfg).unwrap();
+    d.signal("HUP");
+    let e = d.wait_for("the reload refused", Duration::from_secs(15), |e| {
+        e.value("driveprobe_config_last_reload_successful", &[]) == Some(0.0)
+    });
+    assert_eq!(e.value("driveprobe_drive_up", &[("drive", "a")]), Some(1.0));
+    // Served while nobody ever writes to the FIFO, each at once.
+    for path in ["/metrics", "/healthz"] {
+        let t0 = Instant::now();
+        let (code, _, body) = common::daemon::try_http_get(&d.addr, path, &[])
+            .unwrap_or_else(|e| panic!("{path}: {e}; log:\n{}", d.log()));
+        assert_eq!(code, 200, "{path}: {body}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{path} took {:?}",
+            t0.elapsed()
+        );
+    }
+    let o = ops(&d);
+    wait_until(
+        "canary I/O after the reload",
+        Duration::from_secs(10),
+        &d,
+        || ops(&d) > o + 10.0,
+    );
+    let log = d.log();
+    assert!(
+        log.contains("FIFO (named pipe), not a regular file"),
+        "the log says why: {log}"
+    );
+    let (st, took) = d.terminate(Duration::from_secs(5));
+    assert!(st.success(), "{st:?}");
+    println!("stopped {took:?} after SIGTERM");
+}

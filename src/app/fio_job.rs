@@ -162,9 +162,13 @@ pub fn run_detailed(
     time_limit: Duration,
     control: &RunControl,
 ) -> Result<FioJobRun, FioJobError> {
-    let text = std::fs::read_to_string(job_file).map_err(|source| FioJobError::Read {
+    let text = crate::config::file::read_regular(job_file, crate::config::file::MAX_CONFIG_BYTES)
+        .map_err(|e| FioJobError::Read {
         file: job_file.to_path_buf(),
-        source,
+        source: match e {
+            crate::config::file::FileError::Io(e) => e,
+            other => std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()),
+        },
     })?;
     let label = job_file.display().to_string();
     let prepared = prepare(&text, &label, target)?;
@@ -252,10 +256,53 @@ fn json_part(stdout: &str) -> Option<&str> {
     None
 }
 
+/// fio's other spellings of its options (`fio --cmdhelp=OPTION` shows them as
+/// `alias:`; the list is fio 3.33's whole set), each with the name it stands for. fio
+/// matches option names exactly (case and `-` against `_` matter), so these are the only
+/// other names an option has. Every check below is made on the canonical name: a job
+/// file that writes `fileoffset=` meets the same bound as one that writes `offset=`.
+pub const ALIASES: &[(&str, &str)] = &[
+    ("blockalign", "ba"),
+    ("blocksize", "bs"),
+    ("blocksize_unaligned", "bs_unaligned"),
+    ("blocksize_range", "bsrange"),
+    ("disable_bw", "disable_bw_measurement"),
+    ("fill_fs", "fill_device"),
+    ("io_limit", "io_size"),
+    ("iodepth_batch_submit", "iodepth_batch"),
+    ("iodepth_batch_complete", "iodepth_batch_complete_min"),
+    ("iomem", "mem"),
+    ("nr_files", "nrfiles"),
+    ("fileoffset", "offset"),
+    ("ratecycle", "rate_cycle"),
+    ("ratemin", "rate_min"),
+    ("timeout", "runtime"),
+    ("readwrite", "rw"),
+    ("ss", "steadystate"),
+    ("ss_dur", "steadystate_duration"),
+    ("ss_ramp", "steadystate_ramp_time"),
+    ("wait_for_previous", "stonewall"),
+];
+
+/// The name fio gives the option written `key`: its canonical name when `key` is an
+/// alias. fio itself refuses `Offset=` and `file-offset=`; they are read here as
+/// `offset` all the same (lower case, `-` as `_`), so that a spelling some fio accepts
+/// is never one this gate does not check.
+pub fn canonical(key: &str) -> String {
+    let k = key.trim().to_ascii_lowercase().replace('-', "_");
+    match ALIASES.iter().find(|(alias, _)| *alias == k) {
+        Some((_, name)) => name.to_string(),
+        None => k,
+    }
+}
+
 /// One option line of a job file.
 #[derive(Debug, Clone, PartialEq)]
 struct Opt {
+    /// fio's canonical name of the option ([`canonical`]).
     key: String,
+    /// The name as the file writes it (for messages).
+    written: String,
     value: Option<String>,
     line: usize,
 }
@@ -272,11 +319,18 @@ struct Section {
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobInfo {
     pub name: String,
+    /// By fio's canonical option name ([`canonical`]).
     pub options: BTreeMap<String, Option<String>>,
+    /// How the job file spelled each option of `options` (for messages).
+    pub written: BTreeMap<String, String>,
     pub groupid: u64,
 }
 
 impl JobInfo {
+    /// `key` as the job file wrote it (`fileoffset` for `offset`).
+    fn shown<'a>(&'a self, key: &'a str) -> &'a str {
+        self.written.get(key).map_or(key, String::as_str)
+    }
     fn get(&self, keys: &[&str]) -> Option<&str> {
         keys.iter()
             .find_map(|k| self.options.get(*k))
@@ -349,10 +403,11 @@ fn parse_sections(text: &str, file: &str) -> Result<Vec<Section>, FioJobError> {
                 what: "copy its jobs into this file".into(),
             })));
         }
-        let (key, value) = match line.split_once('=') {
+        let (written, value) = match line.split_once('=') {
             Some((k, v)) => (k.trim().to_string(), Some(v.trim().to_string())),
             None => (line.to_string(), None),
         };
+        let key = canonical(&written);
         let Some(section) = sections.last_mut() else {
             return Err(FioJobError::Syntax {
                 file: file.to_string(),
@@ -362,6 +417,7 @@ fn parse_sections(text: &str, file: &str) -> Result<Vec<Section>, FioJobError> {
         };
         section.opts.push(Opt {
             key,
+            written,
             value,
             line: n,
         });
@@ -371,8 +427,8 @@ fn parse_sections(text: &str, file: &str) -> Result<Vec<Section>, FioJobError> {
 
 fn refuse(file: &str, job: &str, opt: &Opt, why: &str, what: &str) -> FioJobError {
     let option = match &opt.value {
-        Some(v) => format!("{}={v}", opt.key),
-        None => opt.key.clone(),
+        Some(v) => format!("{}={v}", opt.written),
+        None => opt.written.clone(),
     };
     FioJobError::Refused(Box::new(Refusal {
         file: file.to_string(),
@@ -385,7 +441,7 @@ fn refuse(file: &str, job: &str, opt: &Opt, why: &str, what: &str) -> FioJobErro
 
 /// Checks one option against the safety gate.
 fn check(file: &str, job: &str, opt: &Opt) -> Result<(), FioJobError> {
-    let key = opt.key.to_ascii_lowercase();
+    let key = opt.key.as_str();
     let value = opt.value.as_deref();
     let r = |why: &str, what: &str| Err(refuse(file, job, opt, why, what));
     if let Some(v) = value {
@@ -397,7 +453,7 @@ fn check(file: &str, job: &str, opt: &Opt) -> Result<(), FioJobError> {
             );
         }
     }
-    match key.as_str() {
+    match key {
         "directory" => {
             return r(
                 "names a directory, but driveprobe's target is a file or a device",
@@ -495,18 +551,16 @@ pub fn prepare(text: &str, file: &str, target: &Path) -> Result<Prepared, FioJob
         }
     }
     let names_file = sections.iter().any(|s| {
-        s.opts.iter().any(|o| {
-            matches!(
-                o.key.to_ascii_lowercase().as_str(),
-                "filename" | "directory" | "filename_format"
-            )
-        })
+        s.opts
+            .iter()
+            .any(|o| matches!(o.key.as_str(), "filename" | "directory" | "filename_format"))
     });
     // The effective options and the groups of the jobs, as fio forms them: a [global]
     // section applies to the jobs after it; a job with stonewall or new_group starts a
     // new group unless the current one is still empty.
     let mut jobs = Vec::new();
     let mut global: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let mut global_written: BTreeMap<String, String> = BTreeMap::new();
     if !names_file {
         global.insert("filename".into(), Some(PLACEHOLDER.into()));
     }
@@ -516,21 +570,23 @@ pub fn prepare(text: &str, file: &str, target: &Path) -> Result<Prepared, FioJob
         if s.name == "global" {
             for o in &s.opts {
                 global.insert(o.key.clone(), o.value.clone());
+                global_written.insert(o.key.clone(), o.written.clone());
             }
             continue;
         }
         let mut options = global.clone();
+        let mut written = global_written.clone();
         for o in &s.opts {
             options.insert(o.key.clone(), o.value.clone());
+            written.insert(o.key.clone(), o.written.clone());
         }
         let mut job = JobInfo {
             name: s.name.clone(),
             options,
+            written,
             groupid: 0,
         };
-        if (job.flag("stonewall") || job.flag("wait_for_previous") || job.flag("new_group"))
-            && jobs_in_group > 0
-        {
+        if (job.flag("stonewall") || job.flag("new_group")) && jobs_in_group > 0 {
             groupid += 1;
             jobs_in_group = 0;
         }
@@ -591,10 +647,10 @@ fn fits_in_file(file: &str, j: &JobInfo, len: u64) -> Result<(), FioJobError> {
             what: what.to_string(),
         }))
     };
-    for key in ["fill_device", "fill_fs"] {
+    for key in ["fill_device"] {
         if j.flag(key) {
             return Err(refusal(
-                key.to_string(),
+                j.shown(key).to_string(),
                 "writes until the filesystem is full; on a file target that fills the \
                  filesystem the file is on"
                     .into(),
@@ -604,7 +660,7 @@ fn fits_in_file(file: &str, j: &JobInfo, len: u64) -> Result<(), FioJobError> {
     }
     if j.flag("file_append") {
         return Err(refusal(
-            "file_append".into(),
+            j.shown("file_append").into(),
             "writes past the end of the target file, growing it".into(),
             "remove it",
         ));
@@ -627,39 +683,107 @@ fn fits_in_file(file: &str, j: &JobInfo, len: u64) -> Result<(), FioJobError> {
         };
         n.map(Some).ok_or_else(|| {
             refusal(
-                format!("{key}={v}"),
+                format!("{}={v}", j.shown(key)),
                 "cannot be read as a size, so it cannot be checked against the target file".into(),
                 "write a number of bytes with k, m, g or t, or a share of the file up to 100%",
             )
         })
     };
-    let offset = bytes("offset")?.unwrap_or(0);
-    let clones = j
-        .get(&["numjobs"])
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(1)
-        .max(1);
-    let step = bytes("offset_increment")?.unwrap_or(0);
+    // fio aligns an offset given as a share upwards, to `offset_align` or else to the
+    // smallest block size: taken here as the largest size any block-size option names
+    // (at least as far up as fio goes).
+    let align = match bytes("offset_align")? {
+        Some(a) if a > 0 => a,
+        _ => largest_block(j),
+    };
+    let aligned = |key: &str| -> Result<u64, FioJobError> {
+        let n = bytes(key)?.unwrap_or(0);
+        let share = j.get(&[key]).is_some_and(|v| v.trim().ends_with('%'));
+        Ok(if share {
+            n.div_ceil(align).saturating_mul(align)
+        } else {
+            n
+        })
+    };
+    let offset = aligned("offset")?;
+    // A count this check cannot read (fio also takes `0x10`, or an expression) could
+    // hide clones whose offsets reach past the end: refused.
+    let clones = match j.get(&["numjobs"]) {
+        None => 1,
+        Some(v) => v.trim().parse::<u64>().map_err(|_| {
+            refusal(
+                format!("{}={v}", j.shown("numjobs")),
+                "cannot be read as a count, so the clones' offsets cannot be checked against the target file".into(),
+                "write the number of clones in decimal digits",
+            )
+        })?,
+    }
+    .max(1);
+    let step = aligned("offset_increment")?;
+    let region_keys = [
+        "offset",
+        "offset_align",
+        "offset_increment",
+        "size",
+        "filesize",
+    ];
+    let shown = || {
+        region_keys
+            .iter()
+            .filter_map(|k| j.get(&[k]).map(|v| format!("{}={v}", j.shown(k))))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     let size = match (bytes("size")?, bytes("filesize")?) {
-        (None, None) => return Ok(()),
+        (None, None) => {
+            // The region is the rest of the file from the offset: none left past its end.
+            let start = offset.saturating_add(step.saturating_mul(clones - 1));
+            if (offset > 0 || step > 0) && start >= len {
+                return Err(refusal(
+                    shown(),
+                    format!("starts past the end of the target file (byte {start} of {len})"),
+                    "keep the offset inside the file",
+                ));
+            }
+            return Ok(());
+        }
         (a, b) => a.unwrap_or(0).max(b.unwrap_or(0)),
     };
     let end = offset
         .saturating_add(step.saturating_mul(clones - 1))
         .saturating_add(size);
     if end > len {
-        let option = ["offset", "offset_increment", "size", "filesize"]
-            .iter()
-            .filter_map(|k| j.get(&[k]).map(|v| format!("{k}={v}")))
-            .collect::<Vec<_>>()
-            .join(" ");
         return Err(refusal(
-            option,
+            shown(),
             format!("reaches byte {end} of a target file of {len} bytes; fio would grow the file"),
             "keep the region inside the file, or give size as a share of it (size=100%)",
         ));
     }
     Ok(())
+}
+
+/// The largest block size a job's `bs`, `bsrange` or `bssplit` names (4 KiB, fio's
+/// default, when none does; 1 MiB when one cannot be read, which fio refuses anyway).
+fn largest_block(j: &JobInfo) -> u64 {
+    let mut max = 0u64;
+    for key in ["bs", "bsrange", "bssplit"] {
+        let Some(v) = j.get(&[key]) else { continue };
+        for part in v.split([',', ':', '-']) {
+            let size = part.split('/').next().unwrap_or("").trim();
+            if size.is_empty() {
+                continue;
+            }
+            match fio_bytes(size) {
+                Some(n) => max = max.max(n),
+                None => return 1 << 20,
+            }
+        }
+    }
+    if max == 0 {
+        4096
+    } else {
+        max
+    }
 }
 
 /// A fio size (`4k`, `1g`, `1GiB`, `512`): every unit is binary, as with fio's default
@@ -852,7 +976,7 @@ fn describe(
         vals.join("+")
     };
     let rw_of = |j: &JobInfo| -> String {
-        let rw = j.get(&["rw", "readwrite"]).unwrap_or("read");
+        let rw = j.get(&["rw"]).unwrap_or("read");
         rw.split(':').next().unwrap_or(rw).trim().to_string()
     };
     let numjobs = |j: &JobInfo| -> u32 {
@@ -862,8 +986,8 @@ fn describe(
     };
     let rw = joined(&|j| rw_of(j));
     let bs = joined(&|j| {
-        j.get(&["bs", "blocksize"])
-            .or_else(|| j.get(&["bsrange", "blocksize_range"]))
+        j.get(&["bs"])
+            .or_else(|| j.get(&["bsrange"]))
             .or_else(|| j.get(&["bssplit"]))
             .unwrap_or("4k")
             .to_string()
@@ -998,6 +1122,195 @@ mod tests {
         // The same options on a target that is not a regular file are fio's business
         // (a device cannot grow; fio stops at its end).
         assert!(prepare(&job("size=2m"), "jobs.fio", Path::new(T)).is_ok());
+        assert_eq!(std::fs::metadata(&target).unwrap().len(), 1 << 20);
+    }
+
+    /// Every option of fio's own list (fio 3.33, `fio --cmdhelp=all`, and `alias:` in
+    /// `fio --cmdhelp=OPTION`) that sets where I/O starts or how large a file is, in
+    /// every spelling fio takes (and the ones it refuses, read the same way here): each
+    /// is refused, or bounded by the region check, on a 1 MiB target file.
+    #[test]
+    fn every_spelling_of_every_option_that_grows_a_file_is_refused_or_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("drive.dat");
+        std::fs::write(&target, vec![0u8; 1 << 20]).unwrap();
+        let prep = |text: &str| prepare(text, "jobs.fio", &target);
+        let job = |opts: &str| format!("[w]\nrw=randwrite\nfilename=${{TARGET}}\n{opts}\n");
+        // (options, refused with this text; or None: accepted, the region inside the file)
+        let cases: &[(&str, Option<&str>)] = &[
+            // Where I/O starts.
+            ("offset=512k\nsize=512k", None),
+            (
+                "offset=1m\nsize=512k",
+                Some("offset=1m size=512k: reaches byte 1572864"),
+            ),
+            ("fileoffset=512k\nsize=512k", None),
+            (
+                "fileoffset=1m\nsize=512k",
+                Some("fileoffset=1m size=512k: reaches byte 1572864"),
+            ),
+            (
+                "FILEOFFSET=1m\nsize=512k",
+                Some("FILEOFFSET=1m size=512k: reaches byte"),
+            ),
+            ("fileoffset=50%\nsize=600k", Some("reaches byte 1138688")),
+            ("fileoffset=2m", Some("fileoffset=2m: starts past the end")),
+            ("offset=100%", Some("offset=100%: starts past the end")),
+            ("offset=50%\nsize=4k", None),
+            (
+                "offset=50%\noffset_align=1m\nsize=4k",
+                Some("offset_align=1m size=4k: reaches byte 1052672"),
+            ),
+            ("offset=1k\noffset_align=1m\nsize=4k", None),
+            (
+                "offset=51%\nbs=256k\nsize=512k",
+                Some("reaches byte 1310720"),
+            ),
+            ("numjobs=2\noffset_increment=512k\nsize=512k", None),
+            (
+                "numjobs=3\noffset_increment=512k\nsize=512k",
+                Some("offset_increment=512k size=512k: reaches byte 1572864"),
+            ),
+            (
+                "numjobs=2\noffset_increment=60%\nsize=40%",
+                Some("reaches byte 1050214"),
+            ),
+            (
+                "numjobs=2\nfileoffset=256k\noffset_increment=512k\nsize=512k",
+                Some("reaches byte 1310720"),
+            ),
+            (
+                "numjobs=0x10\noffset_increment=64k\nsize=64k",
+                Some("numjobs=0x10: cannot be read as a count"),
+            ),
+            // How large the file is.
+            ("size=1m", None),
+            ("size=2m", Some("size=2m: reaches byte 2097152")),
+            ("size=101%", Some("size=101%: cannot be read as a size")),
+            ("size=2z", Some("size=2z: cannot be read as a size")),
+            ("size=(1m*2)", Some("cannot be read as a size")),
+            ("size=0x200000", Some("cannot be read as a size")),
+            ("filesize=2m", Some("filesize=2m: reaches byte 2097152")),
+            (
+                "filesize=4k:2m",
+                Some("filesize=4k:2m: reaches byte 2097152"),
+            ),
+            ("FileSize=2m", Some("FileSize=2m: reaches byte 2097152")),
+            ("file_append=1", Some("file_append: writes past the end")),
+            ("file_append", Some("file_append: writes past the end")),
+            ("File-Append=1", Some("File-Append: writes past the end")),
+            ("file_append=0", None),
+            (
+                "fill_device=1",
+                Some("fill_device: writes until the filesystem is full"),
+            ),
+            (
+                "fill_fs=1",
+                Some("fill_fs: writes until the filesystem is full"),
+            ),
+            (
+                "fill_fs",
+                Some("fill_fs: writes until the filesystem is full"),
+            ),
+            (
+                "Fill-FS=1",
+                Some("Fill-FS: writes until the filesystem is full"),
+            ),
+            // The amount of I/O, not the region: bounded by size (the file when none).
+            ("io_size=64m", None),
+            ("io_limit=64m", None),
+            (
+                "io_limit=64m\nsize=2m",
+                Some("size=2m: reaches byte 2097152"),
+            ),
+            // Files: with filename=${TARGET} fio ignores nrfiles; the region still holds.
+            ("nrfiles=4\nsize=1m", None),
+            ("nr_files=4\nsize=2m", Some("size=2m: reaches byte 2097152")),
+            (
+                "nr_files=4\nfilesize=2m",
+                Some("filesize=2m: reaches byte 2097152"),
+            ),
+            // Layout: creating and extending happen only up to the region.
+            (
+                "fallocate=truncate\nsize=2m",
+                Some("size=2m: reaches byte 2097152"),
+            ),
+            ("fallocate=truncate\nsize=1m", None),
+            (
+                "create_on_open=1\nallow_file_create=1\ncreate_only=1\npre_read=1\nsize=1m",
+                None,
+            ),
+            ("create_on_open=1\nsize=2m", Some("reaches byte 2097152")),
+            // Zones stay inside the region (fio 3.33, checked by hand on a file).
+            (
+                "zonemode=strided\nzonerange=4m\nzonesize=4k\nzoneskip=8m\nsize=1m",
+                None,
+            ),
+            (
+                "zonemode=strided\nzonesize=4k\nzoneskip=8m\nsize=2m",
+                Some("size=2m: reaches byte"),
+            ),
+            (
+                "zonemode=zbd\nzonesize=64k\noffset=2z\nsize=64k",
+                Some("offset=2z: cannot be read as a size"),
+            ),
+            // Sequential holes (`rw=write:N`) wrap inside the region.
+            ("rw=write:512k\nsize=1m", None),
+        ];
+        for (opts, refused) in cases {
+            let got = prep(&job(opts));
+            match refused {
+                None => assert!(got.is_ok(), "{opts:?}: {got:?}"),
+                Some(says) => {
+                    let e = got.expect_err(opts).to_string();
+                    assert!(
+                        e.starts_with("jobs.fio: job [w]: ") && e.contains(says),
+                        "{opts:?}: wanted {says:?} in {e}"
+                    );
+                }
+            }
+        }
+        // An alias in a job overrides the canonical name in [global], as in fio.
+        let e = prep(
+            "[global]\noffset=0\nsize=512k\n[w]\nrw=write\nfilename=${TARGET}\nfileoffset=768k\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("fileoffset=768k size=512k: reaches byte 1310720"),
+            "{e}"
+        );
+        let e = prep("[global]\nfill_device=0\n[w]\nfilename=${TARGET}\nfill_fs=1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fill_fs: writes until"), "{e}");
+        // Every alias fio lists maps to an option name, never to another alias.
+        for (alias, name) in ALIASES {
+            assert_eq!(canonical(alias), *name);
+            assert!(ALIASES.iter().all(|(a, _)| a != name), "{name}");
+        }
+        // The other gates see aliases too.
+        for (text, needle) in [
+            (
+                "[r]\nfilename=${TARGET}\niomem=mmap:/tmp/buf\n",
+                "iomem=mmap:/tmp/buf",
+            ),
+            (
+                "[r]\nfilename=${TARGET}\nUNLINK=1\n",
+                "UNLINK=1: deletes the target",
+            ),
+            (
+                "[r]\nfilename=${TARGET}\nexec-prerun=true\n",
+                "exec-prerun=true: runs a command",
+            ),
+            (
+                "[r]\nFileName=/dev/sda\n",
+                "FileName=/dev/sda: names something other",
+            ),
+        ] {
+            let e = refused(text);
+            assert!(e.contains(needle), "{text:?}: {e}");
+        }
         assert_eq!(std::fs::metadata(&target).unwrap().len(), 1 << 20);
     }
 

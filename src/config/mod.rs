@@ -4,6 +4,7 @@
 //! schedule to drive and suite) resolved. Every error carries `FILE:LINE:COLUMN`, what is
 //! wrong and what to do, on one line.
 
+pub mod file;
 pub mod raw;
 mod validate;
 
@@ -39,6 +40,13 @@ pub enum ConfigError {
         file: String,
         #[source]
         source: std::io::Error,
+    },
+    /// Not a regular file, too large, or not text ([`file::read_regular`]).
+    #[error("{file}: cannot read the config: {source}")]
+    NotAConfig {
+        file: String,
+        #[source]
+        source: file::FileError,
     },
 }
 
@@ -193,9 +201,15 @@ impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            file: file.clone(),
-            source,
+        let text = file::read_regular(path, file::MAX_CONFIG_BYTES).map_err(|e| match e {
+            file::FileError::Io(source) => ConfigError::Read {
+                file: file.clone(),
+                source,
+            },
+            source => ConfigError::NotAConfig {
+                file: file.clone(),
+                source,
+            },
         })?;
         validate::parse(&text, &file, path.parent().unwrap_or(Path::new("")))
     }

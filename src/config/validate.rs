@@ -1,6 +1,6 @@
 //! The second stage: raw document to [`Config`], every value checked, every error placed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -22,13 +22,40 @@ pub(super) const DEFAULT_PROBE_IOPS: f64 = 50.0;
 const DEFAULT_PROBE_WINDOW: Duration = Duration::from_secs(60);
 const DEFAULT_SCALE: &str = "standard";
 
+// The sane ranges: every duration, rate and count the config takes has one, so that no
+// value can overflow a clock or a counter where it is used (an interval added to an
+// `Instant`, a duration in seconds as i64) or make a canary unlimited.
+/// `health_interval`: from a second to a day.
+pub const HEALTH_INTERVAL_RANGE: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(86_400));
+/// A probe's quantile `window`: from a second to a day.
+pub const PROBE_WINDOW_RANGE: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(86_400));
+/// A schedule's `max_duration`: from a second to a week (the longest suite at full scale
+/// takes about a day).
+pub const MAX_DURATION_RANGE: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(7 * 86_400));
+/// A probe's `rate_iops`: a canary, from one I/O in 100 s to 100,000 per second.
+pub const PROBE_IOPS_RANGE: (f64, f64) = (0.01, 100_000.0);
+/// A file target's size, and the unrated wear budget per day: at most 1 PiB.
+pub const MAX_TARGET_BYTES: u64 = 1 << 50;
+/// A rated endurance or bandwidth in bytes: at most 1 EiB.
+pub const MAX_RATED_BYTES: u64 = 1 << 60;
+/// The most `[[drive]]`, `[[probe]]` or `[[schedule]]` tables one config may have.
+pub const MAX_TABLES: usize = 100_000;
+
 /// The prefix of the suite label of a schedule that runs a fio job file.
 pub const FIO_JOB_SUITE_PREFIX: &str = "fio-job:";
 
 /// Parses and validates; the first problem found is the error. `base` is the config
 /// file's folder: a relative `fio_job` path is taken from there.
 pub(super) fn parse(text: &str, file: &str, base: &Path) -> Result<Config, ConfigError> {
-    let cx = Cx { text, file, base };
+    let cx = Cx {
+        text,
+        file,
+        base,
+        lines: line_starts(text),
+    };
     let raw: RawConfig = toml::from_str(text).map_err(|e| cx.toml(&e))?;
     cx.config(raw)
 }
@@ -38,6 +65,9 @@ struct Cx<'a> {
     text: &'a str,
     file: &'a str,
     base: &'a Path,
+    /// Where each line of `text` starts ([`line_starts`]): a position is found in
+    /// O(log lines), so placing every table (for the duplicate checks) stays linear.
+    lines: Vec<usize>,
 }
 
 /// A schedule that runs a fio job file, for the label check across schedules.
@@ -53,7 +83,7 @@ type R<T> = Result<T, ConfigError>;
 
 impl Cx<'_> {
     fn err(&self, span: Range<usize>, message: impl Into<String>) -> ConfigError {
-        let (line, column) = line_col(self.text, span.start);
+        let (line, column) = self.line_col(span.start);
         ConfigError::Invalid {
             file: self.file.to_string(),
             line,
@@ -85,7 +115,7 @@ impl Cx<'_> {
             None => default_state_dir(),
         };
         let health_interval = match raw.health_interval {
-            Some(s) => self.duration(&s, "health_interval", Duration::from_secs(1))?,
+            Some(s) => self.duration(&s, "health_interval", HEALTH_INTERVAL_RANGE)?,
             None => DEFAULT_HEALTH_INTERVAL,
         };
         let listen = match raw.server.and_then(|s| s.listen) {
@@ -101,6 +131,18 @@ impl Cx<'_> {
             None => DEFAULT_LISTEN,
         };
         let wear_budget = self.wear_budget(raw.wear_budget)?;
+        for (what, over) in [
+            ("drive", raw.drive.get(MAX_TABLES).map(S::span)),
+            ("probe", raw.probe.get(MAX_TABLES).map(S::span)),
+            ("schedule", raw.schedule.get(MAX_TABLES).map(S::span)),
+        ] {
+            if let Some(span) = over {
+                return Err(self.err(
+                    span,
+                    format!("more than {MAX_TABLES} [[{what}]] tables; split the fleet over several daemons"),
+                ));
+            }
+        }
 
         let mut names = Names::default();
         // Identities and file targets seen so far: two tables must not be one device.
@@ -181,7 +223,8 @@ impl Cx<'_> {
             w.share_of_rated_dwpd = v;
         }
         if let Some(s) = raw.unrated_bytes_per_day {
-            w.unrated_bytes_per_day = self.size(&s, "unrated_bytes_per_day")?;
+            w.unrated_bytes_per_day =
+                self.size_at_most(&s, "unrated_bytes_per_day", MAX_TARGET_BYTES)?;
         }
         Ok(w)
     }
@@ -215,11 +258,17 @@ impl Cx<'_> {
                         format!("{key} '{}' is empty or has spaces; copy it from `driveprobe health DEV` or ls -l /dev/disk/by-id", s.get_ref()),
                     ));
                 }
-                if key == "by_id" && !(v.starts_with(BY_ID) && v.len() > BY_ID.len()) {
-                    return Err(self.err(
-                        s.span(),
-                        format!("by_id '{v}' is not under {BY_ID}; give the full path of one of the links there"),
-                    ));
+                if key == "by_id" {
+                    // One link right in the folder: no `..`, `.` or further `/` that
+                    // would lead the daemon elsewhere.
+                    let link = v.strip_prefix(BY_ID).unwrap_or("");
+                    if link.is_empty() || link.contains(['/', '\0']) || link == "." || link == ".."
+                    {
+                        return Err(self.err(
+                            s.span(),
+                            format!("by_id '{v}' is not under {BY_ID} as one link; give the full path of one of the links there (no '..' and no further '/')"),
+                        ));
+                    }
                 }
                 Some(make(v.to_string()))
             }
@@ -249,7 +298,7 @@ impl Cx<'_> {
             None => None,
             Some(t) => {
                 let t = t.into_inner();
-                let size = self.size(&t.size, "file_target size")?;
+                let size = self.size_at_most(&t.size, "file_target size", MAX_TARGET_BYTES)?;
                 if size % 4096 != 0 {
                     return Err(self.err(
                         t.size.span(),
@@ -277,14 +326,16 @@ impl Cx<'_> {
             ));
         }
 
-        let positive = |s: &Option<S<f64>>, key: &str| -> R<Option<f64>> {
+        let positive = |s: &Option<S<f64>>, key: &str, max: f64| -> R<Option<f64>> {
             match s {
                 None => Ok(None),
-                Some(s) if s.get_ref().is_finite() && *s.get_ref() > 0.0 => Ok(Some(*s.get_ref())),
+                Some(s) if s.get_ref().is_finite() && *s.get_ref() > 0.0 && *s.get_ref() <= max => {
+                    Ok(Some(*s.get_ref()))
+                }
                 Some(s) => Err(self.err(
                     s.span(),
                     format!(
-                        "{key} {} must be a number more than 0; give the datasheet figure",
+                        "{key} {} must be a number more than 0 and at most {max}; give the datasheet figure",
                         s.get_ref()
                     ),
                 )),
@@ -292,14 +343,14 @@ impl Cx<'_> {
         };
         let size_f = |s: &Option<S<String>>, key: &str| -> R<Option<f64>> {
             s.as_ref()
-                .map(|s| self.size(s, key).map(|v| v as f64))
+                .map(|s| self.size_at_most(s, key, MAX_RATED_BYTES).map(|v| v as f64))
                 .transpose()
         };
         let rating = Rating {
             tbw_bytes: size_f(&d.rated_tbw_bytes, "rated_tbw_bytes")?,
-            dwpd: positive(&d.rated_dwpd, "rated_dwpd")?,
-            warranty_years: positive(&d.warranty_years, "warranty_years")?,
-            mtbf_hours: positive(&d.rated_mtbf_hours, "rated_mtbf_hours")?,
+            dwpd: positive(&d.rated_dwpd, "rated_dwpd", 1_000.0)?,
+            warranty_years: positive(&d.warranty_years, "warranty_years", 100.0)?,
+            mtbf_hours: positive(&d.rated_mtbf_hours, "rated_mtbf_hours", 1e9)?,
         };
         if let (Some(s), None) = (&d.rated_dwpd, rating.warranty_years) {
             return Err(self.err(
@@ -308,8 +359,8 @@ impl Cx<'_> {
             ));
         }
         let rated = Rated {
-            read_iops_4k: positive(&d.rated_read_iops_4k, "rated_read_iops_4k")?,
-            write_iops_4k: positive(&d.rated_write_iops_4k, "rated_write_iops_4k")?,
+            read_iops_4k: positive(&d.rated_read_iops_4k, "rated_read_iops_4k", 1e9)?,
+            write_iops_4k: positive(&d.rated_write_iops_4k, "rated_write_iops_4k", 1e9)?,
             seq_read_bytes_per_second: size_f(&d.rated_seq_read_bw, "rated_seq_read_bw")?,
             seq_write_bytes_per_second: size_f(&d.rated_seq_write_bw, "rated_seq_write_bw")?,
         };
@@ -327,7 +378,7 @@ impl Cx<'_> {
     fn probe(&self, p: raw::RawProbe, span: Range<usize>, drives: &[Drive]) -> R<Probe> {
         let name = self.name(&p.name, "probe")?;
         let window = match &p.window {
-            Some(w) => self.duration(w, "window", Duration::from_secs(1))?,
+            Some(w) => self.duration(w, "window", PROBE_WINDOW_RANGE)?,
             None => DEFAULT_PROBE_WINDOW,
         };
         let wl_span = p.workload.span();
@@ -376,11 +427,21 @@ impl Cx<'_> {
         let depth = int(&w.depth, "depth", 1, 1, 4096)?;
         let iops = match &w.rate_iops {
             None => DEFAULT_PROBE_IOPS,
-            Some(s) if s.get_ref().is_finite() && *s.get_ref() > 0.0 => *s.get_ref(),
+            Some(s)
+                if s.get_ref().is_finite()
+                    && (PROBE_IOPS_RANGE.0..=PROBE_IOPS_RANGE.1).contains(s.get_ref()) =>
+            {
+                *s.get_ref()
+            }
             Some(s) => {
                 return Err(self.err(
                     s.span(),
-                    format!("rate_iops {} must be more than 0 (probes are rate limited); give the canary's I/O rate, such as 50", s.get_ref()),
+                    format!(
+                        "rate_iops {} is out of range (probes are rate limited canaries); give the canary's I/O rate from {} to {}, such as 50",
+                        s.get_ref(),
+                        PROBE_IOPS_RANGE.0,
+                        PROBE_IOPS_RANGE.1
+                    ),
                 ))
             }
         };
@@ -430,6 +491,7 @@ impl Cx<'_> {
             (None, Some(r)) => r.span(),
             _ => list_span.clone(),
         };
+        let selected: HashSet<&str> = drive_names.iter().map(String::as_str).collect();
         if drive_names.is_empty() {
             return Err(self.err(
                 list_span,
@@ -439,7 +501,7 @@ impl Cx<'_> {
         if writes {
             if let Some(d) = drives
                 .iter()
-                .find(|d| drive_names.contains(&d.name) && !d.writable())
+                .find(|d| selected.contains(d.name.as_str()) && !d.writable())
             {
                 return Err(self.err(
                     write_span,
@@ -462,6 +524,7 @@ impl Cx<'_> {
     fn schedule(&self, s: raw::RawSchedule, drives: &[Drive]) -> R<Schedule> {
         let name = self.name(&s.name, "schedule")?;
         let drive_names = self.drive_list(&s.drives, drives, "schedule", &name)?;
+        let selected: HashSet<&str> = drive_names.iter().map(String::as_str).collect();
         // What it runs: a fio job file (`Ok`) or a built-in suite (`Err`).
         let runs = match (&s.suite, &s.fio_job) {
             (Some(_), Some(f)) => {
@@ -490,7 +553,7 @@ impl Cx<'_> {
         // device against before writing (see `drive`).
         if let Some(d) = drives
             .iter()
-            .find(|d| drive_names.contains(&d.name) && !d.writable())
+            .find(|d| selected.contains(d.name.as_str()) && !d.writable())
         {
             let what = match runs {
                 Ok(_) => "a fio job file, which may write,",
@@ -514,7 +577,7 @@ impl Cx<'_> {
                 }
                 let targets: Vec<&Drive> = drives
                     .iter()
-                    .filter(|d| drive_names.contains(&d.name))
+                    .filter(|d| selected.contains(d.name.as_str()))
                     .collect();
                 let path = self.fio_job(f, &targets)?;
                 (fio_job_label(&path), Some(path))
@@ -536,8 +599,7 @@ impl Cx<'_> {
         let cron = s.cron.get_ref().trim().to_string();
         crate::schedule::cron::Cron::parse(&cron)
             .map_err(|e| self.err(s.cron.span(), e.to_string()))?;
-        let max_duration =
-            self.duration(&s.max_duration, "max_duration", Duration::from_secs(1))?;
+        let max_duration = self.duration(&s.max_duration, "max_duration", MAX_DURATION_RANGE)?;
         let window = s.window.map(|w| self.window(w.into_inner())).transpose()?;
         Ok(Schedule {
             name,
@@ -560,6 +622,7 @@ impl Cx<'_> {
         drives: &[Drive],
         drive_names: &[String],
     ) -> R<()> {
+        let selected: HashSet<&str> = drive_names.iter().map(String::as_str).collect();
         let Ok(found) = crate::protocol::suite::find(suite) else {
             let known: Vec<&str> = crate::protocol::suite::suites()
                 .iter()
@@ -576,7 +639,7 @@ impl Cx<'_> {
         if let Some(d) = Some(found).filter(|s| s.needs_directory()).and_then(|_| {
             drives
                 .iter()
-                .find(|d| drive_names.contains(&d.name) && d.file_target.is_none())
+                .find(|d| selected.contains(d.name.as_str()) && d.file_target.is_none())
         }) {
             return Err(self.err(
                 span,
@@ -602,7 +665,7 @@ impl Cx<'_> {
         }
         let joined = self.base.join(given);
         let path = std::path::absolute(&joined).unwrap_or(joined);
-        let text = std::fs::read_to_string(&path).map_err(|e| {
+        let text = super::file::read_regular(&path, super::file::MAX_CONFIG_BYTES).map_err(|e| {
             self.err(
                 f.span(),
                 format!(
@@ -668,7 +731,7 @@ impl Cx<'_> {
             file: this,
             drives: s.drives.clone(),
             schedule: s.name.clone(),
-            line: line_col(self.text, span.start).0,
+            line: self.line_col(span.start).0,
         });
         Ok(())
     }
@@ -746,10 +809,12 @@ impl Cx<'_> {
         if list.get_ref().iter().any(|n| n.get_ref() == "*") {
             return Ok(drives.iter().map(|d| d.name.clone()).collect());
         }
+        let known: HashSet<&str> = drives.iter().map(|d| d.name.as_str()).collect();
+        let mut listed: HashSet<&str> = HashSet::new();
         let mut out: Vec<String> = Vec::new();
         for n in list.get_ref() {
             let name = n.get_ref();
-            if !drives.iter().any(|d| &d.name == name) {
+            if !known.contains(name.as_str()) {
                 let known: Vec<&str> = drives.iter().map(|d| d.name.as_str()).collect();
                 return Err(self.err(
                     n.span(),
@@ -759,7 +824,7 @@ impl Cx<'_> {
                     ),
                 ));
             }
-            if out.contains(name) {
+            if !listed.insert(name.as_str()) {
                 return Err(self.err(
                     n.span(),
                     format!("drive '{name}' is listed twice; list it once"),
@@ -797,10 +862,9 @@ impl Cx<'_> {
         }
     }
 
-    fn duration(&self, s: &S<String>, key: &str, min: Duration) -> R<Duration> {
+    fn duration(&self, s: &S<String>, key: &str, (min, max): (Duration, Duration)) -> R<Duration> {
         match units::parse_duration(s.get_ref()) {
-            Ok(d) if d >= min => Ok(d),
-            Ok(_) => Err(self.err(
+            Ok(d) if d < min => Err(self.err(
                 s.span(),
                 format!(
                     "{key} '{}' is too short; give at least {}s",
@@ -808,8 +872,33 @@ impl Cx<'_> {
                     min.as_secs_f64()
                 ),
             )),
+            Ok(d) if d > max => Err(self.err(
+                s.span(),
+                format!(
+                    "{key} '{}' is too long; give at most {}",
+                    s.get_ref(),
+                    human_duration(max)
+                ),
+            )),
+            Ok(d) => Ok(d),
             Err(e) => Err(self.err(s.span(), format!("{key}: {e}"))),
         }
+    }
+
+    /// A size (as [`Cx::size`]) of at most `max` bytes.
+    fn size_at_most(&self, s: &S<String>, key: &str, max: u64) -> R<u64> {
+        let v = self.size(s, key)?;
+        if v > max {
+            return Err(self.err(
+                s.span(),
+                format!(
+                    "{key} '{}' is too large; give at most {}",
+                    s.get_ref(),
+                    human_size(max)
+                ),
+            ));
+        }
+        Ok(v)
     }
 
     fn abs_path(&self, s: &S<String>, key: &str) -> R<PathBuf> {
@@ -839,7 +928,7 @@ impl Names {
         value: &str,
         span: Range<usize>,
     ) -> R<()> {
-        let line = line_col(cx.text, span.start).0;
+        let line = cx.line_col(span.start).0;
         let value = if key.is_empty() {
             value.to_string()
         } else {
@@ -876,7 +965,60 @@ pub fn fio_job_label(path: &Path) -> String {
     format!("{FIO_JOB_SUITE_PREFIX}{clean}")
 }
 
+/// `bytes` as the config would write it: `"1PiB"`, `"4GiB"`, `"4096"`.
+fn human_size(bytes: u64) -> String {
+    for (unit, shift) in [
+        ("PiB", 50),
+        ("TiB", 40),
+        ("GiB", 30),
+        ("MiB", 20),
+        ("KiB", 10),
+    ] {
+        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+            return format!("\"{}{unit}\"", bytes >> shift);
+        }
+    }
+    format!("\"{bytes}\"")
+}
+
+/// `d` as the config would write it: `7d`, `24h`, `90s`.
+fn human_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        _ if s % 86_400 == 0 => format!("\"{}d\"", s / 86_400),
+        _ if s % 3600 == 0 => format!("\"{}h\"", s / 3600),
+        _ => format!("\"{s}s\""),
+    }
+}
+
+impl Cx<'_> {
+    /// 1-based line and column (in characters) of a byte offset, as [`line_col`].
+    fn line_col(&self, offset: usize) -> (usize, usize) {
+        line_col_at(self.text, &self.lines, offset)
+    }
+}
+
+/// The byte offset where each line of `text` starts.
+fn line_starts(text: &str) -> Vec<usize> {
+    std::iter::once(0)
+        .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+        .collect()
+}
+
+/// [`line_col`] with the line starts of `text` known: a binary search, and a count of
+/// characters on the one line.
+fn line_col_at(text: &str, starts: &[usize], offset: usize) -> (usize, usize) {
+    let mut o = offset.min(text.len());
+    while !text.is_char_boundary(o) {
+        o -= 1;
+    }
+    let line = starts.partition_point(|&s| s <= o).max(1);
+    let start = starts[line - 1];
+    (line, text[start..o].chars().count() + 1)
+}
+
 /// 1-based line and column (in characters) of a byte offset.
+#[cfg(test)]
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let mut o = offset.min(text.len());
     while !text.is_char_boundary(o) {
@@ -908,5 +1050,15 @@ mod tests {
         assert_eq!(line_col("ab\ncd", 4), (2, 2));
         assert_eq!(line_col("é\nx", 1), (1, 1));
         assert_eq!(line_col("", 99), (1, 1));
+        for text in ["ab\ncd", "é\nx", "", "\n\n", "a\n\nbé\n"] {
+            let starts = line_starts(text);
+            for o in 0..text.len() + 2 {
+                assert_eq!(
+                    line_col_at(text, &starts, o),
+                    line_col(text, o),
+                    "{text:?} {o}"
+                );
+            }
+        }
     }
 }

@@ -614,6 +614,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
             .map(|w| (w / 2).max(Duration::from_millis(100)))
             .unwrap_or(Duration::from_secs(5));
         let mut tick = tokio::time::interval(period.min(Duration::from_secs(5)));
+        let mut reload: Option<Reload> = None;
         loop {
             tokio::select! {
                 _ = tick.tick() => {
@@ -641,24 +642,36 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                     }
                 }
                 _ = hup.recv() => {
+                    if reload.is_some() {
+                        tracing::warn!("SIGHUP: the last reload is still reading its files; this one is left out");
+                        continue;
+                    }
                     let mut reloading = vec![sd_notify::NotifyState::Reloading];
                     if let Ok(m) = sd_notify::NotifyState::monotonic_usec_now() {
                         reloading.push(m);
                     }
                     notify(&reloading);
                     tracing::info!("SIGHUP: reloading the config");
-                    if let Some(p) = &opts.web_config {
-                        match crate::http::WebConfig::load(p) {
-                            Ok(w) => {
-                                tracing::info!("web config reloaded: {}", w.summary());
-                                web.set(w);
-                            }
-                            Err(e) => tracing::error!("the new web config is refused; the old one stays in force: {e}"),
+                    // The files are read and checked on a thread of their own: this one
+                    // serves HTTP and takes SIGTERM, whatever the files do.
+                    reload = Some(Reload::start(&opts, RELOAD_TIMEOUT));
+                }
+                done = Reload::finish(&mut reload) => {
+                    reload = None;
+                    let (new_web, mut loaded) = match done {
+                        Ok(read) => read,
+                        Err(e) => (None, Err(e)),
+                    };
+                    match new_web {
+                        Some(Ok(w)) => {
+                            tracing::info!("web config reloaded: {}", w.summary());
+                            web.set(w);
                         }
+                        Some(Err(e)) => tracing::error!("the new web config is refused; the old one stays in force: {e}"),
+                        None => {}
                     }
                     // A new listen address is bound before anything changes: if it cannot
                     // be, the whole new config is refused and the old one keeps serving.
-                    let mut loaded = load_config(&opts).map_err(|e| e.to_string());
                     if let Ok(new) = &loaded {
                         if http.is_none() || new.server.listen != generation.ctx.config.server.listen {
                             let to = new.server.listen;
@@ -723,6 +736,73 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         tracing::info!("stopped");
         Ok(())
     })
+}
+
+/// How long a reload may take to read and check its files before it is given up (the
+/// old config keeps running).
+const RELOAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a reload read: the web config (when there is a web config file) and the config.
+type ReloadRead = (
+    Option<Result<crate::http::WebConfig, crate::http::WebConfigError>>,
+    Result<Config, String>,
+);
+
+/// A reload whose files are being read and checked on a thread of its own, so that a
+/// file that blocks (a FIFO swapped in, a hung network filesystem) holds neither HTTP
+/// nor SIGTERM, which run on the runtime's one thread.
+struct Reload {
+    rx: tokio::sync::oneshot::Receiver<ReloadRead>,
+    deadline: tokio::time::Instant,
+    limit: Duration,
+}
+
+impl Reload {
+    fn start(opts: &Options, limit: Duration) -> Reload {
+        let opts = opts.clone();
+        Reload::spawn(
+            move || {
+                let web = opts.web_config.as_deref().map(crate::http::WebConfig::load);
+                (web, load_config(&opts).map_err(|e| e.to_string()))
+            },
+            limit,
+        )
+    }
+
+    /// Runs `read` on a new thread.
+    fn spawn(read: impl FnOnce() -> ReloadRead + Send + 'static, limit: Duration) -> Reload {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("reload".into())
+            .spawn(move || {
+                let _ = tx.send(read());
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the reload thread");
+        }
+        Reload {
+            rx,
+            deadline: tokio::time::Instant::now() + limit,
+            limit,
+        }
+    }
+
+    /// What the reload read, or why it has nothing: it ran past its time limit (its
+    /// thread is left to end on its own), or it could not run. Never ends while there is
+    /// no reload.
+    async fn finish(reload: &mut Option<Reload>) -> Result<ReloadRead, String> {
+        let Some(r) = reload else {
+            return std::future::pending().await;
+        };
+        match tokio::time::timeout_at(r.deadline, &mut r.rx).await {
+            Ok(Ok(read)) => Ok(read),
+            Ok(Err(_)) => Err("the reload could not read the config (its thread did not start or ended early); see the log".into()),
+            Err(_) => Err(format!(
+                "reading and checking the config files took more than {} s (a file that blocks, such as a FIFO or a hung network filesystem?); the old config keeps running",
+                r.limit.as_secs_f64()
+            )),
+        }
+    }
 }
 
 /// The HTTP server on one listener.
@@ -859,6 +939,62 @@ fn restore_last_runs(ctx: &Ctx) {
         let summary = scheduler::summarize(&r.id, &doc, r.status, success);
         ctx.shared.drive(&drive, |d| {
             d.last_runs.insert(suite.clone(), summary);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reload whose reading never ends is given up at its limit, and the runtime's
+    /// thread (HTTP, signals) goes on meanwhile.
+    #[test]
+    fn a_reload_that_hangs_is_given_up_and_holds_nothing_else() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (hold_tx, hold_rx) = std::sync::mpsc::channel::<()>();
+        rt.block_on(async move {
+            let mut reload = Some(Reload::spawn(
+                move || {
+                    // Blocks until the test ends (a FIFO's open, a hung mount).
+                    let _ = hold_rx.recv();
+                    (None, Err("never".into()))
+                },
+                Duration::from_millis(300),
+            ));
+            let ticks = tokio::spawn(async {
+                let mut n = 0u32;
+                loop {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    n += 1;
+                    if n == 5 {
+                        return n;
+                    }
+                }
+            });
+            let e = Reload::finish(&mut reload).await.err().unwrap();
+            assert!(e.contains("took more than 0.3 s"), "{e}");
+            // The other task ran while the reload was pending.
+            assert!(ticks.is_finished(), "the runtime was held by the reload");
+            // No reload: finish never ends.
+            let mut none: Option<Reload> = None;
+            let waited =
+                tokio::time::timeout(Duration::from_millis(50), Reload::finish(&mut none)).await;
+            assert!(waited.is_err());
+        });
+        drop(hold_tx);
+        // A reload that reads at once hands over what it read.
+        rt.block_on(async {
+            let mut reload = Some(Reload::spawn(
+                || (None, Err("refused".into())),
+                Duration::from_secs(5),
+            ));
+            let (web, config) = Reload::finish(&mut reload).await.unwrap();
+            assert!(web.is_none());
+            assert_eq!(config.err().as_deref(), Some("refused"));
         });
     }
 }

@@ -149,7 +149,8 @@ impl WebConfig {
             path: path.to_path_buf(),
             msg: one_line(&msg),
         };
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let text = crate::config::file::read_regular(path, crate::config::file::MAX_CONFIG_BYTES)
+            .map_err(|e| {
             err(format!(
                 "cannot read it: {e}; give the path of an exporter-toolkit web config (YAML)"
             ))

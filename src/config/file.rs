@@ -1,0 +1,112 @@
+//! Reading a file the operator names: the config, the web config, a fio job file. Only a
+//! regular file is read, and at most [`MAX_CONFIG_BYTES`] of it. The open itself does
+//! not block: a FIFO would hold `open(2)` until a writer came (check-config, or a reload,
+//! would hang), so the file is opened with `O_NONBLOCK` and its type checked on the open
+//! descriptor (no window between a check and the open); on a regular file `O_NONBLOCK`
+//! changes nothing. A character device such as `/dev/zero` (which never ends) is refused
+//! the same way, and a regular file that grows while it is read stops at the cap.
+
+use std::fs::{File, FileType, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+
+/// The largest config (or web config, or fio job file) read: 16 MiB, far more than a
+/// config of 100,000 drives takes.
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
+/// Why a file was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("it is a {0}, not a regular file; give the path of the file itself")]
+    NotRegular(&'static str),
+    #[error("it is larger than {} MiB, too large to be a config; give the config file itself", .limit >> 20)]
+    TooLarge { limit: u64 },
+    #[error("it is not UTF-8 text; give a text file")]
+    NotText,
+}
+
+/// The whole of the regular file `path` as text, if it is at most `limit` bytes.
+pub fn read_regular(path: &Path, limit: u64) -> Result<String, FileError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(FileError::NotRegular(kind(meta.file_type())));
+    }
+    if meta.len() > limit {
+        return Err(FileError::TooLarge { limit });
+    }
+    let bytes = read_at_most(file, limit, meta.len())?;
+    String::from_utf8(bytes).map_err(|_| FileError::NotText)
+}
+
+/// Up to `limit` bytes of `file` (`TooLarge` if there is more).
+fn read_at_most(file: File, limit: u64, hint: u64) -> Result<Vec<u8>, FileError> {
+    let mut buf = Vec::with_capacity(hint.min(limit) as usize);
+    file.take(limit.saturating_add(1)).read_to_end(&mut buf)?;
+    if buf.len() as u64 > limit {
+        return Err(FileError::TooLarge { limit });
+    }
+    Ok(buf)
+}
+
+fn kind(t: FileType) -> &'static str {
+    if t.is_dir() {
+        "directory"
+    } else if t.is_fifo() {
+        "FIFO (named pipe)"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else if t.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_regular_files_under_the_cap_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c.toml");
+        std::fs::write(&f, "a = 1\n").unwrap();
+        assert_eq!(read_regular(&f, 100).unwrap(), "a = 1\n");
+        assert!(matches!(
+            read_regular(&f, 3),
+            Err(FileError::TooLarge { limit: 3 })
+        ));
+        // A FIFO with no writer: refused at once (a blocking open would wait forever).
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+        let e = read_regular(&fifo, 100).unwrap_err().to_string();
+        assert!(
+            e.starts_with("it is a FIFO (named pipe), not a regular file"),
+            "{e}"
+        );
+        let e = read_regular(Path::new("/dev/zero"), 100).unwrap_err();
+        assert!(e.to_string().starts_with("it is a character device"), "{e}");
+        let e = read_regular(dir.path(), 100).unwrap_err().to_string();
+        assert!(e.starts_with("it is a directory"), "{e}");
+        std::fs::write(&f, [0xff, 0xfe]).unwrap();
+        assert!(matches!(read_regular(&f, 100), Err(FileError::NotText)));
+        assert!(matches!(
+            read_regular(&dir.path().join("none"), 100),
+            Err(FileError::Io(_))
+        ));
+    }
+}
