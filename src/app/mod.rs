@@ -120,28 +120,32 @@ pub(crate) const EXCERPT_BYTES: usize = 512;
 /// The most of the end of a program's stderr put in an error beside that line.
 pub(crate) const ERROR_TAIL_BYTES: usize = 1024;
 
-/// A failed program's output as a bounded line for its error: the first line of stderr
-/// (else of stdout), cut at [`EXCERPT_BYTES`], and when stderr holds more than that line,
-/// its last [`ERROR_TAIL_BYTES`].
+/// A failed program's output as one bounded line for its error: stderr's lines joined by
+/// ` | ` when it is short; else its first line, cut at [`EXCERPT_BYTES`], and the lines of
+/// its last [`ERROR_TAIL_BYTES`]. Stdout's first line when stderr is empty.
 pub(crate) fn failure_excerpt(
     stderr: &crate::process::Captured,
     stdout: &crate::process::Captured,
 ) -> String {
+    let one_line = |t: &str| {
+        t.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
     let Some(first) = stderr.excerpt(EXCERPT_BYTES) else {
         return stdout
             .excerpt(EXCERPT_BYTES)
             .unwrap_or_else(|| "no output".into());
     };
-    let rest = String::from_utf8_lossy(&stderr.head);
-    let one_line = stderr.is_whole() && rest.trim().lines().count() <= 1;
-    if one_line {
-        first
-    } else {
-        format!(
-            "{first} ... the end of its output: {}",
-            stderr.tail_text(ERROR_TAIL_BYTES)
-        )
+    if stderr.is_whole() && stderr.total <= ERROR_TAIL_BYTES as u64 {
+        return one_line(&String::from_utf8_lossy(&stderr.head));
     }
+    format!(
+        "{first} ... the end of its output: {}",
+        one_line(&stderr.tail_text(ERROR_TAIL_BYTES))
+    )
 }
 
 /// How often a metered guard counts its group's writes while the child runs.
