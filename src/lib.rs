@@ -14,6 +14,7 @@ pub mod engine;
 pub mod health;
 pub mod http;
 pub mod metrics;
+pub mod process;
 pub mod protocol;
 pub mod report;
 pub mod safety;

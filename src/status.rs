@@ -42,6 +42,9 @@ pub struct Status {
     pub drives: BTreeMap<String, DriveStatus>,
     /// The run results index (oldest first), as kept in the state file.
     pub runs: Vec<RunRecord>,
+    /// What the index's status does not say, by run id: "result pending: not saved:
+    /// REASON" for a run whose result document could not be written yet.
+    pub run_notes: BTreeMap<String, String>,
     /// Drives by the name of the probe or schedule that runs on them now, for the status page.
     pub scheduler: SchedulerStatus,
 }
@@ -174,7 +177,8 @@ pub struct WearStatus {
 pub struct RunSummary {
     pub id: String,
     pub suite: String,
-    /// `passed`, `failed`, `timed_out`, `interrupted`, `stopped`.
+    /// `passed`, `failed`, `timed_out`, `interrupted`, `stopped`, or `pending` while its
+    /// result document is not saved.
     pub status: String,
     pub started_unix: f64,
     pub duration_seconds: f64,

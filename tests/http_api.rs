@@ -238,6 +238,7 @@ fn status(bad_doc: &Path) -> Status {
         },
         drives,
         runs,
+        run_notes: BTreeMap::new(),
         scheduler: SchedulerStatus {
             last_tick_unix: t,
             next_due,

@@ -330,6 +330,13 @@ fn auth() -> Option<(&'static str, &'static str)> {
     Some((USER, PASSWORD))
 }
 
+/// Held by the tests that compare bcrypt times, so that one's flood does not skew the
+/// other's figures.
+fn timing() -> std::sync::MutexGuard<'static, ()> {
+    static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TIMING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Waits until the daemon's log has `needle`, or panics with the log after `limit`.
 fn wait_log(d: &Daemon, needle: &str, limit: Duration) {
     let t0 = Instant::now();
@@ -347,6 +354,7 @@ fn wait_log(d: &Daemon, needle: &str, limit: Duration) {
 
 #[test]
 fn https_with_basic_auth() {
+    let _timing = timing();
     let rig = Rig::new();
     rig.write_web(&tls_and_auth());
     let d = rig.start();
@@ -453,8 +461,19 @@ fn https_with_basic_auth() {
         v.sort();
         v[v.len() / 2]
     };
-    let known_wrong = median((0..5).map(|_| timed(USER, "nope", 401)).collect());
-    let unknown = median((0..5).map(|_| timed("mallory", "nope", 401)).collect());
+    // Distinct wrong passwords: a repeated one is refused from the failure cache.
+    let known_wrong = median(
+        (0..5)
+            .map(|i| timed(USER, &format!("nope{i}"), 401))
+            .collect(),
+    );
+    let unknown = median(
+        (0..5)
+            .map(|i| timed("mallory", &format!("nope{i}"), 401))
+            .collect(),
+    );
+    // A repeat costs no bcrypt.
+    let repeated = median((0..5).map(|_| timed(USER, "nope0", 401)).collect());
     let right: Vec<Duration> = (0..20).map(|_| timed(USER, PASSWORD, 200)).collect();
     let cached: Duration = right[1..].iter().sum();
     // The median of 5, like the daemon's figures: one sample taken while another test
@@ -484,6 +503,11 @@ fn https_with_basic_auth() {
         "a failed check ({known_wrong:?}) must run bcrypt ({bcrypt_once:?})"
     );
     assert!(
+        repeated * 4 < bcrypt_once,
+        "a repeated wrong password ({repeated:?}) must be refused from the cache (one bcrypt \
+         takes {bcrypt_once:?})"
+    );
+    assert!(
         cached < bcrypt_once * 4,
         "19 requests with the right password took {cached:?}: they must hit the cache \
          (one bcrypt takes {bcrypt_once:?})"
@@ -495,6 +519,127 @@ fn https_with_basic_auth() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("web.config.file"));
+}
+
+/// Concurrent clients sending distinct wrong passwords in the flood test.
+const FLOOD_CLIENTS: usize = 16;
+/// Valid scrapes timed during the flood.
+const FLOOD_SCRAPES: usize = 10;
+
+/// After a reload (the same users), `FLOOD_CLIENTS` clients send distinct wrong passwords
+/// as fast as they are answered while a valid client scrapes: every valid scrape answers
+/// within 4 bcrypt times (measured here), because what the old config's checks
+/// remembered goes on and the flood is never ahead of it; each flood request still costs
+/// a bcrypt (401).
+#[test]
+fn a_flood_of_wrong_passwords_after_a_reload_does_not_hold_up_scrapes() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let _timing = timing();
+    let rig = Rig::new();
+    let web = format!("basic_auth_users:\n  {USER}: {}\n", hash(PASSWORD));
+    rig.write_web(&web);
+    let d = rig.start();
+    let good = basic(USER, PASSWORD);
+    let scrape = |d: &Daemon| {
+        let t0 = Instant::now();
+        let (code, _, body) = d.get_with("/metrics", &[("Authorization", &good)]);
+        assert_eq!(code, 200, "{body}");
+        t0.elapsed()
+    };
+    scrape(&d);
+    // A reload with the same users.
+    rig.write_web(&web);
+    d.signal("HUP");
+    wait_log(&d, "web config reloaded", Duration::from_secs(10));
+
+    let bcrypt_once = {
+        let h = hash(PASSWORD);
+        let mut v: Vec<Duration> = (0..5)
+            .map(|_| {
+                let t0 = Instant::now();
+                assert!(bcrypt::verify(PASSWORD, &h).unwrap());
+                t0.elapsed()
+            })
+            .collect();
+        v.sort();
+        v[2]
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let flood: Vec<_> = (0..FLOOD_CLIENTS)
+        .map(|i| {
+            let (addr, stop, sent, refused) =
+                (d.addr.clone(), stop.clone(), sent.clone(), refused.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(mut s) = TcpStream::connect(&addr) else {
+                        continue;
+                    };
+                    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                    while !stop.load(Ordering::Relaxed) {
+                        n += 1;
+                        let req = format!(
+                            "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\r\n",
+                            basic(USER, &format!("wrong-{i}-{n}"))
+                        );
+                        if s.write_all(req.as_bytes()).is_err() {
+                            break;
+                        }
+                        sent.fetch_add(1, Ordering::Relaxed);
+                        match read_response(&mut s) {
+                            Ok(r) => {
+                                assert_eq!(r.status, 401);
+                                refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    // The flood is answered (bcrypt runs for it), and most of its clients have a check
+    // waiting, before the first valid scrape.
+    let waiting = || {
+        sent.load(Ordering::Relaxed)
+            .saturating_sub(refused.load(Ordering::Relaxed))
+    };
+    let t0 = Instant::now();
+    while refused.load(Ordering::Relaxed) == 0 || waiting() < FLOOD_CLIENTS / 2 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the flood did not start"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let before = waiting();
+    let took: Vec<Duration> = (0..FLOOD_SCRAPES).map(|_| scrape(&d)).collect();
+    let after = waiting();
+    stop.store(true, Ordering::Relaxed);
+    for t in flood {
+        t.join().unwrap();
+    }
+    let bound = bcrypt_once * 4;
+    println!(
+        "bcrypt {bcrypt_once:?}; {FLOOD_CLIENTS} clients, {before} then {after} wrong \
+         passwords waiting for a check around {FLOOD_SCRAPES} valid scrapes, which took \
+         {took:?} (bound {bound:?}); {} refused in all",
+        refused.load(Ordering::Relaxed)
+    );
+    assert!(
+        before.min(after) >= FLOOD_CLIENTS / 2,
+        "the flood was waiting for bcrypt throughout"
+    );
+    for (i, t) in took.iter().enumerate() {
+        assert!(
+            *t < bound,
+            "valid scrape {i} took {t:?} during the flood (one bcrypt: {bcrypt_once:?})"
+        );
+    }
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success(), "{st}");
 }
 
 #[test]

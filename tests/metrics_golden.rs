@@ -379,6 +379,7 @@ fn rich_status() -> Status {
         },
         drives,
         runs: Vec::new(),
+        run_notes: Default::default(),
         scheduler: SchedulerStatus {
             last_tick_unix: NOW - 0.5,
             next_due,

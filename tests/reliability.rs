@@ -484,6 +484,278 @@ fn a_read_only_state_directory_loses_nothing_and_delays_only_runs() {
     state_dir_fault(StateFault::ReadOnly, STATE_READ_ONLY_EPISODES);
 }
 
+/// How many times the result-document tests retry a write (scheduler ticks) before the
+/// repair, at least.
+const RESULT_RETRIES: usize = 3;
+
+/// A scheduled run that ends while its state directory is full or read-only: its result
+/// document is kept in memory and written again every tick; meanwhile the run is
+/// `pending` with "result pending: not saved: REASON" in `/api/v1/runs`, on the status
+/// page and in the run's gauges (never `passed` without a document), and no temporary
+/// file is left; after the repair the document is written, the run gets its real status
+/// everywhere, and after a restart (which removes the temporary files an interrupted
+/// write left) its gauges are back.
+fn result_fault(kind: StateFault) {
+    need_root();
+    let dir = common::shm_dir("dp-rel-");
+    let state = dir.path().join("state");
+    let mnt = Mount::virtual_fs("tmpfs", Some("size=512k"), &state);
+    std::fs::write(
+        state.join("state.json"),
+        r#"{"version":1,"schedules":{"s/b":{"first_seen":0}}}"#,
+    )
+    .unwrap();
+    let cfg = dir.path().join("d.toml");
+    let b = dir.path().join("b.dat");
+    let text = two_canaries(dir.path(), &state, &b, true).replace("\"10s\"", "\"2m\"");
+    std::fs::write(&cfg, text).unwrap();
+    let d = Daemon::start(&cfg, &[("RUST_LOG", "driveprobe=info")]);
+    wait_until("the run's start", Duration::from_secs(30), &d, || {
+        schedule_runs(&d).iter().any(|r| r["status"] == "running")
+    });
+    let filler = match kind {
+        StateFault::Full => Some(fill(&state)),
+        StateFault::ReadOnly => {
+            remount(&mnt, "ro");
+            None
+        }
+    };
+    let mut run = serde_json::Value::Null;
+    wait_until("the run's end", Duration::from_secs(120), &d, || {
+        run = schedule_runs(&d).pop().unwrap_or_default();
+        run["status"] != "running"
+    });
+    let id = run["id"].as_str().unwrap().to_string();
+    const NOT_SAVED: &str = "result pending: not saved: ";
+    let gauge = |d: &Daemon| {
+        d.scrape().value(
+            "driveprobe_run_last_passed",
+            &[("drive", "b"), ("suite", "latency")],
+        )
+    };
+    let runs_dir = state.join("runs");
+    let temp_files = || -> Vec<String> {
+        std::fs::read_dir(&runs_dir)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".tmp"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let log_line = "cannot write the result document";
+    // A few ticks, each of which tries the write again.
+    std::thread::sleep(Duration::from_millis(1100 * RESULT_RETRIES as u64));
+    // Every surface says pending, with the reason; nothing says passed.
+    let run = schedule_runs(&d).pop().unwrap();
+    assert_eq!(run["status"], "pending", "{kind:?}: {run}");
+    let note = run["note"].as_str().unwrap_or_default();
+    assert!(note.starts_with(NOT_SAVED), "{kind:?}: {run}");
+    assert!(
+        run["result_path"].is_null() && run["report"].is_null(),
+        "{run}"
+    );
+    let (_, _, page) = d.get("/");
+    assert!(
+        page.contains(NOT_SAVED),
+        "{kind:?}: the status page does not say it"
+    );
+    let (_, _, drives) = d.get("/api/v1/drives");
+    let v: serde_json::Value = serde_json::from_str(&drives).unwrap();
+    let last = &v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "b")
+        .unwrap()["last_runs"]["latency"];
+    assert_eq!(last["status"], "pending", "{kind:?}: {last}");
+    assert_eq!(
+        gauge(&d),
+        Some(0.0),
+        "{kind:?}: run_last_passed while pending"
+    );
+    assert_eq!(count(&d.log(), log_line), 1, "{kind:?}: logged once");
+    assert!(
+        temp_files().is_empty(),
+        "{kind:?}: temporary files left: {:?}",
+        temp_files()
+    );
+
+    // Repair: the next tick writes it.
+    match filler {
+        Some(f) => std::fs::remove_file(f).unwrap(),
+        None => remount(&mnt, "rw"),
+    }
+    let mut run = serde_json::Value::Null;
+    wait_until("the document written", Duration::from_secs(20), &d, || {
+        run = schedule_runs(&d).pop().unwrap_or_default();
+        run["status"] != "pending"
+    });
+    assert!(run["note"].is_null(), "{run}");
+    let doc = std::path::PathBuf::from(run["result_path"].as_str().expect("a document"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&doc).unwrap()).unwrap();
+    assert_eq!(v["suite"], "latency");
+    let passed = run["status"] == "passed";
+    assert_eq!(passed, v["complete"] == true, "{run}");
+    assert_eq!(gauge(&d), Some(if passed { 1.0 } else { 0.0 }), "{run}");
+    let (_, _, page) = d.get("/");
+    assert!(!page.contains(NOT_SAVED));
+    assert!(d.log().contains("the result document is saved"));
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success());
+
+    // What an interrupted write leaves is removed at the next start; the run's gauges
+    // come back from its document.
+    let leftovers = [
+        runs_dir.join(format!(".{id}.json.tmp")),
+        state.join(".state.json.tmp"),
+    ];
+    for l in &leftovers {
+        std::fs::write(l, b"").unwrap();
+    }
+    let d = Daemon::start(&cfg, &[("RUST_LOG", "driveprobe=info")]);
+    for l in &leftovers {
+        assert!(!l.exists(), "{} left after the start", l.display());
+    }
+    assert_eq!(
+        gauge(&d),
+        Some(if passed { 1.0 } else { 0.0 }),
+        "after a restart"
+    );
+    let run = schedule_runs(&d).pop().unwrap();
+    assert_eq!(run["result_path"].as_str(), Some(doc.to_str().unwrap()));
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success());
+    println!(
+        "{kind:?}: the run was pending with \"{note}\", then saved as {}",
+        run["status"]
+    );
+}
+
+#[test]
+fn a_result_that_meets_a_full_state_directory_is_kept_and_saved_later() {
+    result_fault(StateFault::Full);
+}
+
+#[test]
+fn a_result_that_meets_a_read_only_state_directory_is_kept_and_saved_later() {
+    result_fault(StateFault::ReadOnly);
+}
+
+/// How many old result documents the retention test starts with.
+const OLD_DOCUMENTS: usize = 12;
+
+/// Result documents beyond `[runs] keep_documents` or `keep_bytes` are deleted (the
+/// oldest first) and their runs leave the index, so every listed report has its
+/// document.
+#[test]
+fn old_result_documents_are_deleted_by_count_and_bytes_with_their_runs() {
+    let dir = common::shm_dir("dp-rel-");
+    let state = dir.path().join("state");
+    let runs_dir = state.join("runs");
+    std::fs::create_dir_all(&runs_dir).unwrap();
+    let mut index = Vec::new();
+    for i in 0..OLD_DOCUMENTS {
+        let id = format!("{}-s_a", 1000 + i);
+        let p = runs_dir.join(format!("{id}.json"));
+        // 100 KiB each, older first (mtimes one second apart).
+        std::fs::write(&p, format!("{{\"pad\":\"{}\"}}", "x".repeat(100 << 10))).unwrap();
+        let t = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + i as u64);
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+        index.push(serde_json::json!({
+            "id": id, "suite": "latency", "drive": "a", "schedule": "s",
+            "started": 1000 + i, "ended": 1001 + i, "status": "passed",
+            "result_path": p,
+        }));
+    }
+    std::fs::write(
+        state.join("state.json"),
+        serde_json::json!({ "version": 1, "runs": index }).to_string(),
+    )
+    .unwrap();
+    let cfg = dir.path().join("d.toml");
+    let config = |keep: &str| {
+        format!(
+            "state_dir = \"{}\"\n\n[runs]\n{keep}\n\n{}",
+            state.display(),
+            file_drive("a", &dir.path().join("a.dat"), "1MiB")
+        )
+    };
+    let listed = |d: &Daemon| -> Vec<String> {
+        schedule_runs(d)
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let on_disk = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&runs_dir)
+            .unwrap()
+            .flatten()
+            .map(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .trim_end_matches(".json")
+                    .to_string()
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let newest = |n: usize| -> Vec<String> {
+        (OLD_DOCUMENTS - n..OLD_DOCUMENTS)
+            .map(|i| format!("{}-s_a", 1000 + i))
+            .collect()
+    };
+
+    // By count.
+    std::fs::write(&cfg, config("keep_documents = 8")).unwrap();
+    let d = Daemon::start(&cfg, &[]);
+    assert_eq!(on_disk(), newest(8));
+    let mut l = listed(&d);
+    l.sort();
+    assert_eq!(l, newest(8), "the index in step with the documents");
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success());
+
+    // By bytes (1 MiB is the least keep_bytes takes): the eight 100 KiB documents fit.
+    std::fs::write(&cfg, config("keep_bytes = \"1MiB\"")).unwrap();
+    let d = Daemon::start(&cfg, &[]);
+    assert_eq!(on_disk(), newest(8));
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success());
+    // Bigger documents: 300 KiB each for the newest five.
+    for id in newest(5) {
+        std::fs::write(runs_dir.join(format!("{id}.json")), "y".repeat(300 << 10)).unwrap();
+    }
+    let d = Daemon::start(&cfg, &[]);
+    // The newest three take 900 KiB; four would take 1.2 MiB.
+    assert_eq!(on_disk(), newest(3));
+    let mut l = listed(&d);
+    l.sort();
+    assert_eq!(l, newest(3));
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success());
+    // The config check refuses what makes no sense.
+    for bad in [
+        "keep_documents = 0",
+        "keep_documents = 100000",
+        "keep_bytes = \"1KiB\"",
+    ] {
+        std::fs::write(&cfg, config(bad)).unwrap();
+        let out = std::process::Command::new(common::daemon::BIN)
+            .args(["check-config", cfg.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+    }
+}
+
 /// The write canary's file target made read-only under the daemon (a read-only bind
 /// mount over its directory; root ignores mode bits, and the kernel lets an open
 /// descriptor go on writing): the write canary stops writing and says why
@@ -575,6 +847,238 @@ fn a_file_target_made_read_only_holds_the_write_canary_only() {
     let (st, _) = d.terminate(Duration::from_secs(10));
     assert!(st.success());
     println!("file target read-only: injected {injected} times; held and resumed each time");
+}
+
+/// Writes an executable shell script `name` into `dir`.
+fn script(dir: &Path, name: &str, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// `PATH` with `dir` first.
+fn path_with(dir: &Path) -> String {
+    format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// (pgrp, state) of a process, from /proc; None when it is gone.
+fn proc_stat(pid: i32) -> Option<(i32, char)> {
+    let t = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = t.rsplit_once(')')?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some((f.get(2)?.parse().ok()?, f.first()?.chars().next()?))
+}
+
+/// The running (not zombie) processes whose process group is `pgid`.
+fn group_members(pgid: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&p| proc_stat(p).is_some_and(|(g, s)| g == pgid && s != 'Z'))
+        .collect()
+}
+
+/// The pids written one per line to `file`.
+fn pids(file: &Path) -> Vec<i32> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// A smartctl that hangs on a disk, with a grandchild that ignores SIGTERM, under a
+/// daemon reading the health of a loop device: SIGTERM to the daemon leaves no process
+/// of smartctl's group running (checked in /proc by pid and by process group).
+#[test]
+fn smartctl_and_its_children_do_not_outlive_the_daemon() {
+    need_root();
+    let dir = common::shm_dir("dp-rel-");
+    let img = common::image(dir.path(), "disk.img", 16 << 20);
+    let lo = common::Loop::attach(&img, &[]);
+    let tools = dir.path().join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    let (leaders, grandchildren) = (dir.path().join("leaders"), dir.path().join("gc"));
+    script(
+        &tools,
+        "smartctl",
+        &format!(
+            "echo $$ >> {}\nsh -c \"trap '' TERM; sleep 600\" &\necho $! >> {}\nsleep 600\n",
+            leaders.display(),
+            grandchildren.display()
+        ),
+    );
+    let cfg = dir.path().join("d.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "state_dir = \"{}\"\nhealth_interval = \"2s\"\n\n[[drive]]\nname = \"a\"\nserial = \"{}\"\npath = \"{}\"\n",
+            dir.path().join("state").display(),
+            common::loop_serial(&img),
+            lo.path().display()
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(&cfg, &[("PATH", &path_with(&tools))]);
+    wait_until(
+        "smartctl and its grandchild",
+        Duration::from_secs(30),
+        &d,
+        || !pids(&leaders).is_empty() && !pids(&grandchildren).is_empty(),
+    );
+    let (leader, gc) = (pids(&leaders)[0], pids(&grandchildren)[0]);
+    assert_eq!(
+        proc_stat(gc).map(|s| s.0),
+        Some(leader),
+        "the grandchild is in smartctl's group"
+    );
+    assert!(
+        group_members(leader).len() >= 2,
+        "{:?}",
+        group_members(leader)
+    );
+    let (st, took) = d.terminate(Duration::from_secs(10));
+    assert!(st.success(), "{st}");
+    println!("the daemon stopped {took:?} after SIGTERM");
+    // Nothing of smartctl's group is left running once the daemon has exited.
+    let t0 = Instant::now();
+    while !group_members(leader).is_empty() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = group_members(leader);
+    for p in &left {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &p.to_string()])
+            .status();
+    }
+    assert!(
+        left.is_empty(),
+        "smartctl's group outlived the daemon: {left:?}"
+    );
+    for p in pids(&leaders).iter().chain(&pids(&grandchildren)) {
+        assert!(
+            proc_stat(*p).is_none_or(|s| s.1 == 'Z'),
+            "{p} is still running"
+        );
+    }
+}
+
+/// How much the stand-in fio prints (on stderr, as one line) before it fails.
+const CHATTY_BYTES: u64 = 100_000_000;
+
+/// A scheduled fio job whose fio prints 100 MB on stderr and fails: the daemon's log
+/// lines, its memory and the result document stay small (bounds derived from the output's
+/// size), the run is `failed` with an excerpt of what fio said, and `driveprobe report`
+/// and `/runs/ID/report` take the document.
+#[test]
+fn a_child_printing_100_mb_leaves_a_bounded_log_and_document() {
+    let dir = common::shm_dir("dp-rel-");
+    let tools = dir.path().join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    script(
+        &tools,
+        "fio",
+        &format!(
+            "cat > /dev/null\nprintf 'fio: the start of a long complaint ' >&2\nhead -c {CHATTY_BYTES} /dev/zero | tr '\\0' x >&2\nexit 1\n"
+        ),
+    );
+    let job = dir.path().join("chatty.fio");
+    std::fs::write(
+        &job,
+        "[r]\nrw=read\nbs=4k\nioengine=psync\nfilename=${TARGET}\nruntime=1\n",
+    )
+    .unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(
+        state.join("state.json"),
+        "{\"version\":1,\"schedules\":{\"s/a\":{\"first_seen\":0}}}",
+    )
+    .unwrap();
+    let cfg = dir.path().join("d.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "state_dir = \"{}\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\n\n{}\
+[[schedule]]\nname = \"s\"\ndrives = [\"a\"]\nfio_job = \"{}\"\ncron = \"0 0 1 1 *\"\nmax_duration = \"2m\"\n",
+            state.display(),
+            file_drive("a", &dir.path().join("a.dat"), "8MiB"),
+            job.display()
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(&cfg, &[("PATH", &path_with(&tools))]);
+    let hwm = |pid: i32| -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let l = s.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    };
+    let before = hwm(d.pid());
+    let mut run = serde_json::Value::Null;
+    wait_until("the run's end", Duration::from_secs(120), &d, || {
+        run = schedule_runs(&d).pop().unwrap_or_default();
+        run["status"].as_str().is_some_and(|s| s != "running")
+    });
+    let after = hwm(d.pid());
+    assert_eq!(run["status"], "failed", "{run}");
+    println!(
+        "peak RSS {} KiB before the run, {} KiB after",
+        before >> 10,
+        after >> 10
+    );
+    assert!(
+        after.saturating_sub(before) < CHATTY_BYTES / 4,
+        "the daemon's peak memory grew by {} bytes for {CHATTY_BYTES} bytes of output",
+        after - before
+    );
+    let log = d.log();
+    let longest = log.lines().map(str::len).max().unwrap_or(0) as u64;
+    println!("the longest log line: {longest} bytes");
+    assert!(
+        longest < CHATTY_BYTES / 1000,
+        "a log line of {longest} bytes"
+    );
+    assert!(
+        log.contains("the start of a long complaint"),
+        "{}",
+        &log[..log.len().min(4000)]
+    );
+
+    let doc = std::path::PathBuf::from(run["result_path"].as_str().expect("a result document"));
+    let size = std::fs::metadata(&doc).unwrap().len();
+    println!("the result document: {size} bytes");
+    assert!(
+        size < CHATTY_BYTES / 1000,
+        "a result document of {size} bytes"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&doc).unwrap()).unwrap();
+    let reason = v["incomplete_reason"].as_str().unwrap();
+    assert!(reason.contains("the start of a long complaint"), "{reason}");
+    assert!(
+        reason.contains("bytes"),
+        "says how much was left out: {reason}"
+    );
+    let html = dir.path().join("r.html");
+    let out = std::process::Command::new(common::daemon::BIN)
+        .args([
+            "report",
+            doc.to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    common::assert_ok(&out, "driveprobe report");
+    let (code, _, body) = d.get(&format!("/runs/{}/report", run["id"].as_str().unwrap()));
+    assert_eq!(code, 200, "{}", &body[..body.len().min(2000)]);
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success());
 }
 
 /// A FIFO put in place of the config file before a SIGHUP (issue 16: the reload read it

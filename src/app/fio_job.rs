@@ -53,9 +53,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::kv::reader;
 use super::{ChildGuard, Waited};
 use crate::engine::RunControl;
+use crate::process::capture;
 use crate::protocol::result::{DirFigures, Round, WorkloadDesc};
 
 #[derive(Debug, thiserror::Error)]
@@ -193,8 +193,17 @@ pub fn run_detailed(
             .write_all(prepared.text.as_bytes())
             .map_err(FioJobError::Spawn)?;
     }
-    let out_reader = reader(guard.child_mut().stdout.take());
-    let err_reader = reader(guard.child_mut().stderr.take());
+    // Through a cap: fio's JSON is on stdout; of stderr only an excerpt is ever used.
+    let out_reader = capture(
+        guard.child_mut().stdout.take(),
+        super::OUTPUT_HEAD,
+        super::OUTPUT_TAIL,
+    );
+    let err_reader = capture(
+        guard.child_mut().stderr.take(),
+        super::OUTPUT_TAIL,
+        super::OUTPUT_TAIL,
+    );
     let status = match super::wait(&mut guard, control, time_limit).map_err(FioJobError::Spawn)? {
         Waited::Exited(s) => s,
         Waited::Stopped => {
@@ -210,8 +219,11 @@ pub fn run_detailed(
         }
     };
     drop(guard);
-    let stdout = out_reader.join().unwrap_or_default();
-    let stderr = err_reader.join().unwrap_or_default();
+    let (out, err) = (
+        out_reader.join().unwrap_or_default(),
+        err_reader.join().unwrap_or_default(),
+    );
+    let stdout = out.text();
     let json = json_part(&stdout);
     // A job that failed on an I/O error still has its entry (with the errno) in the JSON,
     // and fio exits non-zero: the job's error says more than fio's status.
@@ -220,13 +232,7 @@ pub fn run_detailed(
         return Err(e);
     }
     let (Some(json), Some(parsed), true) = (json, parsed, status.success()) else {
-        let line = stderr
-            .lines()
-            .chain(stdout.lines())
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .unwrap_or("no output")
-            .to_string();
+        let line = super::failure_excerpt(&err, &out);
         return Err(FioJobError::Fio {
             file: label,
             status: status.to_string(),

@@ -251,6 +251,7 @@ fn run_phase(
             KvError::Spawn(e)
         }
     })?;
+    // Through a cap: db_bench's results are on stdout, its interval lines on stderr.
     let out_reader = reader(guard.child_mut().stdout.take());
     let err_reader = reader(guard.child_mut().stderr.take());
     let t0 = Instant::now();
@@ -304,7 +305,7 @@ fn failure(phase: &str, status: &str, parsed: &DbBenchOutput, text: &str, dir: &
         return KvError::DbBenchNoRoom {
             dir: dir.to_path_buf(),
             phase: phase.to_string(),
-            line: line.to_string(),
+            line: crate::process::clip(line, super::EXCERPT_BYTES),
         };
     }
     let line = parsed
@@ -318,6 +319,7 @@ fn failure(phase: &str, status: &str, parsed: &DbBenchOutput, text: &str, dir: &
                 .map(str::to_string)
         })
         .unwrap_or_else(|| "no output".into());
+    let line = crate::process::clip(&line, super::EXCERPT_BYTES);
     if parsed.benchmark(phase).is_none() && parsed.errors.is_empty() && status == "exit status: 0" {
         KvError::Parse {
             phase: phase.to_string(),
@@ -392,15 +394,11 @@ pub fn point(
 }
 
 /// Reads a child's pipe to its end on a thread (so a chatty child never blocks on a full
-/// pipe), as text.
+/// pipe), through the cap of [`crate::process::capture`] (the first
+/// [`super::OUTPUT_HEAD`] and last [`super::OUTPUT_TAIL`] bytes), as text.
 pub(crate) fn reader<R: Read + Send + 'static>(r: Option<R>) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut s = Vec::new();
-        if let Some(mut r) = r {
-            let _ = r.read_to_end(&mut s);
-        }
-        String::from_utf8_lossy(&s).into_owned()
-    })
+    let c = crate::process::capture(r, super::OUTPUT_HEAD, super::OUTPUT_TAIL);
+    std::thread::spawn(move || c.join().unwrap_or_default().text())
 }
 
 const PREFIX: &str = "driveprobe-kv-";

@@ -73,7 +73,8 @@ pub struct AppPoint {
     pub direct_io: Option<bool>,
 }
 
-/// A child process started in its own process group. Dropping the guard kills the group
+/// A child process started in its own process group (a [`crate::process::Supervised`]:
+/// registered, so the daemon's stop ends it too). Dropping the guard kills the group
 /// (SIGKILL) and reaps the child, so a failed or interrupted run leaves nothing behind.
 /// Call [`ChildGuard::stop`] first for a graceful end (SIGTERM, then SIGKILL after a
 /// grace period).
@@ -89,7 +90,7 @@ pub struct AppPoint {
 /// reads the group's last writes before the child is reaped.
 #[derive(Debug)]
 pub struct ChildGuard {
-    child: Option<std::process::Child>,
+    child: Option<crate::process::Supervised>,
     metering: Option<Metering>,
 }
 
@@ -105,6 +106,46 @@ struct Metering {
     /// The last count was taken (the child exited): once it is reaped its pid, and so the
     /// group id, may go to another process, whose writes are not ours.
     done: bool,
+}
+
+/// The most of a program's stdout or stderr kept from its start (fio's JSON, db_bench's
+/// results and interval lines are there); beyond it only the last [`OUTPUT_TAIL`] bytes
+/// are kept and the rest is counted (`process::read_capped`).
+pub(crate) const OUTPUT_HEAD: usize = 16 << 20;
+/// The most of the end of a program's output kept.
+pub(crate) const OUTPUT_TAIL: usize = 64 << 10;
+/// The most of one line of a program's output put in an error (a log line, a result
+/// document's `incomplete_reason`).
+pub(crate) const EXCERPT_BYTES: usize = 512;
+/// The most of the end of a program's stderr put in an error beside that line.
+pub(crate) const ERROR_TAIL_BYTES: usize = 1024;
+
+/// A failed program's output as one bounded line for its error: stderr's lines joined by
+/// ` | ` when it is short; else its first line, cut at [`EXCERPT_BYTES`], and the lines of
+/// its last [`ERROR_TAIL_BYTES`]. Stdout's first line when stderr is empty.
+pub(crate) fn failure_excerpt(
+    stderr: &crate::process::Captured,
+    stdout: &crate::process::Captured,
+) -> String {
+    let one_line = |t: &str| {
+        t.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let Some(first) = stderr.excerpt(EXCERPT_BYTES) else {
+        return stdout
+            .excerpt(EXCERPT_BYTES)
+            .unwrap_or_else(|| "no output".into());
+    };
+    if stderr.is_whole() && stderr.total <= ERROR_TAIL_BYTES as u64 {
+        return one_line(&String::from_utf8_lossy(&stderr.head));
+    }
+    format!(
+        "{first} ... the end of its output: {}",
+        one_line(&stderr.tail_text(ERROR_TAIL_BYTES))
+    )
 }
 
 /// How often a metered guard counts its group's writes while the child runs.
@@ -137,9 +178,7 @@ impl Metering {
 impl ChildGuard {
     /// Starts `cmd` in a new process group, with SIGKILL as its parent death signal.
     pub fn spawn(cmd: &mut std::process::Command) -> std::io::Result<ChildGuard> {
-        use std::os::unix::process::CommandExt;
-        crate::sys::proc::kill_with_parent(cmd.process_group(0));
-        let child = cmd.spawn()?;
+        let child = crate::process::spawn(cmd)?;
         Ok(ChildGuard {
             child: Some(child),
             metering: None,
@@ -185,6 +224,10 @@ impl ChildGuard {
 
     /// The child, to take its pipes. Reap it through the guard, not through this.
     pub fn child_mut(&mut self) -> &mut std::process::Child {
+        self.supervised().child_mut()
+    }
+
+    fn supervised(&mut self) -> &mut crate::process::Supervised {
         self.child
             .as_mut()
             .expect("a ChildGuard holds its child until dropped")
@@ -223,20 +266,20 @@ impl ChildGuard {
         if self.metering.is_some() && exited_unreaped(pid, false) {
             self.final_sample();
         }
-        self.child_mut().try_wait()
+        self.supervised().try_wait()
     }
 
     /// SIGTERM to the group, then SIGKILL if the child has not exited within `grace`.
     /// Returns the child's exit status.
     pub fn stop(mut self, grace: std::time::Duration) -> std::io::Result<std::process::ExitStatus> {
-        let pid = self.id();
-        signal_group(pid, rustix::process::Signal::TERM);
+        self.supervised().signal(rustix::process::Signal::TERM);
         let t0 = std::time::Instant::now();
         loop {
             if let Some(status) = self.try_wait()? {
                 // Whatever else the group started goes with it.
-                signal_group(pid, rustix::process::Signal::KILL);
-                self.child.take();
+                if let Some(mut c) = self.child.take() {
+                    let _ = c.kill_and_reap();
+                }
                 return Ok(status);
             }
             if t0.elapsed() >= grace {
@@ -254,10 +297,11 @@ impl ChildGuard {
             exited_unreaped(pid, true);
             self.final_sample();
         }
-        let mut child = self.child.take().expect("a ChildGuard holds its child");
-        let status = child.wait();
-        signal_group(pid, rustix::process::Signal::KILL);
-        status
+        // Reaps it, then kills whatever is left of its group.
+        self.child
+            .take()
+            .expect("a ChildGuard holds its child")
+            .wait()
     }
 
     /// Counts, kills the group, counts what the killed leader had written (it is a zombie
@@ -266,12 +310,12 @@ impl ChildGuard {
         let mut child = self.child.take().expect("a ChildGuard holds its child");
         let pid = child.id();
         self.sample_now();
-        signal_group(pid, rustix::process::Signal::KILL);
+        child.signal(rustix::process::Signal::KILL);
         if self.metering.is_some() {
             exited_unreaped(pid, true);
             self.final_sample();
         }
-        child.wait()
+        child.kill_and_reap()
     }
 }
 
@@ -617,13 +661,6 @@ pub fn wait(
             return Ok(Waited::TimedOut);
         }
         std::thread::sleep(std::time::Duration::from_millis(25));
-    }
-}
-
-fn signal_group(pid: u32, sig: rustix::process::Signal) {
-    if let Some(pgid) = rustix::process::Pid::from_raw(pid as i32) {
-        // The group may be gone already (ESRCH): nothing to do then.
-        let _ = rustix::process::kill_process_group(pgid, sig);
     }
 }
 

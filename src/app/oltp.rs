@@ -198,14 +198,19 @@ impl Drop for DataDir {
 
 /// The last lines of a log file, joined with " | " (one line for an error message).
 fn tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    // A log can grow without bound: read through a cap, and bound what goes in the error.
+    let text = crate::process::read_file_capped(path, 2 * super::OUTPUT_TAIL).unwrap_or_default();
     let v: Vec<&str> = text
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
     let start = v.len().saturating_sub(lines);
-    let s = v[start..].join(" | ");
+    let s = v[start..]
+        .iter()
+        .map(|l| crate::process::clip(l, super::EXCERPT_BYTES))
+        .collect::<Vec<_>>()
+        .join(" | ");
     if s.is_empty() {
         "(empty)".to_string()
     } else {
@@ -479,7 +484,7 @@ fn sysbench_step(
     let mut g = ChildGuard::spawn_metered(&mut cmd, control).map_err(io("start sysbench"))?;
     let waited = wait(&mut g, control, limit).map_err(io("sysbench"))?;
     drop(g);
-    let text = std::fs::read_to_string(out_path).unwrap_or_default();
+    let text = crate::process::read_file_capped(out_path, super::OUTPUT_HEAD).unwrap_or_default();
     match waited {
         Waited::Stopped => Ok(None),
         Waited::TimedOut => Err(OltpError::Timeout {
@@ -504,7 +509,7 @@ fn sysbench_step(
             Err(OltpError::Sysbench {
                 step: step.to_string(),
                 status: s.to_string(),
-                reason,
+                reason: crate::process::clip(&reason, super::EXCERPT_BYTES),
             })
         }
     }

@@ -59,6 +59,8 @@ pub struct Config {
     /// How often drive health is read.
     pub health_interval: Duration,
     pub wear_budget: WearBudget,
+    /// How many result documents are kept.
+    pub runs: RunsRetention,
     pub drives: Vec<Drive>,
     pub probes: Vec<Probe>,
     pub schedules: Vec<Schedule>,
@@ -83,6 +85,24 @@ impl Default for WearBudget {
         WearBudget {
             share_of_rated_dwpd: 0.05,
             unrated_bytes_per_day: 1 << 30,
+        }
+    }
+}
+
+/// How many result documents (`STATE_DIR/runs/ID.json`) are kept: the oldest go first
+/// when there are more than `keep_documents` or they take more than `keep_bytes`, and
+/// their runs leave the index with them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunsRetention {
+    pub keep_documents: usize,
+    pub keep_bytes: u64,
+}
+
+impl Default for RunsRetention {
+    fn default() -> Self {
+        RunsRetention {
+            keep_documents: 200,
+            keep_bytes: 1 << 30,
         }
     }
 }
@@ -236,6 +256,7 @@ impl Config {
             state_dir: state_dir.to_path_buf(),
             health_interval: validate::DEFAULT_HEALTH_INTERVAL,
             wear_budget: WearBudget::default(),
+            runs: RunsRetention::default(),
             drives: vec![Drive {
                 name: "default".into(),
                 identity: None,

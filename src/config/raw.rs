@@ -15,6 +15,9 @@ pub const KEYS: &[&str] = &[
     "wear_budget",
     "wear_budget.share_of_rated_dwpd",
     "wear_budget.unrated_bytes_per_day",
+    "runs",
+    "runs.keep_documents",
+    "runs.keep_bytes",
     "drive",
     "drive.name",
     "drive.serial",
@@ -68,6 +71,7 @@ pub struct RawConfig {
     pub health_interval: Option<S<String>>,
     pub server: Option<RawServer>,
     pub wear_budget: Option<RawWearBudget>,
+    pub runs: Option<RawRuns>,
     #[serde(default)]
     pub drive: Vec<S<RawDrive>>,
     #[serde(default)]
@@ -87,6 +91,13 @@ pub struct RawServer {
 pub struct RawWearBudget {
     pub share_of_rated_dwpd: Option<S<f64>>,
     pub unrated_bytes_per_day: Option<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRuns {
+    pub keep_documents: Option<S<i64>>,
+    pub keep_bytes: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::raw::{self, RawConfig, S};
 use super::{
     default_state_dir, Config, ConfigError, Drive, FileTarget, Identity, MaintenanceWindow, Probe,
-    Schedule, Server, TimeOfDay, WearBudget, Weekday, DEFAULT_LISTEN,
+    RunsRetention, Schedule, Server, TimeOfDay, WearBudget, Weekday, DEFAULT_LISTEN,
 };
 use crate::engine::{Arrival, CpuPolicy, JobSpec, Pattern, RateLimit, SizeMix, Stop};
 use crate::health::endurance::Rating;
@@ -143,6 +143,7 @@ impl Cx<'_> {
                 ));
             }
         }
+        let runs = self.runs(raw.runs)?;
 
         let mut names = Names::default();
         // Identities and file targets seen so far: two tables must not be one device.
@@ -203,6 +204,7 @@ impl Cx<'_> {
             state_dir,
             health_interval,
             wear_budget,
+            runs,
             drives,
             probes,
             schedules,
@@ -227,6 +229,35 @@ impl Cx<'_> {
                 self.size_at_most(&s, "unrated_bytes_per_day", MAX_TARGET_BYTES)?;
         }
         Ok(w)
+    }
+
+    fn runs(&self, raw: Option<raw::RawRuns>) -> R<RunsRetention> {
+        let mut r = RunsRetention::default();
+        let Some(raw) = raw else { return Ok(r) };
+        if let Some(s) = raw.keep_documents {
+            let v = *s.get_ref();
+            if !(1..=crate::schedule::state::MAX_RUNS as i64).contains(&v) {
+                return Err(self.err(
+                    s.span(),
+                    format!(
+                        "keep_documents {v} is out of range; give a count from 1 to {}",
+                        crate::schedule::state::MAX_RUNS
+                    ),
+                ));
+            }
+            r.keep_documents = v as usize;
+        }
+        if let Some(s) = raw.keep_bytes {
+            let v = self.size(&s, "keep_bytes")?;
+            if v < 1 << 20 {
+                return Err(self.err(
+                    s.span(),
+                    format!("keep_bytes {v} is too small; give at least \"1MiB\" (a result document takes tens of KiB)"),
+                ));
+            }
+            r.keep_bytes = v;
+        }
+        Ok(r)
     }
 
     /// One drive; `span` is where to point when the problem is the table as a whole.

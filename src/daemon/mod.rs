@@ -579,6 +579,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
 
     let runs = Arc::new(Runs::default());
     scheduler::recover(&store, now_unix() as i64);
+    scheduler::start_cleanup(&config.state_dir, &store, config.runs);
     let mut generation = Generation::start(config, shared.clone(), store.clone(), runs.clone());
     {
         // The run index and last results, from the state, for the exporters.
@@ -726,6 +727,10 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
             let _ = h.shutdown.send(true);
         }
         runs.stop_all(deadline);
+        // The runs have stopped their programs gracefully; whatever child is left (a
+        // smartctl on a hung disk, a run that did not stop in time) goes now, with its
+        // process group, and no new one starts.
+        crate::process::terminate_all(Duration::from_millis(500));
         generation.stop(deadline);
         if let Err(e) = store.save() {
             tracing::error!(error = %e, "cannot save the state at exit");

@@ -59,13 +59,39 @@ pub struct RunHandle {
     pub thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// The runs going on, by drive name. Long-lived (across reloads).
+/// The runs going on, by drive name, and the results not saved yet. Long-lived (across
+/// reloads).
 #[derive(Debug, Default)]
 pub struct Runs {
     active: Mutex<BTreeMap<String, Arc<RunHandle>>>,
+    pending: Mutex<Vec<Pending>>,
+}
+
+/// A finished run whose result document could not be written: kept in memory and
+/// written again on every scheduler tick until it can be.
+#[derive(Debug)]
+struct Pending {
+    id: String,
+    drive: String,
+    suite: String,
+    /// The status the run gets once its document is written.
+    status: RunStatus,
+    result: SuiteResult,
+    error: Option<String>,
+    /// Failed writes so far.
+    attempts: u64,
 }
 
 impl Runs {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<Pending>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs whose result document is not written yet.
+    pub fn pending_count(&self) -> usize {
+        self.pending().len()
+    }
+
     /// The run holding `drive`, if any.
     pub fn on_drive(&self, drive: &str) -> Option<Arc<RunHandle>> {
         self.lock().get(drive).cloned()
@@ -155,6 +181,12 @@ pub fn recover(store: &super::store::Store, now: i64) {
             r.status = RunStatus::Interrupted;
             r.ended = Some(now);
         }
+        // Ended, but the daemon stopped before their documents could be written: the
+        // documents were only in memory.
+        for r in st.runs.iter_mut().filter(|r| r.status == RunStatus::Pending) {
+            tracing::warn!(run = %r.id, "the run's result document was never saved (the daemon stopped first); marked interrupted");
+            r.status = RunStatus::Interrupted;
+        }
     });
     if let Err(e) = store.save() {
         tracing::error!(error = %e, "cannot save the state");
@@ -180,11 +212,15 @@ pub fn run(ctx: Arc<Ctx>, beat: Arc<Beat>, stop: Arc<AtomicBool>) {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    // A last attempt at the results still pending (they are lost if the daemon stops).
+    retry_pending(&ctx);
     ctx.save_state();
 }
 
-/// One pass: account the writes of running runs, resolve identities, decide and act.
+/// One pass: write the results still pending, account the writes of running runs,
+/// resolve identities, decide and act.
 pub fn tick(ctx: &Arc<Ctx>, plans: &[Plan], now: i64) {
+    retry_pending(ctx);
     for r in ctx.runs.all() {
         account_writes(ctx, &r, now);
     }
@@ -451,6 +487,9 @@ fn open_for_run(drive: &DriveCtl) -> Result<Target, String> {
 }
 
 /// Records the end of a run: result document, index, bookkeeping, gauges; frees the drive.
+/// A document that cannot be written is kept in memory ([`Runs`]) and written again on
+/// every tick; until then the run is `pending` everywhere (index, API, status page, the
+/// `status` of its gauges), never `passed` without a document.
 fn finish(
     ctx: &Ctx,
     h: &RunHandle,
@@ -459,16 +498,35 @@ fn finish(
     error: Option<String>,
 ) {
     let now = now_unix() as i64;
-    let path =
-        result.as_ref().and_then(
-            |r| match write_result(&ctx.state_dir().join("runs"), &h.id, r) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    tracing::error!(run = %h.id, error = %e, "cannot write the result document");
-                    None
-                }
-            },
-        );
+    // Bounded: an error may carry a program's output into the log and the status.
+    let error = error.map(|e| crate::process::clip(&e, suite::REASON_BYTES));
+    let mut shown = status;
+    let mut note = None;
+    let path = match &result {
+        None => None,
+        Some(r) => match write_result(&ctx.state_dir().join("runs"), &h.id, r) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::error!(
+                    run = %h.id,
+                    error = %e,
+                    "cannot write the result document; it is kept in memory and written again every second: free space in or make the state directory writable"
+                );
+                shown = RunStatus::Pending;
+                note = Some(pending_note(&e));
+                ctx.runs.pending().push(Pending {
+                    id: h.id.clone(),
+                    drive: h.drive.clone(),
+                    suite: h.suite.clone(),
+                    status,
+                    result: r.clone(),
+                    error: error.clone(),
+                    attempts: 1,
+                });
+                None
+            }
+        },
+    };
     match (&status, &error) {
         (RunStatus::Passed, _) => tracing::info!(run = %h.id, "run passed"),
         (s, e) => {
@@ -478,19 +536,18 @@ fn finish(
     let last_success = ctx.store.update(|st| {
         st.schedule_mut(&h.key, now).finish(now);
         if let Some(r) = st.run_mut(&h.id) {
-            r.status = status;
+            r.status = shown;
             r.ended = Some(now);
             r.result_path = path.clone();
         }
-        st.runs
-            .iter()
-            .rev()
-            .find(|r| r.drive == h.drive && r.suite == h.suite && r.status == RunStatus::Passed)
-            .map(|r| r.ended.unwrap_or(r.started) as f64)
+        last_success_of(st, &h.drive, &h.suite)
     });
     ctx.save_state();
+    if path.is_some() {
+        prune(ctx);
+    }
     if let Some(r) = &result {
-        let summary = summarize(&h.id, r, status, last_success);
+        let summary = summarize(&h.id, r, shown, last_success);
         ctx.shared.drive(&h.drive, |d| {
             d.last_runs.insert(h.suite.clone(), summary);
         });
@@ -499,10 +556,10 @@ fn finish(
         d.collectors.insert(
             format!("run:{}", h.suite),
             crate::status::CollectorStatus {
-                success: status == RunStatus::Passed,
+                success: shown == RunStatus::Passed,
                 duration_seconds: 0.0,
                 last_unix: now as f64,
-                error: error.clone(),
+                error: note.clone().or_else(|| error.clone()),
             },
         );
     });
@@ -513,7 +570,209 @@ fn finish(
     // were accounted, and would otherwise show the run ended beside the older figures.
     ctx.refresh_drives(false);
     let runs = ctx.store.lock().runs.clone();
-    ctx.shared.lock().runs = runs;
+    let mut s = ctx.shared.lock();
+    s.runs = runs;
+    if let Some(n) = note {
+        s.run_notes.insert(h.id.clone(), n);
+    }
+}
+
+/// Unix seconds at which the last passed run of `suite` on `drive` ended.
+fn last_success_of(st: &crate::schedule::State, drive: &str, suite: &str) -> Option<f64> {
+    st.runs
+        .iter()
+        .rev()
+        .find(|r| r.drive == drive && r.suite == suite && r.status == RunStatus::Passed)
+        .map(|r| r.ended.unwrap_or(r.started) as f64)
+}
+
+fn pending_note(e: &std::io::Error) -> String {
+    format!("result pending: not saved: {e}")
+}
+
+/// Writes the result documents still pending; those written get their run's real status
+/// everywhere (index, API, status page, gauges).
+fn retry_pending(ctx: &Ctx) {
+    let taken = std::mem::take(&mut *ctx.runs.pending());
+    if taken.is_empty() {
+        return;
+    }
+    let dir = ctx.state_dir().join("runs");
+    let mut again = Vec::new();
+    let mut written = Vec::new();
+    for mut p in taken {
+        match write_result(&dir, &p.id, &p.result) {
+            Ok(path) => {
+                tracing::warn!(run = %p.id, failed_attempts = p.attempts, "the result document is saved");
+                written.push((p, path));
+            }
+            Err(e) => {
+                p.attempts += 1;
+                ctx.shared
+                    .lock()
+                    .run_notes
+                    .insert(p.id.clone(), pending_note(&e));
+                again.push(p);
+            }
+        }
+    }
+    // What failed again goes back, ahead of anything a run added meanwhile.
+    {
+        let mut q = ctx.runs.pending();
+        let newer = std::mem::take(&mut *q);
+        *q = again;
+        q.extend(newer);
+    }
+    if written.is_empty() {
+        return;
+    }
+    for (p, path) in &written {
+        let last_success = ctx.store.update(|st| {
+            if let Some(r) = st.run_mut(&p.id) {
+                r.status = p.status;
+                r.result_path = Some(path.clone());
+            }
+            last_success_of(st, &p.drive, &p.suite)
+        });
+        let summary = summarize(&p.id, &p.result, p.status, last_success);
+        ctx.shared.drive(&p.drive, |d| {
+            // Unless a later run of the suite has replaced it.
+            if d.last_runs.get(&p.suite).is_none_or(|r| r.id == p.id) {
+                d.last_runs.insert(p.suite.clone(), summary);
+                d.collectors.insert(
+                    format!("run:{}", p.suite),
+                    crate::status::CollectorStatus {
+                        success: p.status == RunStatus::Passed,
+                        duration_seconds: 0.0,
+                        last_unix: now_unix(),
+                        error: p.error.clone(),
+                    },
+                );
+            }
+        });
+    }
+    ctx.save_state();
+    prune(ctx);
+    let runs = ctx.store.lock().runs.clone();
+    let mut s = ctx.shared.lock();
+    s.runs = runs;
+    for (p, _) in &written {
+        s.run_notes.remove(&p.id);
+    }
+}
+
+/// The result documents in `dir` (`ID.json`, not temporary files), oldest first: (path,
+/// bytes).
+fn documents(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut docs: Vec<(std::time::SystemTime, PathBuf, u64)> = rd
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            !n.starts_with('.') && n.ends_with(".json")
+        })
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            m.is_file().then(|| {
+                (
+                    m.modified().unwrap_or(std::time::UNIX_EPOCH),
+                    e.path(),
+                    m.len(),
+                )
+            })
+        })
+        .collect();
+    docs.sort();
+    docs.into_iter().map(|(_, p, n)| (p, n)).collect()
+}
+
+/// Which of `docs` (oldest first) go so that at most `keep.keep_documents` are left and
+/// they take at most `keep.keep_bytes`: the oldest first.
+pub fn over_retention(docs: &[(PathBuf, u64)], keep: crate::config::RunsRetention) -> usize {
+    let mut count = docs.len();
+    let mut bytes: u64 = docs.iter().map(|d| d.1).sum();
+    let mut drop = 0;
+    for (_, n) in docs {
+        if count <= keep.keep_documents && bytes <= keep.keep_bytes {
+            break;
+        }
+        count -= 1;
+        bytes -= n;
+        drop += 1;
+    }
+    drop
+}
+
+/// Applies the retention policy (`[runs]` in the config) to the result documents: the
+/// oldest are deleted while there are too many or they take too much, and their runs
+/// leave the index (so every run listed with a report has its document).
+pub fn prune(ctx: &Ctx) {
+    prune_dir(&ctx.state_dir().join("runs"), &ctx.store, ctx.config.runs);
+}
+
+fn prune_dir(dir: &Path, store: &super::store::Store, keep: crate::config::RunsRetention) {
+    let docs = documents(dir);
+    let n = over_retention(&docs, keep);
+    if n == 0 {
+        return;
+    }
+    let mut gone = BTreeSet::new();
+    for (p, _) in &docs[..n] {
+        match std::fs::remove_file(p) {
+            Ok(()) => {
+                gone.insert(p.clone());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                gone.insert(p.clone());
+            }
+            Err(e) => {
+                tracing::warn!(path = %p.display(), error = %e, "cannot delete an old result document");
+            }
+        }
+    }
+    tracing::info!(
+        deleted = gone.len(),
+        keep_documents = keep.keep_documents,
+        keep_bytes = keep.keep_bytes,
+        "old result documents deleted (the [runs] retention)"
+    );
+    store.update(|st| {
+        st.runs
+            .retain(|r| r.result_path.as_ref().is_none_or(|p| !gone.contains(p)));
+    });
+}
+
+/// At start: removes what an interrupted write left in the state directory (temporary
+/// files of result documents), and applies the retention policy.
+pub fn start_cleanup(
+    state_dir: &Path,
+    store: &super::store::Store,
+    keep: crate::config::RunsRetention,
+) {
+    let dir = state_dir.join("runs");
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            if n.starts_with('.') && n.ends_with(".json.tmp") {
+                match std::fs::remove_file(e.path()) {
+                    Ok(()) => {
+                        tracing::info!(path = %e.path().display(), "removed a temporary file an interrupted write left")
+                    }
+                    Err(err) => {
+                        tracing::warn!(path = %e.path().display(), error = %err, "cannot remove a temporary file an interrupted write left")
+                    }
+                }
+            }
+        }
+    }
+    prune_dir(&dir, store, keep);
+    if let Err(e) = store.save_if_dirty() {
+        tracing::debug!(error = %e, "cannot save the state after the cleanup");
+    }
 }
 
 /// Writes the result document atomically; returns its path.
@@ -522,13 +781,18 @@ pub fn write_result(dir: &Path, id: &str, r: &SuiteResult) -> std::io::Result<Pa
     let path = dir.join(format!("{id}.json"));
     let tmp = dir.join(format!(".{id}.json.tmp"));
     let json = serde_json::to_vec_pretty(r).map_err(std::io::Error::other)?;
-    {
+    let written = (|| {
         use std::io::Write;
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(&json)?;
         f.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    })();
+    if let Err(e) = written {
+        // A short temporary file would hold the space the next attempt needs.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
     }
-    std::fs::rename(&tmp, &path)?;
     Ok(path)
 }
 
@@ -540,6 +804,7 @@ pub fn status_name(s: RunStatus) -> &'static str {
         RunStatus::TimedOut => "timed_out",
         RunStatus::Interrupted => "interrupted",
         RunStatus::Stopped => "stopped",
+        RunStatus::Pending => "pending",
     }
 }
 
@@ -667,4 +932,43 @@ fn combined(round: &Round, f: impl Fn(&crate::protocol::result::DirFigures) -> u
         v = v.max(f(&round.write));
     }
     v as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RunsRetention;
+
+    #[test]
+    fn retention_drops_the_oldest_by_count_and_by_bytes() {
+        let docs: Vec<(PathBuf, u64)> = (0..10)
+            .map(|i| (PathBuf::from(format!("{i}")), 100))
+            .collect();
+        let keep = |n, b| RunsRetention {
+            keep_documents: n,
+            keep_bytes: b,
+        };
+        assert_eq!(over_retention(&docs, keep(10, 1000)), 0);
+        assert_eq!(over_retention(&docs, keep(4, 1000)), 6);
+        assert_eq!(over_retention(&docs, keep(10, 350)), 7);
+        assert_eq!(over_retention(&docs, keep(2, 350)), 8);
+        assert_eq!(over_retention(&docs, keep(1, 50)), 10);
+        assert_eq!(over_retention(&[], keep(1, 0)), 0);
+    }
+
+    #[test]
+    fn a_failed_document_write_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let runs = dir.path().join("runs");
+        std::fs::create_dir(&runs).unwrap();
+        // The document's place is a non-empty directory: the rename fails.
+        std::fs::create_dir(runs.join("r1.json")).unwrap();
+        std::fs::write(runs.join("r1.json").join("x"), b"x").unwrap();
+        let doc: SuiteResult = serde_json::from_str(include_str!(
+            "../../tests/fixtures/results/enterprise-sata-5100eco.json"
+        ))
+        .unwrap();
+        assert!(write_result(&runs, "r1", &doc).is_err());
+        assert!(!runs.join(".r1.json.tmp").exists());
+    }
 }

@@ -45,6 +45,18 @@ impl Store {
     /// file that cannot be read at all is an error.
     pub fn open(dir: &Path, now: i64) -> Result<Opened, StateError> {
         let path = dir.join(STATE_FILE);
+        // What a save cut short (a kill, a full disk) may have left.
+        let tmp = schedule::state::temp_path(&path);
+        if std::fs::symlink_metadata(&tmp).is_ok_and(|m| m.is_file()) {
+            match std::fs::remove_file(&tmp) {
+                Ok(()) => {
+                    tracing::info!(path = %tmp.display(), "removed a temporary file an interrupted save left")
+                }
+                Err(e) => {
+                    tracing::warn!(path = %tmp.display(), error = %e, "cannot remove a temporary file an interrupted save left")
+                }
+            }
+        }
         match schedule::load(&path) {
             Ok(state) => Ok(Opened {
                 store: Store::new(path, state),

@@ -35,7 +35,6 @@
 use std::ffi::OsStr;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -75,8 +74,11 @@ pub const SMARTCTL_ARGS: &[&str] = &[
 /// Where smartctl is looked for after `PATH` (it lives in sbin, often not on a user's PATH).
 const SBIN_DIRS: &[&str] = &["/usr/sbin", "/usr/local/sbin", "/sbin"];
 
-/// The most of smartctl's stdout or stderr kept (a sane `-x` is under 100 KiB).
-const OUTPUT_CAP: u64 = 16 << 20;
+/// The most of smartctl's stdout read (a sane `-x` is under 100 KiB); more is refused as
+/// not smartctl's JSON, having cost no more memory than this.
+const OUTPUT_CAP: usize = 4 << 20;
+/// The most of smartctl's stderr kept (only its first line is ever used).
+const STDERR_CAP: usize = 64 << 10;
 
 /// Bytes in one NVMe data unit (1000 × 512 bytes).
 const NVME_DATA_UNIT: u128 = 512_000;
@@ -113,6 +115,13 @@ pub enum SmartctlError {
         dev: PathBuf,
         status: u8,
         meaning: String,
+    },
+    #[error("smartctl printed {bytes} bytes for {dev}, more than the {cap_mib} MiB its JSON takes (it began: {excerpt:?}): check that the program found as smartctl is smartctl")]
+    TooMuchOutput {
+        dev: PathBuf,
+        bytes: u64,
+        cap_mib: usize,
+        excerpt: String,
     },
     #[error("reading smartctl's output for {dev} failed: {source}")]
     Io {
@@ -1350,22 +1359,6 @@ struct RunOutput {
     stderr: Vec<u8>,
 }
 
-fn reader<R: Read + Send + 'static>(
-    mut from: R,
-    tx: mpsc::Sender<(bool, std::io::Result<Vec<u8>>)>,
-    is_stdout: bool,
-) {
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let res = (&mut from)
-            .take(OUTPUT_CAP)
-            .read_to_end(&mut buf)
-            .and_then(|_| std::io::copy(&mut from, &mut std::io::sink()))
-            .map(|_| buf);
-        let _ = tx.send((is_stdout, res));
-    });
-}
-
 fn run_with_timeout(
     program: &Path,
     dev: &Path,
@@ -1375,37 +1368,57 @@ fn run_with_timeout(
         dev: dev.to_path_buf(),
         secs: timeout.as_secs_f64(),
     };
-    let mut child = Command::new(program)
-        .args(SMARTCTL_ARGS)
-        .arg(dev)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group, so that a timeout kills whatever it started too.
-        .process_group(0)
-        .spawn()
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                SmartctlError::NotInstalled
-            } else {
-                SmartctlError::Spawn {
-                    program: program.to_path_buf(),
-                    source: e,
-                }
+    // Its own process group (killed whole at the time limit, when dropped, and when the
+    // daemon stops), through the one child supervisor.
+    let mut child = crate::process::spawn(
+        Command::new(program)
+            .args(SMARTCTL_ARGS)
+            .arg(dev)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            SmartctlError::NotInstalled
+        } else {
+            SmartctlError::Spawn {
+                program: program.to_path_buf(),
+                source: e,
             }
-        })?;
-    let group = rustix::process::Pid::from_child(&child);
-    let kill_all = |child: &mut std::process::Child| {
-        let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-        let _ = child.kill();
-    };
+        }
+    })?;
 
+    // Both pipes read through a cap on threads of their own; each sends what it kept.
     let (tx, rx) = mpsc::channel();
-    if let Some(o) = child.stdout.take() {
-        reader(o, tx.clone(), true);
-    }
-    if let Some(e) = child.stderr.take() {
-        reader(e, tx.clone(), false);
+    for (is_stdout, pipe) in [
+        (
+            true,
+            child
+                .child_mut()
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ),
+        (
+            false,
+            child
+                .child_mut()
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ),
+    ] {
+        let Some(pipe) = pipe else { continue };
+        let tx = tx.clone();
+        let (head, tail) = if is_stdout {
+            (OUTPUT_CAP, 0)
+        } else {
+            (STDERR_CAP, 0)
+        };
+        std::thread::spawn(move || {
+            let _ = tx.send((is_stdout, crate::process::read_capped(pipe, head, tail)));
+        });
     }
     drop(tx);
 
@@ -1416,8 +1429,6 @@ fn run_with_timeout(
             Ok(Some(st)) => break st,
             Ok(None) => {}
             Err(e) => {
-                kill_all(&mut child);
-                let _ = child.wait();
                 return Err(SmartctlError::Io {
                     dev: dev.to_path_buf(),
                     source: e,
@@ -1426,8 +1437,8 @@ fn run_with_timeout(
         }
         let now = Instant::now();
         if now >= deadline {
-            kill_all(&mut child);
-            let _ = child.wait();
+            // Dropping the handle kills the group and reaps it.
+            drop(child);
             return Err(timed_out());
         }
         std::thread::sleep(pause.min(deadline - now));
@@ -1436,31 +1447,34 @@ fn run_with_timeout(
 
     // The output, once smartctl has exited: within the same deadline (something it
     // started may still hold the pipes).
-    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let (mut stdout, mut stderr) = (None, None);
     for _ in 0..2 {
         let left = deadline
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(100));
         match rx.recv_timeout(left) {
-            Ok((is_stdout, Ok(buf))) => {
-                if is_stdout {
-                    stdout = buf;
-                } else {
-                    stderr = buf;
-                }
-            }
+            Ok((true, Ok(c))) => stdout = Some(c),
+            Ok((false, Ok(c))) => stderr = Some(c),
             Ok((_, Err(e))) => {
                 return Err(SmartctlError::Io {
                     dev: dev.to_path_buf(),
                     source: e,
                 })
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-                return Err(timed_out());
-            }
+            Err(mpsc::RecvTimeoutError::Timeout) => return Err(timed_out()),
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
+    }
+    // Whatever else it started goes with it.
+    drop(child);
+    let (stdout, stderr) = (stdout.unwrap_or_default(), stderr.unwrap_or_default());
+    if stdout.dropped() > 0 {
+        return Err(SmartctlError::TooMuchOutput {
+            dev: dev.to_path_buf(),
+            bytes: stdout.total,
+            cap_mib: OUTPUT_CAP >> 20,
+            excerpt: stdout.excerpt(200).unwrap_or_default(),
+        });
     }
 
     let code = match status.code() {
@@ -1475,8 +1489,8 @@ fn run_with_timeout(
     };
     Ok(RunOutput {
         status: ExitStatus((code & 0xff) as u8),
-        stdout,
-        stderr,
+        stdout: stdout.head,
+        stderr: stderr.head,
     })
 }
 

@@ -54,8 +54,16 @@ impl WebHandle {
     }
 
     /// Puts `web` in force for new connections and every request from now on.
-    pub fn set(&self, web: WebConfig) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(web));
+    pub fn set(&self, mut web: WebConfig) {
+        let mut slot = self.0.write().unwrap_or_else(|e| e.into_inner());
+        // What the old config's basic auth remembered goes on (see `BasicAuth::carry_over`).
+        if let (Some(new), Some(old)) = (
+            web.auth.as_mut().and_then(Arc::get_mut),
+            slot.as_ref().and_then(|w| w.auth.as_ref()),
+        ) {
+            new.carry_over(old);
+        }
+        *slot = Some(Arc::new(web));
     }
 }
 

@@ -459,7 +459,7 @@ fn probe_rows(h: &mut String, name: &str, p: &ProbeStatus) {
 fn run_status_class(s: RunStatus) -> &'static str {
     match s {
         RunStatus::Passed => "ok",
-        RunStatus::Running => "warn",
+        RunStatus::Running | RunStatus::Pending => "warn",
         RunStatus::Failed | RunStatus::TimedOut => "bad",
         RunStatus::Interrupted | RunStatus::Stopped => "dim",
     }
@@ -473,6 +473,7 @@ fn run_status_name(s: RunStatus) -> &'static str {
         RunStatus::TimedOut => "timed out",
         RunStatus::Interrupted => "interrupted",
         RunStatus::Stopped => "stopped",
+        RunStatus::Pending => "result pending",
     }
 }
 
@@ -514,7 +515,10 @@ fn runs(h: &mut String, s: &Status, now: f64) {
             esc(&r.suite),
             opt(r.schedule.as_deref()),
             run_status_class(r.status),
-            run_status_name(r.status),
+            match s.run_notes.get(&r.id) {
+                Some(note) => esc(note),
+                None => run_status_name(r.status).to_string(),
+            },
             f::utc(started),
         );
     }

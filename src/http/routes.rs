@@ -302,6 +302,9 @@ impl App {
             run: &'a RunRecord,
             #[serde(skip_serializing_if = "Option::is_none")]
             report: Option<String>,
+            /// "result pending: not saved: REASON".
+            #[serde(skip_serializing_if = "Option::is_none")]
+            note: Option<&'a str>,
         }
         let s = self.shared.lock();
         let runs: Vec<RunView> = s
@@ -311,6 +314,7 @@ impl App {
             .map(|run| RunView {
                 run,
                 report: report_url(run),
+                note: s.run_notes.get(&run.id).map(String::as_str),
             })
             .collect();
         Reply::json(&runs)

@@ -23,15 +23,20 @@
 //! checks everything that can be checked before a client comes: the files are read, the
 //! key must match the certificate, every hash must be a bcrypt hash.
 //!
-//! [`BasicAuth::check`] runs bcrypt on a blocking thread, one check at a time (an attacker
-//! guessing passwords costs at most one core), checks an unknown user against a real hash
-//! so that the time taken does not tell which users exist, and remembers successful checks
-//! (an HMAC of user and password under a key made at load time) so that a scrape every
-//! 15 s costs microseconds, not a bcrypt; the cache goes with the config on reload.
+//! [`BasicAuth::check`] runs bcrypt on blocking threads, a bounded pool of half the CPUs
+//! (an attacker guessing passwords costs at most that), checks an unknown user against a
+//! real hash so that the time taken does not tell which users exist, and remembers
+//! successful checks (an HMAC of user, the user's hash and password under a key made at
+//! load time) so that a scrape every 15 s costs microseconds, not a bcrypt. Failed checks
+//! are remembered for a minute, so a repeated wrong password costs no bcrypt either. At a
+//! reload both caches are carried over ([`BasicAuth::carry_over`]; a user whose hash
+//! changed matches nothing), so a flood of wrong passwords after a reload cannot queue the
+//! scrapers' checks behind it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use base64::Engine as _;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
@@ -50,6 +55,10 @@ pub struct WebConfigError {
 
 /// Successful checks remembered at most (the cache is emptied when it is full).
 const AUTH_CACHE_MAX: usize = 1024;
+/// Failed checks remembered at most (expired ones go first, then all of them).
+const FAIL_CACHE_MAX: usize = 4096;
+/// How long a failed check is remembered: a repeat within it is refused without a bcrypt.
+const FAIL_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 /// bcrypt costs above this make every check take seconds; refused.
 const MAX_BCRYPT_COST: u32 = 16;
 
@@ -462,10 +471,12 @@ pub struct BasicAuth {
     /// A configured hash of the highest cost: an unknown user is checked against it, so
     /// the answer takes as long as for a known one.
     dummy: String,
-    /// Keys the cache of successful checks.
+    /// Keys the caches (with the user, the user's hash and the password).
     key: ring::hmac::Key,
     cache: Mutex<HashSet<[u8; 32]>>,
-    /// One bcrypt at a time.
+    /// Failed checks, and when: refused again without a bcrypt for [`FAIL_TTL`].
+    failures: Mutex<HashMap<[u8; 32], Instant>>,
+    /// The bcrypt pool: at most this many checks at a time (half the CPUs, at least one).
     gate: Semaphore,
 }
 
@@ -502,14 +513,32 @@ impl BasicAuth {
             dummy,
             key,
             cache: Mutex::new(HashSet::new()),
-            gate: Semaphore::new(1),
+            failures: Mutex::new(HashMap::new()),
+            gate: Semaphore::new(bcrypt_threads()),
         })
     }
 
-    fn mac(&self, user: &str, password: &[u8]) -> [u8; 32] {
+    /// Takes over what `old` (the config this one replaces at a reload) remembered: its
+    /// key and both caches. Entries are keyed by the user's hash too, so a user whose
+    /// password changed matches none of them; the others' scrapes stay free of bcrypt
+    /// across the reload, and a flood of wrong passwords cannot queue them behind it.
+    pub fn carry_over(&mut self, old: &BasicAuth) {
+        self.key = old.key.clone();
+        *self.cache.get_mut().unwrap_or_else(|e| e.into_inner()) =
+            old.cache.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        *self.failures.get_mut().unwrap_or_else(|e| e.into_inner()) = old
+            .failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+    }
+
+    fn mac(&self, user: &str, hash: &str, password: &[u8]) -> [u8; 32] {
         let mut ctx = ring::hmac::Context::with_key(&self.key);
         ctx.update(&(user.len() as u64).to_le_bytes());
         ctx.update(user.as_bytes());
+        ctx.update(&(hash.len() as u64).to_le_bytes());
+        ctx.update(hash.as_bytes());
         ctx.update(password);
         let tag = ctx.sign();
         let mut out = [0u8; 32];
@@ -522,7 +551,11 @@ impl BasicAuth {
         let Some((user, password)) = credentials(headers) else {
             return false;
         };
-        let mac = self.mac(&user, &password);
+        let (known, hash) = match self.users.get(&user) {
+            Some(h) => (true, h.clone()),
+            None => (false, self.dummy.clone()),
+        };
+        let mac = self.mac(&user, &hash, &password);
         if self
             .cache
             .lock()
@@ -531,10 +564,15 @@ impl BasicAuth {
         {
             return true;
         }
-        let (known, hash) = match self.users.get(&user) {
-            Some(h) => (true, h.clone()),
-            None => (false, self.dummy.clone()),
-        };
+        if self
+            .failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&mac)
+            .is_some_and(|t| t.elapsed() < FAIL_TTL)
+        {
+            return false;
+        }
         let Ok(_permit) = self.gate.acquire().await else {
             return false;
         };
@@ -550,9 +588,26 @@ impl BasicAuth {
                 c.clear();
             }
             c.insert(mac);
+        } else {
+            let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+            if f.len() >= FAIL_CACHE_MAX {
+                f.retain(|_, t| t.elapsed() < FAIL_TTL);
+                if f.len() >= FAIL_CACHE_MAX {
+                    f.clear();
+                }
+            }
+            f.insert(mac, Instant::now());
         }
         ok
     }
+}
+
+/// The size of the bcrypt pool: half the CPUs, at least one, so that checks (a flood of
+/// wrong passwords included) always leave CPU to the rest of the daemon.
+fn bcrypt_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| (n.get() / 2).max(1))
+        .unwrap_or(1)
 }
 
 /// The user and password of a `Basic` `Authorization` header.
@@ -663,6 +718,27 @@ mod tests {
             assert!(auth.check(&hdr("alice", "s3cret")).await);
             assert_eq!(auth.cache.lock().unwrap().len(), 1);
             assert!(!auth.check(&HeaderMap::new()).await);
+            // Failures are remembered: a repeat is refused from the cache.
+            assert_eq!(auth.failures.lock().unwrap().len(), 2);
+            assert!(!auth.check(&hdr("alice", "wrong")).await);
+            assert_eq!(auth.failures.lock().unwrap().len(), 2);
+        });
+
+        // A reload carries the caches over for an unchanged hash, not for a changed one.
+        let same = bcrypt::hash("s3cret", 4).unwrap();
+        let mut users = BTreeMap::new();
+        users.insert("alice".to_string(), auth.users["alice"].clone());
+        users.insert("carol".to_string(), same);
+        let mut next = BasicAuth::new(users).unwrap();
+        next.carry_over(&auth);
+        let mac = next.mac("alice", &next.users["alice"], b"s3cret");
+        assert!(next.cache.lock().unwrap().contains(&mac));
+        let mac = next.mac("carol", &next.users["carol"], b"s3cret");
+        assert!(!next.cache.lock().unwrap().contains(&mac));
+        rt.block_on(async {
+            assert!(next.check(&hdr("alice", "s3cret")).await);
+            assert!(next.check(&hdr("carol", "s3cret")).await);
+            assert!(!next.check(&hdr("carol", "wrong")).await);
         });
     }
 }

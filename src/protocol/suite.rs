@@ -867,6 +867,9 @@ impl Runner<'_> {
     }
 }
 
+/// The most of an error's text kept in a document's `incomplete_reason`.
+pub const REASON_BYTES: usize = 4096;
+
 /// The bytes fio says its jobs wrote: `write.io_bytes` summed over its `jobs` array (one
 /// entry per job, or per group under `group_reporting`, so nothing is counted twice).
 /// Like the engine's counter, I/O in a job's `ramp_time` is not in it.
@@ -972,7 +975,8 @@ pub fn run_suite(
     result.engine = runner.engine_name.unwrap_or_default();
     result.ended_unix_seconds = now_unix();
     if let Some(e) = &error {
-        result.incomplete_reason = Some(e.to_string());
+        // Bounded: an error may carry a program's output.
+        result.incomplete_reason = Some(crate::process::clip(&e.to_string(), REASON_BYTES));
     } else if control.is_stopped() {
         result.incomplete_reason = Some("stopped by request (SIGINT/SIGTERM)".to_string());
     } else {

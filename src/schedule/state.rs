@@ -55,6 +55,11 @@ pub enum RunStatus {
     Interrupted,
     /// Stopped by the operator or at shutdown.
     Stopped,
+    /// Ended, but its result document could not be written yet (the state directory full
+    /// or read-only): the daemon keeps it in memory and retries; the run gets its real
+    /// status when the document is written. A daemon that stops before that loses it (the
+    /// next start marks the run interrupted).
+    Pending,
 }
 
 /// One entry of the run results index.
