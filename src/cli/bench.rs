@@ -537,7 +537,12 @@ pub(super) fn prepare_target(
             };
             Some(safety::authorize_block_writes(&info, &req).map_err(Failure::runtime)?)
         } else {
-            Some(safety::authorize_file_writes(&path).map_err(Failure::runtime)?)
+            // A file driveprobe did not create is the user's data: --allow-destructive,
+            // as for a device.
+            Some(
+                safety::authorize_file_writes(&path, a.allow_destructive)
+                    .map_err(Failure::runtime)?,
+            )
         }
     } else {
         None
