@@ -679,16 +679,13 @@ fn file_setup() -> FileSetup {
     mkfs_ext4(lo.path());
     let mnt = Mount::new(lo.path(), &dir.path().join("mnt"));
     // Three files of the same size; the one in the middle of the device is the target,
-    // so it has a neighbour on each side. The target is driveprobe's own (it made it, and
-    // marked it); the neighbours are someone else's.
+    // so it has a neighbour on each side. All three are made by driveprobe (so that they
+    // are allocated alike); the target keeps driveprobe's ownership mark, the neighbours
+    // lose it: they are someone else's files.
     let mut files: Vec<(u64, PathBuf)> = (0..3)
         .map(|i| {
             let p = mnt.dir().join(format!("f{i}.dat"));
-            if i == 1 {
-                assert!(driveprobe::target::create_file_if_missing(&p, 32 * MIB).unwrap());
-            } else {
-                random_file(&p, 32 * MIB, i + 1);
-            }
+            assert!(driveprobe::target::create_file_if_missing(&p, 32 * MIB).unwrap());
             sync();
             (first_physical_block(&p), p)
         })
@@ -698,7 +695,9 @@ fn file_setup() -> FileSetup {
         files[0].0 < files[1].0 && files[1].0 < files[2].0,
         "allocation: {files:?}"
     );
-    assert!(files[1].1.ends_with("f1.dat"), "allocation: {files:?}");
+    for (_, p) in [&files[0], &files[2]] {
+        rustix::fs::removexattr(p, driveprobe::target::OWNER_XATTR).unwrap();
+    }
     let target = files[1].1.clone();
     println!(
         "file target {} at block {}, neighbours at blocks {} and {}",
