@@ -472,4 +472,26 @@ mod tests {
             "/dev/loop3p1 is mounted on /mnt/x; /dev/loop3p2 is in use as swap"
         );
     }
+
+    #[test]
+    fn file_permit_needs_driveprobes_mark_unless_allowed_and_no_linked_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let theirs = dir.path().join("theirs");
+        std::fs::write(&theirs, b"data").unwrap();
+        let err = authorize_file_writes(&theirs, false).unwrap_err();
+        assert!(matches!(err, SafetyError::NotOwnFile { .. }), "{err}");
+        assert!(err.to_string().contains("--allow-destructive"), "{err}");
+        assert!(authorize_file_writes(&theirs, true)
+            .unwrap()
+            .foreign_file_allowed());
+        let own = dir.path().join("own");
+        crate::target::create_file_if_missing(&own, 4096).unwrap();
+        assert!(authorize_file_writes(&own, false).is_ok());
+        // Through a linked folder: refused, allowed or not.
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("via")).unwrap();
+        for allow in [false, true] {
+            let err = authorize_file_writes(&dir.path().join("via/own"), allow).unwrap_err();
+            assert!(matches!(err, SafetyError::SymlinkInPath { .. }), "{err}");
+        }
+    }
 }

@@ -796,4 +796,88 @@ mod tests {
         assert!(matches!(e, TargetError::HardLinked { links: 2, .. }), "{e}");
         assert_eq!(std::fs::read(&other).unwrap(), vec![2u8; 8192]);
     }
+
+    #[test]
+    fn a_created_file_is_marked_and_a_copy_of_it_is_not_its_own() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let p = dir.path().join("t.dat");
+        assert!(create_file_if_missing(&p, 64 << 10).unwrap());
+        assert!(is_own_file(File::open(&p).unwrap()));
+        // A copy with its xattrs (cp -a): the mark names another inode.
+        let copy = dir.path().join("copy.dat");
+        std::fs::copy(&p, &copy).unwrap();
+        let mut buf = [0u8; 128];
+        let n = rustix::fs::getxattr(&p, OWNER_XATTR, &mut buf[..]).unwrap();
+        rustix::fs::setxattr(
+            &copy,
+            OWNER_XATTR,
+            &buf[..n],
+            rustix::fs::XattrFlags::empty(),
+        )
+        .unwrap();
+        assert!(!is_own_file(File::open(&copy).unwrap()));
+        // Someone's file, and a forged mark of the wrong shape.
+        let theirs = dir.path().join("theirs.txt");
+        std::fs::write(&theirs, b"data\n").unwrap();
+        assert!(!is_own_file(File::open(&theirs).unwrap()));
+        rustix::fs::setxattr(
+            &theirs,
+            OWNER_XATTR,
+            b"yes",
+            rustix::fs::XattrFlags::empty(),
+        )
+        .unwrap();
+        assert!(!is_own_file(File::open(&theirs).unwrap()));
+        // The daemon's view: the copy and someone's file are refused, untouched.
+        for q in [&copy, &theirs] {
+            let before = std::fs::read(q).unwrap();
+            let e = ensure_own_file(q, 1 << 20).unwrap_err();
+            assert!(matches!(e, TargetError::NotOwnFile(_)), "{e}");
+            let e = Target::open_own_file(q, false, None, 1 << 20).unwrap_err();
+            assert!(matches!(e, TargetError::NotOwnFile(_)), "{e}");
+            assert_eq!(std::fs::read(q).unwrap(), before);
+        }
+        // Its own file, truncated: made again at its size; longer: used within `size`.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        assert_eq!(
+            ensure_own_file(&p, 64 << 10).unwrap(),
+            Ensured::Recreated { was: 4096 }
+        );
+        assert_eq!(ensure_own_file(&p, 32 << 10).unwrap(), Ensured::Kept);
+        let t = Target::open_own_file(&p, false, None, 32 << 10).unwrap();
+        assert_eq!(t.size(), 32 << 10);
+    }
+
+    #[test]
+    fn no_link_is_followed_on_the_way_with_openat2_or_the_walk() {
+        use rustix::fs::{Mode, OFlags};
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir_all(real.join("sub")).unwrap();
+        std::fs::write(real.join("sub/f"), b"x").unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("via")).unwrap();
+        std::os::unix::fs::symlink(real.join("sub/f"), real.join("sub/last")).unwrap();
+        let ok = real.join("sub/../sub/f");
+        for open in [open_no_symlinks, walk_no_symlinks] {
+            assert!(open(&ok, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).is_ok());
+            for bad in [dir.path().join("via/sub/f"), real.join("sub/last")] {
+                let e = open(&bad, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).unwrap_err();
+                assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{}", bad.display());
+            }
+        }
+        // Nothing is created behind a linked folder.
+        let e = create_file_if_missing(&dir.path().join("via/new.dat"), 4096).unwrap_err();
+        assert!(matches!(e, TargetError::SymlinkInPath(_)), "{e}");
+        assert!(!real.join("new.dat").exists());
+        assert!(matches!(
+            check_own_file_path(&dir.path().join("via/new.dat")),
+            Err(TargetError::SymlinkInPath(_))
+        ));
+        assert!(check_own_file_path(&real.join("new.dat")).is_ok());
+    }
 }

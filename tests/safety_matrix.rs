@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use common::daemon::{file_drive, Daemon, BIN};
 use common::{
-    checksum, loop_serial, marked_image, mkfs_ext4, need_root, partition_image, random_file, sync,
-    Loop, Mount, Swap, MIB,
+    checksum, loop_serial, marked_image, mkfs_ext4, need_root, partition_image, sync, Loop, Mount,
+    Swap, MIB,
 };
 
 /// Attempts per test (every one refused, every checksum unchanged): RELIABILITY.md gives
