@@ -12,9 +12,18 @@
 //!   itself. (A link to a block device never gets here: the caller sends a block device,
 //!   link or not, through [`authorize_block_writes`], with all its checks.)
 //! - the file has more than one hard link: its data is also another name's data.
+//! - a folder on the path is a symbolic link: whoever can rename a folder on the way
+//!   could steer root's writes elsewhere. The file is opened with
+//!   `openat2(RESOLVE_NO_SYMLINKS)` ([`crate::target::open_no_symlinks`]).
 //!
-//! `target::Target::open` checks both again on the descriptor it opened (`O_NOFOLLOW`,
-//! `st_nlink`), so a swap after this check is caught too.
+//! And one way a write could destroy what driveprobe did not make: the file exists and
+//! driveprobe did not create it. Files driveprobe creates carry a mark
+//! ([`crate::target::OWNER_XATTR`], naming the file's device and inode); a file without
+//! it is refused unless the user allowed it (`bench --allow-destructive`, as for a
+//! device). The daemon never allows it.
+//!
+//! `target::Target::open` checks all of these again on the descriptor it opened (no
+//! links on the way, `st_nlink`, the mark), so a swap after this check is caught too.
 //!
 //! # Block devices
 //!
@@ -53,6 +62,8 @@ use crate::device::{self, BlockDeviceInfo, DeviceError, InUse};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WritePermit {
     object: PermittedObject,
+    /// A file driveprobe did not create may be written (`bench --allow-destructive`).
+    foreign_file: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +77,11 @@ pub enum PermittedObject {
 impl WritePermit {
     pub fn object(&self) -> PermittedObject {
         self.object
+    }
+    /// Whether the permit allows writing a regular file without driveprobe's ownership
+    /// mark (see [`authorize_file_writes`]).
+    pub fn foreign_file_allowed(&self) -> bool {
+        self.foreign_file
     }
 }
 
@@ -106,6 +122,12 @@ pub enum SafetyError {
     Symlink { path: PathBuf, to: PathBuf },
     #[error("{path} has {links} hard links: writing to it would change the file under its other names too; give a file of its own (one link)")]
     HardLinked { path: PathBuf, links: u64 },
+    #[error("{path}: a folder on its path is a symbolic link: driveprobe writes only to a file reached without links; give the real path, with no link on the way (see `realpath`)")]
+    SymlinkInPath { path: PathBuf },
+    #[error("{path}: permission denied: run as a user who may open it")]
+    PermissionDenied { path: PathBuf },
+    #[error("{path} exists and driveprobe did not create it: writing would destroy its data; give a path that does not exist (driveprobe creates the file there), or pass --allow-destructive to write into it anyway")]
+    NotOwnFile { path: PathBuf },
     #[error("writing to block device {path} destroys its data: pass --allow-destructive and --expect-serial (or --expect-wwn) to confirm")]
     DestructiveNotAllowed { path: PathBuf },
     #[error("writing to block device {path} needs the drive's identity: pass --expect-serial or --expect-wwn naming the drive you mean to overwrite")]
@@ -152,8 +174,10 @@ pub enum SafetyError {
 
 /// Regular files: writes stay inside the file (the engine keeps every I/O inside the
 /// region, and the region inside the file), so a regular file of its own (not a symbolic
-/// link, one hard link) gets a permit.
-pub fn authorize_file_writes(path: &Path) -> Result<WritePermit, SafetyError> {
+/// link, no link on the way, one hard link) gets a permit when driveprobe created it
+/// (its ownership mark), or when `allow_foreign` (the user's `--allow-destructive`) says
+/// a file it did not create may be written.
+pub fn authorize_file_writes(path: &Path, allow_foreign: bool) -> Result<WritePermit, SafetyError> {
     let meta = std::fs::symlink_metadata(path).map_err(|source| SafetyError::FileAccess {
         path: path.to_path_buf(),
         source,
@@ -170,17 +194,56 @@ pub fn authorize_file_writes(path: &Path) -> Result<WritePermit, SafetyError> {
             path: path.to_path_buf(),
         });
     }
-    if meta.nlink() > 1 {
+    // The file itself, reached without a link on any folder of the path: its mark and
+    // identity are read from the descriptor, not from whatever the path names later.
+    use rustix::fs::{Mode, OFlags};
+    let fd = crate::target::open_no_symlinks(
+        path,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY,
+        Mode::empty(),
+    )
+    .map_err(|source| {
+        if source.raw_os_error() == Some(libc::ELOOP) {
+            SafetyError::SymlinkInPath {
+                path: path.to_path_buf(),
+            }
+        } else if source.kind() == std::io::ErrorKind::PermissionDenied {
+            SafetyError::PermissionDenied {
+                path: path.to_path_buf(),
+            }
+        } else {
+            SafetyError::FileAccess {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    })?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| SafetyError::FileAccess {
+        path: path.to_path_buf(),
+        source: e.into(),
+    })?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(SafetyError::NotRegularFile {
+            path: path.to_path_buf(),
+        });
+    }
+    if st.st_nlink > 1 {
         return Err(SafetyError::HardLinked {
             path: path.to_path_buf(),
-            links: meta.nlink(),
+            links: st.st_nlink as u64,
+        });
+    }
+    if !allow_foreign && !crate::target::is_own_file(&fd) {
+        return Err(SafetyError::NotOwnFile {
+            path: path.to_path_buf(),
         });
     }
     Ok(WritePermit {
         object: PermittedObject::File {
-            dev: meta.dev(),
-            ino: meta.ino(),
+            dev: st.st_dev,
+            ino: st.st_ino,
         },
+        foreign_file: allow_foreign,
     })
 }
 
@@ -285,6 +348,7 @@ pub fn authorize_block_writes(
     }
     Ok(WritePermit {
         object: PermittedObject::Block { rdev },
+        foreign_file: false,
     })
 }
 
@@ -321,36 +385,36 @@ mod tests {
             dev: meta.dev(),
             ino: meta.ino(),
         };
-        assert_eq!(authorize_file_writes(&f).unwrap().object(), want);
+        assert_eq!(authorize_file_writes(&f, true).unwrap().object(), want);
         // Not through a symbolic link: it could name another file than the user meant.
-        let err = authorize_file_writes(&link).unwrap_err();
+        let err = authorize_file_writes(&link, true).unwrap_err();
         assert!(matches!(err, SafetyError::Symlink { .. }), "{err}");
         assert!(err.to_string().contains("symbolic link"), "{err}");
         // Not a file with a second name: writes would show under that name too.
         let twin = dir.path().join("twin");
         std::fs::hard_link(&f, &twin).unwrap();
-        let err = authorize_file_writes(&f).unwrap_err();
+        let err = authorize_file_writes(&f, true).unwrap_err();
         assert!(
             matches!(err, SafetyError::HardLinked { links: 2, .. }),
             "{err}"
         );
         std::fs::remove_file(&twin).unwrap();
-        assert_eq!(authorize_file_writes(&f).unwrap().object(), want);
+        assert_eq!(authorize_file_writes(&f, true).unwrap().object(), want);
     }
 
     #[test]
     fn file_permit_refuses_dirs_missing_and_devices() {
         let dir = tempfile::tempdir().unwrap();
         assert!(matches!(
-            authorize_file_writes(dir.path()),
+            authorize_file_writes(dir.path(), true),
             Err(SafetyError::NotRegularFile { .. })
         ));
         assert!(matches!(
-            authorize_file_writes(&dir.path().join("nope")),
+            authorize_file_writes(&dir.path().join("nope"), true),
             Err(SafetyError::FileAccess { .. })
         ));
         assert!(matches!(
-            authorize_file_writes(Path::new("/dev/null")),
+            authorize_file_writes(Path::new("/dev/null"), true),
             Err(SafetyError::NotRegularFile { .. })
         ));
     }
@@ -407,5 +471,27 @@ mod tests {
             r.to_string(),
             "/dev/loop3p1 is mounted on /mnt/x; /dev/loop3p2 is in use as swap"
         );
+    }
+
+    #[test]
+    fn file_permit_needs_driveprobes_mark_unless_allowed_and_no_linked_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let theirs = dir.path().join("theirs");
+        std::fs::write(&theirs, b"data").unwrap();
+        let err = authorize_file_writes(&theirs, false).unwrap_err();
+        assert!(matches!(err, SafetyError::NotOwnFile { .. }), "{err}");
+        assert!(err.to_string().contains("--allow-destructive"), "{err}");
+        assert!(authorize_file_writes(&theirs, true)
+            .unwrap()
+            .foreign_file_allowed());
+        let own = dir.path().join("own");
+        crate::target::create_file_if_missing(&own, 4096).unwrap();
+        assert!(authorize_file_writes(&own, false).is_ok());
+        // Through a linked folder: refused, allowed or not.
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("via")).unwrap();
+        for allow in [false, true] {
+            let err = authorize_file_writes(&dir.path().join("via/own"), allow).unwrap_err();
+            assert!(matches!(err, SafetyError::SymlinkInPath { .. }), "{err}");
+        }
     }
 }

@@ -44,8 +44,14 @@ pub enum TargetError {
     },
     #[error("{0}: the write permit was issued for another file or device: refusing to write")]
     PermitMismatch(PathBuf),
-    #[error("{0}: is a symbolic link now: refusing to write through it; give the file's own path")]
+    #[error("{0}: is a symbolic link now, or a folder on its path is: refusing to write through it; give the file's own path, with no link on the way (see `realpath`)")]
     SymlinkForWrite(PathBuf),
+    #[error("{0}: a folder on its path, or the file itself, is a symbolic link: driveprobe does not follow links to a file target; give the real path, with no link on the way (see `realpath`)")]
+    SymlinkInPath(PathBuf),
+    #[error("{0}: exists and driveprobe did not create it (it lacks driveprobe's {OWNER_XATTR} mark for this very file): driveprobe never reads or writes a file target it did not create; choose a path that does not exist (driveprobe creates the file there), or remove the file")]
+    NotOwnFile(PathBuf),
+    #[error("{0}: its filesystem keeps no user extended attributes, so driveprobe cannot mark the file as its own (and would refuse it later): put the file target on a filesystem that does, such as ext4, xfs, btrfs or tmpfs")]
+    NoOwnerMark(PathBuf),
     #[error("{path}: has {links} hard links now: refusing to write, it would change the file under its other names too; give a file of its own")]
     HardLinked { path: PathBuf, links: u64 },
     #[error("{0}: the region is empty")]
@@ -88,6 +94,9 @@ fn io_err(path: &Path, e: io::Error) -> TargetError {
         io::ErrorKind::NotFound => TargetError::NotFound(path.to_path_buf()),
         io::ErrorKind::PermissionDenied => TargetError::PermissionDenied(path.to_path_buf()),
         _ if e.raw_os_error() == Some(libc::EROFS) => TargetError::ReadOnly(path.to_path_buf()),
+        _ if e.raw_os_error() == Some(libc::ELOOP) => {
+            TargetError::SymlinkInPath(path.to_path_buf())
+        }
         _ => TargetError::Io {
             path: path.to_path_buf(),
             source: e,
@@ -99,45 +108,110 @@ impl Target {
     /// Opens `path` for reading, or for reading and writing when `permit` is given and
     /// names this very object. Writable block devices are opened with O_EXCL, so the kernel
     /// keeps anyone from mounting or claiming them while we run.
+    ///
+    /// A regular file opened for writing is reached without following a symbolic link on
+    /// any component of its path ([`open_no_symlinks`]), and must be driveprobe's own
+    /// ([`is_own_file`]) unless the permit allows a file it did not create. A block device
+    /// may be named through a link (`/dev/disk/by-id/...`): its permit names the device
+    /// itself (`st_rdev`), checked on the opened descriptor. A file only read by `bench` may
+    /// be named through a link too: the user named it, and reading destroys nothing.
     pub fn open(
         path: &Path,
         direct: bool,
         permit: Option<&WritePermit>,
     ) -> Result<Target, TargetError> {
+        Self::open_checked(path, direct, permit, None)
+    }
+
+    /// Opens the daemon's file target: driveprobe's own file (its mark checked on the
+    /// opened descriptor, read or write), reached without following a link on any
+    /// component, and used only up to `size` bytes (a longer file is touched within its
+    /// first `size` bytes only).
+    pub fn open_own_file(
+        path: &Path,
+        direct: bool,
+        permit: Option<&WritePermit>,
+        size: u64,
+    ) -> Result<Target, TargetError> {
+        Self::open_checked(path, direct, permit, Some(size))
+    }
+
+    fn open_checked(
+        path: &Path,
+        direct: bool,
+        permit: Option<&WritePermit>,
+        own_size: Option<u64>,
+    ) -> Result<Target, TargetError> {
         let meta = std::fs::metadata(path).map_err(|e| io_err(path, e))?;
         let ft = meta.file_type();
-        let is_block = ft.is_block_device();
+        let is_block = ft.is_block_device() && own_size.is_none();
         if !is_block && !ft.is_file() {
             return Err(TargetError::WrongKind(path.to_path_buf()));
         }
-        let mut flags = 0;
-        if direct {
-            flags |= libc::O_DIRECT;
-        }
-        if is_block && permit.is_some() {
-            flags |= libc::O_EXCL;
-        }
-        let file_permit =
-            permit.is_some_and(|p| matches!(p.object(), PermittedObject::File { .. }));
-        if file_permit {
-            // The permit names a file, not a link to one: a link swapped in after the
-            // check is not followed (ELOOP).
-            flags |= libc::O_NOFOLLOW;
-        }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(permit.is_some())
-            .custom_flags(flags)
-            .open(path)
-            .map_err(|e| {
-                if e.raw_os_error() == Some(libc::EINVAL) && direct {
-                    TargetError::DirectRefused(path.to_path_buf())
-                } else if e.raw_os_error() == Some(libc::ELOOP) && file_permit {
-                    TargetError::SymlinkForWrite(path.to_path_buf())
-                } else {
-                    io_err(path, e)
+        let file = if is_block {
+            let mut flags = 0;
+            if direct {
+                flags |= libc::O_DIRECT;
+            }
+            if permit.is_some() {
+                flags |= libc::O_EXCL;
+            }
+            OpenOptions::new()
+                .read(true)
+                .write(permit.is_some())
+                .custom_flags(flags)
+                .open(path)
+                .map_err(|e| {
+                    if e.raw_os_error() == Some(libc::EINVAL) && direct {
+                        TargetError::DirectRefused(path.to_path_buf())
+                    } else {
+                        io_err(path, e)
+                    }
+                })?
+        } else {
+            use rustix::fs::{Mode, OFlags};
+            let mut flags = if permit.is_some() {
+                OFlags::RDWR
+            } else {
+                OFlags::RDONLY
+            };
+            // Non-blocking while it is opened: a FIFO swapped in after the check above
+            // does not hang the open (it is refused below as not a regular file).
+            flags |= OFlags::NONBLOCK | OFlags::NOCTTY;
+            if direct {
+                flags |= OFlags::DIRECT;
+            }
+            let strict = permit.is_some() || own_size.is_some();
+            match open_no_symlinks(path, flags, Mode::empty()) {
+                Ok(fd) => {
+                    let fl = rustix::fs::fcntl_getfl(&fd).map_err(|e| io_err(path, e.into()))?;
+                    rustix::fs::fcntl_setfl(&fd, fl - OFlags::NONBLOCK)
+                        .map_err(|e| io_err(path, e.into()))?;
+                    File::from(fd)
                 }
-            })?;
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) && permit.is_some() => {
+                    return Err(TargetError::SymlinkForWrite(path.to_path_buf()))
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) && !strict => {
+                    // Read-only, named by the user through a link: followed.
+                    OpenOptions::new()
+                        .read(true)
+                        .custom_flags(if direct { libc::O_DIRECT } else { 0 })
+                        .open(path)
+                        .map_err(|e| {
+                            if e.raw_os_error() == Some(libc::EINVAL) && direct {
+                                TargetError::DirectRefused(path.to_path_buf())
+                            } else {
+                                io_err(path, e)
+                            }
+                        })?
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && direct => {
+                    return Err(TargetError::DirectRefused(path.to_path_buf()))
+                }
+                Err(e) => return Err(io_err(path, e)),
+            }
+        };
         // Check what was opened, not what the path named a moment before.
         let opened = file.metadata().map_err(|e| io_err(path, e))?;
         if let Some(p) = permit {
@@ -159,6 +233,22 @@ impl Target {
                 });
             }
         }
+        if is_block {
+            if !opened.file_type().is_block_device() {
+                return Err(TargetError::WrongKind(path.to_path_buf()));
+            }
+        } else {
+            if !opened.file_type().is_file() {
+                return Err(TargetError::WrongKind(path.to_path_buf()));
+            }
+            // Driveprobe's own file, checked on the descriptor the I/O will use: the
+            // daemon's file target always, a write by bench or a suite unless the user
+            // allowed a file driveprobe did not create.
+            let need_mark = own_size.is_some() || permit.is_some_and(|p| !p.foreign_file_allowed());
+            if need_mark && !is_own_file(&file) {
+                return Err(TargetError::NotOwnFile(path.to_path_buf()));
+            }
+        }
         let (kind, size, align) = if is_block {
             let info = device::inspect(path)?;
             let size = info.size_bytes;
@@ -170,7 +260,11 @@ impl Target {
             (TargetKind::BlockDevice { device: info }, size, align)
         } else {
             let align = if direct { dio_align(&file, path)? } else { 1 };
-            (TargetKind::File, opened.len(), align)
+            let len = match own_size {
+                Some(cap) => opened.len().min(cap),
+                None => opened.len(),
+            };
+            (TargetKind::File, len, align)
         };
         Ok(Target {
             path: path.to_path_buf(),
@@ -321,34 +415,178 @@ fn dio_align(file: &File, path: &Path) -> Result<u64, TargetError> {
     }
 }
 
+/// The extended attribute that marks a file as driveprobe's own: it holds
+/// [`owner_value`], naming the file's device and inode when driveprobe created it, so a
+/// copy (`cp -a` keeps xattrs), a restore from a backup or another file renamed into
+/// its place does not pass for it.
+///
+/// A filesystem that keeps no user xattrs (vfat, some network filesystems, tmpfs before
+/// Linux 6.6) cannot hold the mark: driveprobe then refuses to create a file target there
+/// ([`TargetError::NoOwnerMark`]) rather than make a file it could not tell from someone
+/// else's later. Refusing is the safe side: the alternative, trusting any file at the
+/// configured path, is what destroyed users' files.
+pub const OWNER_XATTR: &str = "user.driveprobe.owner";
+
+fn owner_value(dev: u64, ino: u64) -> String {
+    format!("driveprobe-file-target v1 dev={dev} ino={ino}")
+}
+
+/// Whether the file open at `fd` is a regular file that driveprobe created: it carries
+/// the [`OWNER_XATTR`] mark, and the mark names this very file's device and inode.
+pub fn is_own_file(fd: impl rustix::fd::AsFd) -> bool {
+    let Ok(st) = rustix::fs::fstat(&fd) else {
+        return false;
+    };
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return false;
+    }
+    let mut buf = [0u8; 128];
+    match rustix::fs::fgetxattr(&fd, OWNER_XATTR, &mut buf[..]) {
+        Ok(n) => buf[..n] == *owner_value(st.st_dev, st.st_ino).as_bytes(),
+        Err(_) => false,
+    }
+}
+
+/// Marks the file open at `fd` as driveprobe's own (see [`OWNER_XATTR`]).
+fn mark_own(fd: impl rustix::fd::AsFd) -> io::Result<()> {
+    let st = rustix::fs::fstat(&fd)?;
+    rustix::fs::fsetxattr(
+        &fd,
+        OWNER_XATTR,
+        owner_value(st.st_dev, st.st_ino).as_bytes(),
+        rustix::fs::XattrFlags::empty(),
+    )?;
+    Ok(())
+}
+
+/// Opens `path` without following a symbolic link on any component of it, the last one
+/// included (`ELOOP` when there is one): `openat2(RESOLVE_NO_SYMLINKS)`, or, on kernels
+/// without it (before 5.6) or where a sandbox refuses it, a walk from `/` (or the working
+/// directory) one component at a time with `O_NOFOLLOW`. Whoever can rename a folder on
+/// the path cannot steer the open elsewhere with a link. `O_CLOEXEC` is always added.
+pub fn open_no_symlinks(
+    path: &Path,
+    flags: rustix::fs::OFlags,
+    mode: rustix::fs::Mode,
+) -> io::Result<rustix::fd::OwnedFd> {
+    use rustix::fs::{openat2, OFlags, ResolveFlags, CWD};
+    let flags = flags | OFlags::CLOEXEC;
+    match openat2(CWD, path, flags, mode, ResolveFlags::NO_SYMLINKS) {
+        Err(e) if e == rustix::io::Errno::NOSYS || e == rustix::io::Errno::PERM => {
+            walk_no_symlinks(path, flags, mode)
+        }
+        r => r.map_err(io::Error::from),
+    }
+}
+
+/// [`open_no_symlinks`] without openat2: each folder opened with `O_PATH | O_DIRECTORY |
+/// O_NOFOLLOW` from the one before, the last component with `O_NOFOLLOW`.
+fn walk_no_symlinks(
+    path: &Path,
+    flags: rustix::fs::OFlags,
+    mode: rustix::fs::Mode,
+) -> io::Result<rustix::fd::OwnedFd> {
+    use rustix::fs::OFlags;
+    let (dir, name) = walk_to_parent(path)?;
+    rustix::fs::openat(&dir, name.as_os_str(), flags | OFlags::NOFOLLOW, mode)
+        .map_err(io::Error::from)
+}
+
+/// The folder holding `path`'s last component, opened (`O_PATH`) without following a
+/// link on the way, and that component.
+fn walk_to_parent(path: &Path) -> io::Result<(rustix::fd::OwnedFd, std::ffi::OsString)> {
+    use rustix::fs::{openat, statat, AtFlags, FileType, Mode, OFlags, CWD};
+    use std::path::Component;
+    let dir_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let start = if path.is_absolute() { "/" } else { "." };
+    let mut dir = openat(CWD, start, dir_flags, Mode::empty())?;
+    let comps: Vec<Component> = path.components().collect();
+    let Some((Component::Normal(last), parents)) = comps.split_last() else {
+        return Err(io::Error::from_raw_os_error(libc::EISDIR));
+    };
+    for c in parents {
+        let name = match c {
+            Component::Normal(n) => *n,
+            Component::ParentDir => std::ffi::OsStr::new(".."),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => continue,
+        };
+        dir = match openat(&dir, name, dir_flags, Mode::empty()) {
+            Ok(d) => d,
+            Err(e) if e == rustix::io::Errno::NOTDIR => {
+                let st = statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+                if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+                    return Err(io::Error::from_raw_os_error(libc::ELOOP));
+                }
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+    }
+    Ok((dir, last.to_os_string()))
+}
+
+/// The folder holding `path`'s last component, opened without following a link on any
+/// component of its path, and that component.
+fn open_parent(path: &Path) -> io::Result<(rustix::fd::OwnedFd, std::ffi::OsString)> {
+    use rustix::fs::{Mode, OFlags};
+    let name = match path.file_name() {
+        Some(n) => n.to_os_string(),
+        None => return Err(io::Error::from_raw_os_error(libc::EISDIR)),
+    };
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let dir = open_no_symlinks(parent, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())?;
+    Ok((dir, name))
+}
+
 /// Creates a file target of `size` bytes when `path` does not exist, and fills it with
 /// random (incompressible) data so that reads hit real, allocated blocks rather than
 /// holes the filesystem answers with zeros. An existing file is never truncated or
 /// written. Returns true when the file was created.
+///
+/// The file is marked as driveprobe's own ([`OWNER_XATTR`]) before anything is written
+/// to it; a filesystem that cannot keep the mark is refused. No symbolic link is
+/// followed on the way to it ([`open_no_symlinks`]): the folder is opened once, and the
+/// file is made and named inside that very folder.
 ///
 /// The file appears whole or not at all: it is filled under a temporary name in the same
 /// directory and then renamed to `path` without replacing anything (`RENAME_NOREPLACE`),
 /// so a second thread or process opening `path` meanwhile never sees a short file, nor a
 /// file with two links (which the write gate refuses).
 pub fn create_file_if_missing(path: &Path, size: u64) -> Result<bool, TargetError> {
+    use rustix::fs::{openat, statat, unlinkat, AtFlags, Mode, OFlags};
     use std::io::Write;
-    if std::fs::symlink_metadata(path).is_ok() {
+    let (dir, name) = open_parent(path).map_err(|e| io_err(path, e))?;
+    if statat(&dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok() {
         return Ok(false);
     }
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "target".into());
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    let tmp = path.with_file_name(format!(".{name}.creating-{}-{nanos}", std::process::id()));
-    let mut f = match OpenOptions::new().write(true).create_new(true).open(&tmp) {
-        Ok(f) => f,
-        Err(e) => return Err(io_err(path, e)),
-    };
+    let tmp = format!(
+        ".{}.creating-{}-{nanos}",
+        name.to_string_lossy(),
+        std::process::id()
+    );
+    let fd = openat(
+        &dir,
+        tmp.as_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o666),
+    )
+    .map_err(|e| io_err(path, e.into()))?;
+    let mut f = File::from(fd);
+    let mut unmarked = false;
     let result = (|| -> io::Result<()> {
+        if let Err(e) = mark_own(&f) {
+            if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                unmarked = true;
+            }
+            return Err(e);
+        }
         // Refuse before writing anything when the filesystem cannot hold the file.
         if let Ok(st) = rustix::fs::fstatvfs(&f) {
             let free = st.f_bavail.saturating_mul(st.f_frsize);
@@ -381,27 +619,112 @@ pub fn create_file_if_missing(path: &Path, size: u64) -> Result<bool, TargetErro
         f.sync_all()
     })();
     drop(f);
-    let linked = result.and_then(|()| publish(&tmp, path));
-    let _ = std::fs::remove_file(&tmp);
+    let linked = result.and_then(|()| publish(&dir, &tmp, &name));
+    let _ = unlinkat(&dir, tmp.as_str(), AtFlags::empty());
     match linked {
         Ok(()) => Ok(true),
+        Err(_) if unmarked => Err(TargetError::NoOwnerMark(path.to_path_buf())),
         // Someone else created it meanwhile: theirs is whole too.
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(io_err(path, e)),
     }
 }
 
-/// Gives `tmp` the name `path`, failing with `AlreadyExists` when `path` exists:
+/// Gives `tmp` the name `name` in `dir`, failing with `AlreadyExists` when it exists:
 /// `renameat2(RENAME_NOREPLACE)`, or, where the filesystem does not support it, a hard
 /// link (the caller removes `tmp`, so the file has two links only for a moment).
-fn publish(tmp: &Path, path: &Path) -> io::Result<()> {
-    use rustix::fs::{renameat_with, RenameFlags, CWD};
-    match renameat_with(CWD, tmp, CWD, path, RenameFlags::NOREPLACE) {
+fn publish(dir: &rustix::fd::OwnedFd, tmp: &str, name: &std::ffi::OsStr) -> io::Result<()> {
+    use rustix::fs::{linkat, renameat_with, AtFlags, RenameFlags};
+    match renameat_with(dir, tmp, dir, name, RenameFlags::NOREPLACE) {
         Ok(()) => Ok(()),
         Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {
-            std::fs::hard_link(tmp, path)
+            linkat(dir, tmp, dir, name, AtFlags::empty()).map_err(io::Error::from)
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// What [`ensure_own_file`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ensured {
+    /// Driveprobe's own file was there, at least `size` long.
+    Kept,
+    Created,
+    /// Driveprobe's own file was shorter (`was` bytes; truncated under the daemon): it
+    /// was removed and created again.
+    Recreated {
+        was: u64,
+    },
+}
+
+/// Makes the daemon's file target at `path` what the config says, never touching a file
+/// driveprobe did not create: a missing one is created (and marked); driveprobe's own but
+/// shorter than `size` is removed and created again; anything else at `path` (a file
+/// without the mark, a copy of one, a directory, a device, a link, or a link on the way)
+/// is refused, untouched. Reads go only through descriptors opened without links.
+pub fn ensure_own_file(path: &Path, size: u64) -> Result<Ensured, TargetError> {
+    use rustix::fs::{fstat, openat, statat, unlinkat, AtFlags, Mode, OFlags};
+    let (dir, name) = open_parent(path).map_err(|e| io_err(path, e))?;
+    let flags =
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = match openat(&dir, name.as_os_str(), flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(e) if e == rustix::io::Errno::NOENT => {
+            return create_file_if_missing(path, size).map(|created| {
+                if created {
+                    Ensured::Created
+                } else {
+                    Ensured::Kept
+                }
+            })
+        }
+        Err(e) if e == rustix::io::Errno::LOOP => {
+            return Err(TargetError::SymlinkInPath(path.to_path_buf()))
+        }
+        // A FIFO with no writer and the like: not driveprobe's.
+        Err(e) if e == rustix::io::Errno::NXIO => {
+            return Err(TargetError::NotOwnFile(path.to_path_buf()))
+        }
+        Err(e) => return Err(io_err(path, e.into())),
+    };
+    if !is_own_file(&fd) {
+        return Err(TargetError::NotOwnFile(path.to_path_buf()));
+    }
+    let st = fstat(&fd).map_err(|e| io_err(path, e.into()))?;
+    if st.st_size as u64 >= size {
+        return Ok(Ensured::Kept);
+    }
+    // Driveprobe's own, truncated: removed by its name in the folder opened above, and
+    // only while that name is still this file.
+    let now = statat(&dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
+        .map_err(|e| io_err(path, e.into()))?;
+    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) {
+        return Err(TargetError::NotOwnFile(path.to_path_buf()));
+    }
+    unlinkat(&dir, name.as_os_str(), AtFlags::empty()).map_err(|e| io_err(path, e.into()))?;
+    create_file_if_missing(path, size)?;
+    Ok(Ensured::Recreated {
+        was: st.st_size as u64,
+    })
+}
+
+/// For `check-config`: refuses a file target path that names something driveprobe did
+/// not create, or that has a symbolic link on the way. A path that does not exist yet
+/// (the daemon creates it) is fine; so is one this user may not look at (the daemon, as
+/// root, checks again before every open).
+pub fn check_own_file_path(path: &Path) -> Result<(), TargetError> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
+    match open_no_symlinks(path, flags, Mode::empty()) {
+        Ok(fd) if is_own_file(&fd) => Ok(()),
+        Ok(_) => Err(TargetError::NotOwnFile(path.to_path_buf())),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            Err(TargetError::SymlinkInPath(path.to_path_buf()))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+            Err(TargetError::NotOwnFile(path.to_path_buf()))
+        }
+        Err(_) => Ok(()),
     }
 }
 
@@ -453,7 +776,7 @@ mod tests {
         let other = dir.path().join("other");
         std::fs::write(&f, vec![1u8; 8192]).unwrap();
         std::fs::write(&other, vec![2u8; 8192]).unwrap();
-        let permit = safety::authorize_file_writes(&f).unwrap();
+        let permit = safety::authorize_file_writes(&f, true).unwrap();
         assert!(Target::open(&f, false, Some(&permit)).unwrap().writable());
 
         // A link to the permitted file itself, swapped in after the check: not followed.
@@ -472,5 +795,89 @@ mod tests {
         let e = Target::open(&f, false, Some(&permit)).unwrap_err();
         assert!(matches!(e, TargetError::HardLinked { links: 2, .. }), "{e}");
         assert_eq!(std::fs::read(&other).unwrap(), vec![2u8; 8192]);
+    }
+
+    #[test]
+    fn a_created_file_is_marked_and_a_copy_of_it_is_not_its_own() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let p = dir.path().join("t.dat");
+        assert!(create_file_if_missing(&p, 64 << 10).unwrap());
+        assert!(is_own_file(File::open(&p).unwrap()));
+        // A copy with its xattrs (cp -a): the mark names another inode.
+        let copy = dir.path().join("copy.dat");
+        std::fs::copy(&p, &copy).unwrap();
+        let mut buf = [0u8; 128];
+        let n = rustix::fs::getxattr(&p, OWNER_XATTR, &mut buf[..]).unwrap();
+        rustix::fs::setxattr(
+            &copy,
+            OWNER_XATTR,
+            &buf[..n],
+            rustix::fs::XattrFlags::empty(),
+        )
+        .unwrap();
+        assert!(!is_own_file(File::open(&copy).unwrap()));
+        // Someone's file, and a forged mark of the wrong shape.
+        let theirs = dir.path().join("theirs.txt");
+        std::fs::write(&theirs, b"data\n").unwrap();
+        assert!(!is_own_file(File::open(&theirs).unwrap()));
+        rustix::fs::setxattr(
+            &theirs,
+            OWNER_XATTR,
+            b"yes",
+            rustix::fs::XattrFlags::empty(),
+        )
+        .unwrap();
+        assert!(!is_own_file(File::open(&theirs).unwrap()));
+        // The daemon's view: the copy and someone's file are refused, untouched.
+        for q in [&copy, &theirs] {
+            let before = std::fs::read(q).unwrap();
+            let e = ensure_own_file(q, 1 << 20).unwrap_err();
+            assert!(matches!(e, TargetError::NotOwnFile(_)), "{e}");
+            let e = Target::open_own_file(q, false, None, 1 << 20).unwrap_err();
+            assert!(matches!(e, TargetError::NotOwnFile(_)), "{e}");
+            assert_eq!(std::fs::read(q).unwrap(), before);
+        }
+        // Its own file, truncated: made again at its size; longer: used within `size`.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        assert_eq!(
+            ensure_own_file(&p, 64 << 10).unwrap(),
+            Ensured::Recreated { was: 4096 }
+        );
+        assert_eq!(ensure_own_file(&p, 32 << 10).unwrap(), Ensured::Kept);
+        let t = Target::open_own_file(&p, false, None, 32 << 10).unwrap();
+        assert_eq!(t.size(), 32 << 10);
+    }
+
+    #[test]
+    fn no_link_is_followed_on_the_way_with_openat2_or_the_walk() {
+        use rustix::fs::{Mode, OFlags};
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir_all(real.join("sub")).unwrap();
+        std::fs::write(real.join("sub/f"), b"x").unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("via")).unwrap();
+        std::os::unix::fs::symlink(real.join("sub/f"), real.join("sub/last")).unwrap();
+        let ok = real.join("sub/../sub/f");
+        for open in [open_no_symlinks, walk_no_symlinks] {
+            assert!(open(&ok, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).is_ok());
+            for bad in [dir.path().join("via/sub/f"), real.join("sub/last")] {
+                let e = open(&bad, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).unwrap_err();
+                assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{}", bad.display());
+            }
+        }
+        // Nothing is created behind a linked folder.
+        let e = create_file_if_missing(&dir.path().join("via/new.dat"), 4096).unwrap_err();
+        assert!(matches!(e, TargetError::SymlinkInPath(_)), "{e}");
+        assert!(!real.join("new.dat").exists());
+        assert!(matches!(
+            check_own_file_path(&dir.path().join("via/new.dat")),
+            Err(TargetError::SymlinkInPath(_))
+        ));
+        assert!(check_own_file_path(&real.join("new.dat")).is_ok());
     }
 }

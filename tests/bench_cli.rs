@@ -301,12 +301,23 @@ fn target_smaller_than_region_is_refused_and_not_extended() {
     random_file(&f, 4 * MIB, 3);
     let before = sha256(&f);
     bench(&[s(&f), "--size", "8m", "--runtime", "1"]).runtime_error(&[s(&f), "8388608", "4194304"]);
-    bench(&[s(&f), "--rw", "write", "--size", "8m", "--runtime", "1"])
-        .runtime_error(&["8388608", "4194304"]);
+    // --allow-destructive: the file is not driveprobe's, and the region is what is checked.
+    bench(&[
+        s(&f),
+        "--rw",
+        "write",
+        "--allow-destructive",
+        "--size",
+        "8m",
+        "--runtime",
+        "1",
+    ])
+    .runtime_error(&["8388608", "4194304"]);
     bench(&[
         s(&f),
         "--rw",
         "randwrite",
+        "--allow-destructive",
         "--offset",
         "3m",
         "--size",
@@ -767,11 +778,13 @@ fn write_run_changes_only_its_region() {
     let original = fs::read(&f).unwrap();
     let (m, e) = (MIB as usize, 2 * MIB as usize);
 
-    // Sequential, one pass: every block of [1m, 2m) is written, nothing else.
+    // Sequential, one pass: every block of [1m, 2m) is written, nothing else. The file is
+    // not driveprobe's: --allow-destructive.
     let j = bench(&[
         s(&f),
         "--rw",
         "write",
+        "--allow-destructive",
         "--bs",
         "64k",
         "--size",
@@ -796,6 +809,7 @@ fn write_run_changes_only_its_region() {
         s(&f),
         "--rw",
         "randrw",
+        "--allow-destructive",
         "--bs",
         "4k:50,64k:50",
         "--size",

@@ -51,7 +51,7 @@ fn rand_tag() -> u64 {
 }
 
 fn open(path: &Path, write: bool) -> Target {
-    let permit = write.then(|| safety::authorize_file_writes(path).unwrap());
+    let permit = write.then(|| safety::authorize_file_writes(path, false).unwrap());
     Target::open(path, true, permit.as_ref()).unwrap()
 }
 

@@ -1141,3 +1141,97 @@ fn a_fifo_swapped_in_for_the_config_before_sighup_holds_neither_http_nor_sigterm
     assert!(st.success(), "{st:?}");
     println!("stopped {took:?} after SIGTERM");
 }
+
+/// A folder on the file target's path swapped for a symbolic link while a write canary
+/// runs (the real folder renamed away, a link to another folder put in its place): no
+/// write lands in the other folder, neither a new file made there nor driveprobe's own
+/// file already there, and the canary reports the error (before: only the last
+/// component was checked, and the daemon made its file anew through the link).
+#[test]
+fn a_folder_swapped_for_a_link_while_the_daemon_runs_steers_no_write() {
+    let dir = common::shm_dir("dp-rel-");
+    let a = dir.path().join("a");
+    std::fs::create_dir(&a).unwrap();
+    let target = a.join("t.dat");
+    let cfg = dir.path().join("d.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "state_dir = \"{}\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\n\n{}[[probe]]\nname = \"wr\"\nworkload = {{ read_pct = 0, rate_iops = 500 }}\n",
+            dir.path().join("state").display(),
+            file_drive("a", &target, "8MiB")
+        ),
+    )
+    .unwrap();
+    // The other folders: one empty, one holding driveprobe's own file of that name (made
+    // by bench, so it carries the mark).
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let owned = dir.path().join("owned");
+    std::fs::create_dir(&owned).unwrap();
+    let out = std::process::Command::new(common::daemon::BIN)
+        .args(["bench", "--rw", "read", "--size", "8m", "--runtime", "1"])
+        .arg(owned.join("t.dat"))
+        .output()
+        .unwrap();
+    common::assert_ok(&out, "bench creating a file");
+    let owned_sum = common::sha256(&owned.join("t.dat"));
+
+    let d = Daemon::start(&cfg, &[]);
+    let writes = |d: &Daemon| counter(d, "a", "wr", "write");
+    wait_until("write canary I/O", Duration::from_secs(30), &d, || {
+        writes(&d) > 100.0
+    });
+    for (round, other) in [&empty, &owned].into_iter().enumerate() {
+        let failed_before = count(&d.log(), "symbolic link");
+        let away = dir.path().join(format!("a.away{round}"));
+        std::fs::rename(&a, &away).unwrap();
+        std::os::unix::fs::symlink(other, &a).unwrap();
+        // The canary notices within its file check, and every reopen is refused.
+        wait_until(
+            "the canary refusing the link",
+            Duration::from_secs(30),
+            &d,
+            || count(&d.log(), "symbolic link") >= failed_before + 2,
+        );
+        let e = d.scrape();
+        assert_eq!(
+            e.value(
+                "driveprobe_collector_success",
+                &[("drive", "a"), ("collector", "canary:wr")]
+            ),
+            Some(0.0),
+            "{}",
+            d.log()
+        );
+        if round == 0 {
+            assert_eq!(
+                std::fs::read_dir(&empty).unwrap().count(),
+                0,
+                "a file was made through the link\n{}",
+                d.log()
+            );
+        } else {
+            assert_eq!(
+                common::sha256(&owned.join("t.dat")),
+                owned_sum,
+                "{}",
+                d.log()
+            );
+        }
+        // The real folder back: the canary writes again.
+        std::fs::remove_file(&a).unwrap();
+        std::fs::rename(&away, &a).unwrap();
+        let w = writes(&d);
+        wait_until(
+            "write canary I/O again",
+            Duration::from_secs(60),
+            &d,
+            || writes(&d) > w + 100.0,
+        );
+    }
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success());
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+    assert_eq!(common::sha256(&owned.join("t.dat")), owned_sum);
+}

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use common::daemon::{file_drive, Daemon, BIN};
 use common::{
-    checksum, loop_serial, marked_image, mkfs_ext4, need_root, partition_image, random_file, sync,
-    Loop, Mount, Swap, MIB,
+    checksum, loop_serial, marked_image, mkfs_ext4, need_root, partition_image, sync, Loop, Mount,
+    Swap, MIB,
 };
 
 /// Attempts per test (every one refused, every checksum unchanged): RELIABILITY.md gives
@@ -679,11 +679,13 @@ fn file_setup() -> FileSetup {
     mkfs_ext4(lo.path());
     let mnt = Mount::new(lo.path(), &dir.path().join("mnt"));
     // Three files of the same size; the one in the middle of the device is the target,
-    // so it has a neighbour on each side.
+    // so it has a neighbour on each side. All three are made by driveprobe (so that they
+    // are allocated alike); the target keeps driveprobe's ownership mark, the neighbours
+    // lose it: they are someone else's files.
     let mut files: Vec<(u64, PathBuf)> = (0..3)
         .map(|i| {
             let p = mnt.dir().join(format!("f{i}.dat"));
-            random_file(&p, 32 * MIB, i + 1);
+            assert!(driveprobe::target::create_file_if_missing(&p, 32 * MIB).unwrap());
             sync();
             (first_physical_block(&p), p)
         })
@@ -693,6 +695,9 @@ fn file_setup() -> FileSetup {
         files[0].0 < files[1].0 && files[1].0 < files[2].0,
         "allocation: {files:?}"
     );
+    for (_, p) in [&files[0], &files[2]] {
+        rustix::fs::removexattr(p, driveprobe::target::OWNER_XATTR).unwrap();
+    }
     let target = files[1].1.clone();
     println!(
         "file target {} at block {}, neighbours at blocks {} and {}",
@@ -889,8 +894,8 @@ fn a_file_target_never_writes_outside_its_file() {
 
 /// Symbolic links and hard links: the CLI refuses to write through a link to a file (to
 /// a neighbour or to itself) and to a file with a second name; a link to a block device
-/// goes through the block gate with all its checks; the daemon refuses a file target that
-/// is a link or has a second name.
+/// goes through the block gate with all its checks; the daemon (and check-config) refuses
+/// a file target that is a link or a file it did not create.
 #[test]
 fn links_are_not_a_way_around_the_gate() {
     need_root();
@@ -987,11 +992,12 @@ fn links_are_not_a_way_around_the_gate() {
         unchanged,
     );
 
-    // The daemon: a file target that is a link or has a second name is not written.
-    for (case, path) in [
-        ("symlink to a neighbour", &to_neighbour),
-        ("symlink to a block device", &to_dev),
-        ("hard link to a neighbour", &twin),
+    // The daemon: a file target that is a link or has a second name (someone else's file)
+    // is refused at config time, and the daemon does not start on it.
+    for (case, path, needle) in [
+        ("symlink to a neighbour", &to_neighbour, "symbolic link"),
+        ("symlink to a block device", &to_dev, "symbolic link"),
+        ("hard link to a neighbour", &twin, "did not create"),
     ] {
         let state = dir
             .join("..")
@@ -1007,29 +1013,346 @@ fn links_are_not_a_way_around_the_gate() {
         )
         .unwrap();
         let before = all(&fs);
-        let d = Daemon::start(&cfg, &[]);
-        let e = d.wait_for("the write canary refused", Duration::from_secs(20), |e| {
-            e.value(
-                "driveprobe_collector_success",
-                &[("drive", "f"), ("collector", "canary:wr")],
-            ) == Some(0.0)
-                || e.value("driveprobe_drive_up", &[("drive", "f")]) == Some(0.0)
-        });
-        std::thread::sleep(Duration::from_secs(3));
-        let ops = d
-            .scrape()
-            .value(
-                "driveprobe_probe_ops_total",
-                &[("drive", "f"), ("probe", "wr"), ("op", "write")],
-            )
-            .unwrap_or(0.0);
-        let log = d.log();
-        let (st, _) = d.terminate(Duration::from_secs(10));
-        assert!(st.success());
+        check_config_refuses(&cfg, needle);
+        daemon_refuses_to_start(&cfg, needle);
         let unchanged = all(&fs) == before;
-        assert_eq!(ops, 0.0, "{case}: the daemon wrote\n{}\n{log}", e.text);
-        assert!(unchanged, "{case}: the daemon changed a file\n{log}");
+        assert!(unchanged, "{case}: the daemon changed a file");
         t.add(case, "daemon write canary", true, unchanged);
     }
     t.finish(LINK_ATTEMPTS);
+}
+
+// ---------------------------------------------------------------------------------------
+// Ownership and paths (issue 16, items 1 and 3): driveprobe reads and writes only file
+// targets it created (its `user.driveprobe.owner` mark), never past the configured size,
+// and reaches them without following a symbolic link on any folder of the path.
+
+fn s(p: &Path) -> String {
+    p.to_str().unwrap().to_string()
+}
+
+/// A copy of some text (/etc/passwd, repeated) of `len` bytes: someone's file.
+fn text_copy(path: &Path, len: usize) {
+    let text =
+        std::fs::read("/etc/passwd").unwrap_or_else(|_| b"root:x:0:0::/root:/bin/sh\n".to_vec());
+    let mut v = Vec::with_capacity(len);
+    while v.len() < len {
+        v.extend_from_slice(&text);
+    }
+    v.truncate(len);
+    std::fs::write(path, v).unwrap();
+}
+
+/// A daemon config with one file-target drive and one probe (`read_pct`).
+fn own_config(dir: &Path, name: &str, target: &Path, size: &str, read_pct: u32) -> PathBuf {
+    let cfg = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &cfg,
+        format!(
+            "state_dir = \"{}\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\n\n{}\
+[[probe]]\nname = \"p\"\ndrives = [\"f\"]\nworkload = {{ read_pct = {read_pct}, rate_iops = 2000, depth = 4 }}\n",
+            dir.join(format!("state-{name}")).display(),
+            file_drive("f", target, size),
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+/// `driveprobe check-config CFG`: refused, with `needle` in what it says.
+fn check_config_refuses(cfg: &Path, needle: &str) -> String {
+    let out = driveprobe(&["check-config".into(), s(cfg)], Duration::from_secs(20));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        !out.status.success(),
+        "check-config accepted {}: {}",
+        cfg.display(),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(stderr.contains(needle), "{stderr}");
+    stderr
+}
+
+/// `driveprobe daemon --config CFG`: refuses to start (exits, not 0), saying `needle`.
+fn daemon_refuses_to_start(cfg: &Path, needle: &str) {
+    let out = driveprobe(
+        &[
+            "daemon".into(),
+            "--config".into(),
+            s(cfg),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+        ],
+        Duration::from_secs(20),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code().is_some_and(|c| c != 0),
+        "the daemon started on {} ({:?}): {stderr}",
+        cfg.display(),
+        out.status
+    );
+    assert!(stderr.contains(needle), "{stderr}");
+}
+
+fn collector_failed(e: &common::daemon::Exposition) -> bool {
+    e.value(
+        "driveprobe_collector_success",
+        &[("drive", "f"), ("collector", "canary:p")],
+    ) == Some(0.0)
+}
+
+/// An existing file driveprobe did not create (a copy of some text, shorter than the
+/// configured size) is never changed: check-config refuses it, the daemon refuses to start
+/// on it, a daemon probe (read or write) that finds it swapped in for its own file refuses
+/// it and leaves it as it is (before: deleted and created again with random data, even
+/// for a read-only probe), and `bench` writes it only with --allow-destructive.
+#[test]
+fn an_existing_file_driveprobe_did_not_create_is_never_changed() {
+    let dir = common::shm_dir("dp-own-");
+    let theirs = dir.path().join("theirs.txt");
+    text_copy(&theirs, 4 * MIB as usize);
+    let sum = common::sha256(&theirs);
+
+    for (probe, read_pct) in [("read", 100), ("write", 0)] {
+        // At config time and at start.
+        let cfg = own_config(dir.path(), probe, &theirs, "8MiB", read_pct);
+        let line = check_config_refuses(&cfg, "did not create");
+        assert!(line.contains(theirs.to_str().unwrap()), "{line}");
+        assert!(line.contains("remove the file"), "{line}");
+        daemon_refuses_to_start(&cfg, "did not create");
+        assert_eq!(common::sha256(&theirs), sum, "{probe}: config time");
+
+        // Swapped in for the daemon's own file while it runs.
+        let path = dir.path().join(format!("{probe}.dat"));
+        let cfg = own_config(dir.path(), probe, &path, "8MiB", read_pct);
+        let d = Daemon::start(&cfg, &[]);
+        let op = if read_pct == 100 { "read" } else { "write" };
+        d.wait_for("canary I/O", Duration::from_secs(30), |e| {
+            e.value(
+                "driveprobe_probe_ops_total",
+                &[("drive", "f"), ("probe", "p"), ("op", op)],
+            )
+            .is_some_and(|v| v > 100.0)
+        });
+        let copy = dir.path().join(format!("{probe}.copy"));
+        std::fs::copy(&theirs, &copy).unwrap();
+        std::fs::rename(&copy, &path).unwrap();
+        d.wait_for(
+            "the canary refusing the file",
+            Duration::from_secs(30),
+            collector_failed,
+        );
+        // Refused again at the next attempt (the canary retries with a backoff).
+        let t0 = Instant::now();
+        while d.log().matches("did not create").count() < 2 {
+            assert!(t0.elapsed() < Duration::from_secs(30), "{}", d.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let log = d.log();
+        let (st, _) = d.terminate(Duration::from_secs(10));
+        assert!(st.success());
+        assert_eq!(
+            common::sha256(&path),
+            sum,
+            "{probe} probe changed the file\n{log}"
+        );
+        assert!(!log.contains("shorter than its configured size"), "{log}");
+    }
+
+    // bench: a write needs --allow-destructive; a read is fine.
+    for args in [
+        vec!["--rw", "write", "--runtime", "1"],
+        vec!["--rw", "randrw", "--runtime", "1"],
+        vec!["--rw", "write", "--size", "1m", "--runtime", "1"],
+        vec!["--suite", "latency", "--scale", "quick"],
+    ] {
+        let mut a: Vec<String> = vec!["bench".into()];
+        a.extend(args.iter().map(|x| x.to_string()));
+        a.push(s(&theirs));
+        let out = driveprobe(&a, Duration::from_secs(60));
+        let line = one_line_refusal(&out, &format!("bench {args:?}"));
+        assert!(line.contains("--allow-destructive"), "{line}");
+        assert!(line.contains("did not create"), "{line}");
+        assert_eq!(common::sha256(&theirs), sum, "bench {args:?}");
+    }
+    let out = driveprobe(
+        &[
+            "bench".into(),
+            "--rw".into(),
+            "randread".into(),
+            "--runtime".into(),
+            "1".into(),
+            s(&theirs),
+        ],
+        Duration::from_secs(30),
+    );
+    common::assert_ok(&out, "a read bench of someone's file");
+    assert_eq!(common::sha256(&theirs), sum, "a read bench");
+    // The control: allowed, it is written (the checksum would show a write).
+    let out = driveprobe(
+        &[
+            "bench".into(),
+            "--rw".into(),
+            "write".into(),
+            "--allow-destructive".into(),
+            "--runtime".into(),
+            "1".into(),
+            s(&theirs),
+        ],
+        Duration::from_secs(30),
+    );
+    common::assert_ok(&out, "bench --allow-destructive");
+    assert_ne!(
+        common::sha256(&theirs),
+        sum,
+        "--allow-destructive did not write"
+    );
+}
+
+/// The sha256 of bytes `[from, ..)` of `path`.
+fn tail_sum(path: &Path, from: u64) -> String {
+    let v = std::fs::read(path).unwrap();
+    let d = ring::digest::digest(&ring::digest::SHA256, &v[from as usize..]);
+    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A file longer than the configured size (driveprobe's own, made at 16 MiB, now
+/// configured at 8 MiB) is written only within its first 8 MiB by the daemon's write
+/// canary (before: over the whole file), and by a write bench of `--size 8m`.
+#[test]
+fn a_file_longer_than_its_size_is_written_only_within_it() {
+    let dir = common::shm_dir("dp-own-");
+    let path = dir.path().join("long.dat");
+    let out = driveprobe(
+        &[
+            "bench".into(),
+            "--rw".into(),
+            "read".into(),
+            "--size".into(),
+            "16m".into(),
+            "--runtime".into(),
+            "1".into(),
+            s(&path),
+        ],
+        Duration::from_secs(60),
+    );
+    common::assert_ok(&out, "bench creating the file");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 16 * MIB);
+    let (head, tail) = (tail_sum(&path, 0), tail_sum(&path, 8 * MIB));
+
+    let cfg = own_config(dir.path(), "long", &path, "8MiB", 0);
+    let d = Daemon::start(&cfg, &[]);
+    // 8 MiB is 2048 blocks of 4 KiB: 6000 random writes over 16 MiB would all but surely
+    // reach the second half.
+    d.wait_for("write canary I/O", Duration::from_secs(60), |e| {
+        e.value(
+            "driveprobe_probe_ops_total",
+            &[("drive", "f"), ("probe", "p"), ("op", "write")],
+        )
+        .is_some_and(|v| v > 6000.0)
+    });
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success());
+    assert_ne!(tail_sum(&path, 0), head, "the canary did not write");
+    assert_eq!(
+        tail_sum(&path, 8 * MIB),
+        tail,
+        "the canary wrote past its size"
+    );
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 16 * MIB);
+
+    let out = driveprobe(
+        &[
+            "bench".into(),
+            "--rw".into(),
+            "randwrite".into(),
+            "--size".into(),
+            "8m".into(),
+            "--runtime".into(),
+            "1".into(),
+            s(&path),
+        ],
+        Duration::from_secs(30),
+    );
+    common::assert_ok(&out, "a write bench of --size 8m");
+    assert_eq!(
+        tail_sum(&path, 8 * MIB),
+        tail,
+        "the bench wrote past its size"
+    );
+}
+
+/// A symbolic link to a folder in the middle of a file target's path is refused at
+/// config time (check-config and the daemon's start) and by `bench`, whether the file
+/// behind it is missing (it would be created through the link) or driveprobe's own.
+#[test]
+fn a_symlinked_folder_on_the_path_is_refused() {
+    let dir = common::shm_dir("dp-own-");
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let via = dir.path().join("via");
+    std::os::unix::fs::symlink(&real, &via).unwrap();
+
+    // Missing behind the link.
+    let cfg = own_config(dir.path(), "via", &via.join("t.dat"), "8MiB", 0);
+    check_config_refuses(&cfg, "symbolic link");
+    daemon_refuses_to_start(&cfg, "symbolic link");
+    let out = driveprobe(
+        &[
+            "bench".into(),
+            "--rw".into(),
+            "write".into(),
+            "--size".into(),
+            "1m".into(),
+            "--runtime".into(),
+            "1".into(),
+            s(&via.join("t.dat")),
+        ],
+        Duration::from_secs(30),
+    );
+    // bench says it is creating the file, then refuses: the error is the last line.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code().is_some_and(|c| c != 0), "{stderr}");
+    let line = stderr.lines().last().unwrap_or_default();
+    assert!(line.starts_with("driveprobe: error: "), "{stderr}");
+    assert!(line.contains("symbolic link"), "{line}");
+    assert_eq!(
+        std::fs::read_dir(&real).unwrap().count(),
+        0,
+        "a file was made through the link"
+    );
+
+    // Driveprobe's own file behind the link.
+    let own = real.join("own.dat");
+    let out = driveprobe(
+        &[
+            "bench".into(),
+            "--rw".into(),
+            "read".into(),
+            "--size".into(),
+            "1m".into(),
+            "--runtime".into(),
+            "1".into(),
+            s(&own),
+        ],
+        Duration::from_secs(30),
+    );
+    common::assert_ok(&out, "bench creating the file");
+    let sum = common::sha256(&own);
+    let cfg = own_config(dir.path(), "via-own", &via.join("own.dat"), "1MiB", 0);
+    check_config_refuses(&cfg, "symbolic link");
+    for args in [
+        vec!["--rw", "write", "--runtime", "1"],
+        vec!["--rw", "write", "--allow-destructive", "--runtime", "1"],
+        vec!["--suite", "latency", "--scale", "quick"],
+    ] {
+        let mut a: Vec<String> = vec!["bench".into()];
+        a.extend(args.iter().map(|x| x.to_string()));
+        a.push(s(&via.join("own.dat")));
+        let out = driveprobe(&a, Duration::from_secs(60));
+        let line = one_line_refusal(&out, &format!("bench {args:?}"));
+        assert!(line.contains("symbolic link"), "{line}");
+        assert_eq!(common::sha256(&own), sum, "bench {args:?}");
+    }
 }

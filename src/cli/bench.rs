@@ -62,6 +62,7 @@ pub enum RateProcess {
     after_help = "Sizes take k/m/g/t (powers of 1024) or KB/MB/GB (powers of 1000); --size and --offset also take a percentage of the target (25%).\n\
 A file that does not exist is created and filled to --size; an existing file is never truncated.\n\
 Writes to a block device need --allow-destructive and --expect-serial (or --expect-wwn), and are refused when the device or a partition of it is mounted, used as swap or held by md/dm/LVM.\n\
+Writes to an existing file that driveprobe did not create (a file it creates carries its user.driveprobe.owner mark) need --allow-destructive too; no symbolic link on the file's path is followed for a write.\n\
 Exit status: 0 when the run completed without I/O errors or verify mismatches, 1 when it did not, 2 for bad usage."
 )]
 pub struct BenchArgs {
@@ -190,7 +191,8 @@ pub struct BenchArgs {
     /// Stop the run after this many I/O errors.
     #[arg(long = "error-limit", default_value_t = 10, value_name = "N")]
     error_limit: u64,
-    /// Allow writes to a block device (its data is destroyed).
+    /// Allow writes to a block device, or to an existing file driveprobe did not create
+    /// (their data is destroyed).
     #[arg(long = "allow-destructive")]
     pub(super) allow_destructive: bool,
     /// The serial number the block device must have for writes.
@@ -537,7 +539,12 @@ pub(super) fn prepare_target(
             };
             Some(safety::authorize_block_writes(&info, &req).map_err(Failure::runtime)?)
         } else {
-            Some(safety::authorize_file_writes(&path).map_err(Failure::runtime)?)
+            // A file driveprobe did not create is the user's data: --allow-destructive,
+            // as for a device.
+            Some(
+                safety::authorize_file_writes(&path, a.allow_destructive)
+                    .map_err(Failure::runtime)?,
+            )
         }
     } else {
         None

@@ -336,10 +336,13 @@ impl Cx<'_> {
                         format!("file_target size {size} bytes is not a multiple of 4 KiB (O_DIRECT needs whole blocks); round it, such as \"4GiB\""),
                     ));
                 }
-                Some(FileTarget {
-                    path: self.abs_path(&t.path, "file_target path")?,
-                    size,
-                })
+                let path = self.abs_path(&t.path, "file_target path")?;
+                // An existing file driveprobe did not create, or a link on the way, is
+                // refused here too, not only when the daemon opens it.
+                if let Err(e) = crate::target::check_own_file_path(&path) {
+                    return Err(self.err(t.path.span(), format!("file_target path {e}")));
+                }
+                Some(FileTarget { path, size })
             }
         };
         let destructive = d.destructive.as_ref().is_some_and(|s| *s.get_ref());

@@ -219,7 +219,8 @@ fn open_target(drive: &DriveCtl, probe: &Probe) -> Result<Target, String> {
     let resolved = drive.resolved()?;
     let path = resolved.target.as_path();
     if let Some(ft) = &drive.cfg.file_target {
-        // The daemon owns its file target: a missing or truncated one is made again.
+        // The daemon owns its file target: a missing or truncated one is made again; a
+        // file it did not create is refused, untouched.
         super::ensure_file_target(ft)?;
     }
     let permit = if probe.writes {
@@ -227,7 +228,13 @@ fn open_target(drive: &DriveCtl, probe: &Probe) -> Result<Target, String> {
     } else {
         None
     };
-    let target = Target::open(path, true, permit.as_ref()).map_err(|e| e.to_string())?;
+    let target = match &drive.cfg.file_target {
+        // Driveprobe's own file (its mark, checked again on this descriptor), reached
+        // without a link on the way, used within its configured size.
+        Some(ft) => Target::open_own_file(path, true, permit.as_ref(), ft.size),
+        None => Target::open(path, true, permit.as_ref()),
+    }
+    .map_err(|e| e.to_string())?;
     if drive.cfg.file_target.is_none() && drive.cfg.identity.is_some() {
         // The identity was checked up to a few seconds ago; the device at the path may
         // have been replaced since (another disk hot-plugged where this one was). Check
@@ -248,7 +255,7 @@ fn open_target(drive: &DriveCtl, probe: &Probe) -> Result<Target, String> {
 
 fn permit_for(drive: &DriveCtl, path: &Path) -> Result<safety::WritePermit, String> {
     if drive.cfg.file_target.is_some() {
-        return safety::authorize_file_writes(path).map_err(|e| e.to_string());
+        return safety::authorize_file_writes(path, false).map_err(|e| e.to_string());
     }
     let info = crate::device::inspect(path).map_err(|e| e.to_string())?;
     safety::authorize_block_writes(&info, &write_request(drive)).map_err(|e| e.to_string())

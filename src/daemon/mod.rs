@@ -302,31 +302,24 @@ impl Ctx {
     }
 }
 
-/// Makes the drive's file target what the config says: created (filled) when missing,
-/// and created again when it is shorter than its configured size (truncated under the
-/// daemon). The file is driveprobe's own: its path and size are in the config.
+/// Makes the drive's file target what the config says: created (filled and marked as
+/// driveprobe's own) when missing, and created again when driveprobe's own file is
+/// shorter than its configured size (truncated under the daemon). Anything else at the
+/// path (a file driveprobe did not create, a copy of one, a link, a link on the way) is
+/// refused and left untouched: the path is in the config, the file there may not be ours.
 pub fn ensure_file_target(ft: &config::FileTarget) -> Result<(), String> {
-    use std::os::unix::fs::FileTypeExt;
+    use crate::target::Ensured;
     let what = |e: &dyn std::fmt::Display| format!("file target {}: {e}", ft.path.display());
-    match std::fs::symlink_metadata(&ft.path) {
-        Ok(m) if m.file_type().is_file() && m.len() < ft.size => {
-            tracing::warn!(path = %ft.path.display(), size = m.len(), configured = ft.size,
-                "the file target is shorter than its configured size; creating it again");
-            std::fs::remove_file(&ft.path).map_err(|e| what(&e))?;
+    match crate::target::ensure_own_file(&ft.path, ft.size) {
+        Ok(Ensured::Recreated { was }) => {
+            tracing::warn!(path = %ft.path.display(), size = was, configured = ft.size,
+                "the file target is shorter than its configured size; created it again");
+            Ok(())
         }
-        Ok(m) if m.file_type().is_file() => return Ok(()),
-        Ok(m) if m.file_type().is_block_device() || m.file_type().is_symlink() || m.is_dir() => {
-            return Err(what(
-                &"is not a regular file; give a path for driveprobe's own file",
-            ))
-        }
-        Ok(_) => return Err(what(&"is not a regular file")),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(what(&e)),
+        Ok(_) => Ok(()),
+        Err(e @ crate::target::TargetError::NotFound(_)) => Err(what(&e)),
+        Err(e) => Err(e.to_string()),
     }
-    crate::target::create_file_if_missing(&ft.path, ft.size)
-        .map(|_| ())
-        .map_err(|e| what(&e))
 }
 
 /// A config window as the scheduler's window.

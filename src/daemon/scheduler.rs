@@ -475,7 +475,7 @@ fn open_for_run(drive: &DriveCtl) -> Result<Target, String> {
     let permit = match &drive.cfg.file_target {
         Some(ft) => {
             super::ensure_file_target(ft)?;
-            safety::authorize_file_writes(&ft.path).map_err(|e| e.to_string())?
+            safety::authorize_file_writes(&ft.path, false).map_err(|e| e.to_string())?
         }
         None => {
             let info = crate::device::inspect(&r.target).map_err(|e| e.to_string())?;
@@ -483,7 +483,11 @@ fn open_for_run(drive: &DriveCtl) -> Result<Target, String> {
                 .map_err(|e| e.to_string())?
         }
     };
-    Target::open(&r.target, true, Some(&permit)).map_err(|e| e.to_string())
+    match &drive.cfg.file_target {
+        Some(ft) => Target::open_own_file(&r.target, true, Some(&permit), ft.size),
+        None => Target::open(&r.target, true, Some(&permit)),
+    }
+    .map_err(|e| e.to_string())
 }
 
 /// Records the end of a run: result document, index, bookkeeping, gauges; frees the drive.

@@ -1150,7 +1150,7 @@ mod tests {
     }
 
     fn open_rw(path: &std::path::Path) -> Target {
-        let permit = safety::authorize_file_writes(path).unwrap();
+        let permit = safety::authorize_file_writes(path, true).unwrap();
         Target::open(path, true, Some(&permit)).unwrap()
     }
 
