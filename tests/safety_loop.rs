@@ -624,3 +624,34 @@ fn a_loop_over_a_file_inside_a_mounted_loop_filesystem_is_its_own_storage() {
     assert_eq!(device::in_use(&info).unwrap(), []);
     safety::authorize_block_writes(&info, &destructive(&loop_serial(&inner))).unwrap();
 }
+
+#[test]
+fn a_second_loop_over_a_swap_loops_file_is_refused() {
+    need_root();
+    let dir = common::shm_dir("dp-alias-");
+    let file = marked_image(dir.path(), "swap.img", 16 * MIB);
+    let lo = Loop::attach(&file, &[]);
+    let _s = Swap::on(lo.path());
+    let second = Loop::attach(&file, &[]);
+    let info = device::inspect(second.path()).unwrap();
+    // The kernel may swap to the first one meanwhile (its writes, not the gate's).
+    let (err, unchanged) = common::watched(&file, true, || {
+        safety::authorize_block_writes(&info, &destructive(&loop_serial(&file)))
+            .expect_err("the gate must refuse")
+    });
+    assert!(
+        unchanged,
+        "backing file changed while the kernel did not swap"
+    );
+    assert!(
+        in_use_text(&err).contains(&format!(
+            "{} (a loop device over {}) is in use as swap",
+            lo.s(),
+            file.display()
+        )),
+        "{err}"
+    );
+    // And the file itself is no file target.
+    let err = safety::authorize_file_writes(&file).unwrap_err();
+    assert!(err.to_string().contains("is in use as swap"), "{err}");
+}
