@@ -23,6 +23,15 @@
 //! - **model**: `.../device/model`, else udev's `E:ID_MODEL=`.
 //!
 //! Every sysfs value is trimmed of surrounding whitespace; empty values count as absent.
+//!
+//! # Aliases
+//!
+//! [`alias_set_of_block`] and [`alias_set_of_file`] find every other name of the storage a
+//! write would reach (see [`AliasSet`] for the walk), and [`aliases_in_use`] says which of
+//! them is mounted, swap or held, which other block device is the same LUN on a second
+//! path (the same WWN, or serial when either has no WWN, unless a dm-multipath device
+//! holds both), and which loop device's backing cannot be identified. [`in_use`] is both
+//! for one block device.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
