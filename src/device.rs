@@ -23,6 +23,15 @@
 //! - **model**: `.../device/model`, else udev's `E:ID_MODEL=`.
 //!
 //! Every sysfs value is trimmed of surrounding whitespace; empty values count as absent.
+//!
+//! # Aliases
+//!
+//! [`alias_set_of_block`] and [`alias_set_of_file`] find every other name of the storage a
+//! write would reach (see [`AliasSet`] for the walk), and [`aliases_in_use`] says which of
+//! them is mounted, swap or held, which other block device is the same LUN on a second
+//! path (the same WWN, or serial when either has no WWN, unless a dm-multipath device
+//! holds both), and which loop device's backing cannot be identified. [`in_use`] is both
+//! for one block device.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -85,6 +94,19 @@ pub enum InUse {
         device: String,
         holders: Vec<String>,
     },
+    /// Another block device reports the same WWN (or serial) as `of`: one LUN seen on two
+    /// paths, with no dm-multipath device holding both.
+    SameIdentity {
+        device: String,
+        of: String,
+        id: String,
+    },
+    /// A loop device whose backing file cannot be identified (the kernel shows a deleted
+    /// or unreachable path and the loop device could not be asked): it may be this storage.
+    Unidentified {
+        device: String,
+        backing: String,
+    },
 }
 
 impl fmt::Display for InUse {
@@ -98,6 +120,16 @@ impl fmt::Display for InUse {
                 f,
                 "{device} is held by {} (device-mapper, md, LVM or similar)",
                 holders.join(", ")
+            ),
+            InUse::SameIdentity { device, of, id } => write!(
+                f,
+                "{device} reports the same {id} as {of}: one drive on two paths without \
+                 multipath (set up dm-multipath and use its device)"
+            ),
+            InUse::Unidentified { device, backing } => write!(
+                f,
+                "{device} is over {backing:?}, which cannot be identified (it may be this \
+                 storage; run as root, or detach it)"
             ),
         }
     }
@@ -251,81 +283,18 @@ pub fn inspect_with(path: &Path, paths: &SystemPaths) -> Result<BlockDeviceInfo,
     })
 }
 
-/// Every reason the device, any of its partitions, or (for a partition) its whole disk is
-/// in use: mounted, used as swap, or held (dm, md, LVM...). Empty when free.
+/// Every reason the device, or another name of the same storage, is in use: mounted, used
+/// as swap, or held (dm, md, LVM...), for every member of its [`AliasSet`] (its
+/// partitions, for a partition its whole disk, what is stacked on it, what it is stacked
+/// on, loop devices over the same file, the same LUN on another path). Empty when free.
 pub fn in_use(info: &BlockDeviceInfo) -> Result<Vec<InUse>, DeviceError> {
     in_use_with(info, &SystemPaths::default())
 }
 
 /// [`in_use`] with the tables read from `paths`.
 pub fn in_use_with(info: &BlockDeviceInfo, paths: &SystemPaths) -> Result<Vec<InUse>, DeviceError> {
-    // (kernel name, major, minor) of everything whose use makes this device busy.
-    let mut targets = vec![(info.name.clone(), info.major, info.minor)];
-    for part in &info.partitions {
-        let (ma, mi) = read_dev_numbers(&paths.class_block(part).join("dev"))?;
-        targets.push((part.clone(), ma, mi));
-    }
-    if let Some(parent) = &info.parent {
-        let (ma, mi) = read_dev_numbers(&paths.class_block(parent).join("dev"))?;
-        targets.push((parent.clone(), ma, mi));
-    }
-    let dev_path = |name: &str| format!("/dev/{name}");
-
-    let mut reasons = Vec::new();
-
-    let mountinfo = read_text(&paths.mountinfo)?;
-    for entry in parse_mountinfo(&mountinfo) {
-        let source_rdev = block_rdev_of(Path::new(&entry.source));
-        for (name, ma, mi) in &targets {
-            let by_number = entry.major == *ma && entry.minor == *mi;
-            // btrfs (and others) report an anonymous 0:N device in field 3: match the
-            // mount source too.
-            let by_source = source_rdev == Some(rustix::fs::makedev(*ma, *mi));
-            if by_number || by_source {
-                reasons.push(InUse::Mounted {
-                    device: dev_path(name),
-                    mountpoint: entry.mountpoint.clone(),
-                });
-            }
-        }
-    }
-
-    let swaps = read_text(&paths.swaps)?;
-    for entry in parse_swaps(&swaps) {
-        let rdev = block_rdev_of(&entry.path);
-        let base = entry
-            .path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned());
-        for (name, ma, mi) in &targets {
-            let by_number = rdev == Some(rustix::fs::makedev(*ma, *mi));
-            let by_name = base.as_deref() == Some(name.as_str());
-            if by_number || by_name {
-                reasons.push(InUse::Swap {
-                    device: dev_path(name),
-                });
-            }
-        }
-    }
-
-    for (name, _, _) in &targets {
-        let dir = paths.class_block(name).join("holders");
-        let mut holders = Vec::new();
-        for entry in fs::read_dir(&dir).map_err(io_err(&dir))? {
-            let entry = entry.map_err(io_err(&dir))?;
-            holders.push(entry.file_name().to_string_lossy().into_owned());
-        }
-        if !holders.is_empty() {
-            holders.sort();
-            reasons.push(InUse::Holders {
-                device: dev_path(name),
-                holders,
-            });
-        }
-    }
-
-    reasons.dedup();
-    Ok(reasons)
+    let set = alias_set_of_block_with(&info.name, paths)?;
+    aliases_in_use_with(&set, paths)
 }
 
 /// One line of `/proc/self/mountinfo`.
@@ -769,6 +738,667 @@ fn whole_disk_info(paths: &SystemPaths, name: &str) -> Result<BlockDeviceInfo, D
         parent: None,
         identity: read_identity(paths, name, major, minor),
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// Aliases: every other name of the storage a write would reach.
+// ---------------------------------------------------------------------------------------
+
+/// A name of storage in the alias graph.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StorageName {
+    /// A block device, by kernel name (`loop3`, `sda1`, `dm-0`).
+    Block(String),
+    /// A file that is (or may be) the backing file of a loop device, by `(st_dev, st_ino)`.
+    File { dev: u64, ino: u64 },
+}
+
+/// Where an alias sits relative to the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AliasSide {
+    /// The target itself.
+    Target,
+    /// Under the target: what it writes into (a partition's disk, dm/md members, a loop
+    /// device's backing file or device), and what is under those. The target's own stack
+    /// holds these: their holders on that stack are expected.
+    Below,
+    /// On top of the target, or of something below it: its partitions, holders, loop
+    /// devices over it, and what is on those. Their data changes when the target is written.
+    Above,
+}
+
+/// One name of the storage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alias {
+    pub name: StorageName,
+    /// How it is named in messages: `/dev/loop3` for the target, its partitions and its
+    /// whole disk; with the relation for the others (`/dev/loop4 (a loop device over
+    /// /dev/shm/x/fs.img)`).
+    pub label: String,
+    pub side: AliasSide,
+}
+
+/// Every name of the storage a write to the target would reach: the target first, then
+/// what a walk over sysfs finds from it, each once.
+///
+/// The walk goes **up** (from the target and from every alias) to partitions, holders
+/// (`holders/`) and loop devices over a device or file, and **down** from the target and
+/// from every alias below it to a partition's whole disk, dm/md members (`slaves/`) and a
+/// loop device's backing file or device; from a device or file below, it goes up again
+/// (a second loop device over the target's backing file is an alias). It does not go up
+/// from a whole disk reached from one of its partitions into the disk's other partitions
+/// (they are other storage: partitions do not overlap), nor down from a file to the
+/// filesystem it is on (a write to a file goes through that filesystem, which keeps it
+/// in the file), nor down from an alias above the target (a dm device over the target
+/// and another disk does not make that other disk an alias).
+///
+/// Loop devices are matched to their backing file by the kernel's own record of its
+/// device and inode (LOOP_GET_STATUS64 on the loop device, read-only), not by the path
+/// sysfs shows, which may be renamed, deleted (` (deleted)`) or in another mount
+/// namespace. Without access to the loop device, the path is stat'ed; a loop device whose
+/// backing cannot be identified either way is listed in `unidentified` (a doubt, which
+/// the gate refuses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AliasSet {
+    pub members: Vec<Alias>,
+    /// Loop devices whose backing is unknown: (kernel name, the path sysfs shows).
+    pub unidentified: Vec<(String, String)>,
+}
+
+impl AliasSet {
+    /// The target and what is below it: the stack a write goes through. Holders on it
+    /// are the stack itself.
+    fn chain(&self) -> std::collections::BTreeSet<&str> {
+        self.members
+            .iter()
+            .filter(|a| a.side != AliasSide::Above)
+            .filter_map(|a| match &a.name {
+                StorageName::Block(n) => Some(n.as_str()),
+                StorageName::File { .. } => None,
+            })
+            .collect()
+    }
+
+    /// Loop devices in the set other than the target that no dm/md device holds (those
+    /// are judged by their holders) and that have no partitions, with their device numbers: the ones whose exclusive
+    /// claims only the kernel knows (an ext4 external journal, another program's `O_EXCL`
+    /// open). `(label, kernel name, major, minor)`.
+    pub fn loops_to_claim(&self, paths: &SystemPaths) -> Vec<(String, String, u32, u32)> {
+        let mut out = Vec::new();
+        for a in &self.members {
+            let StorageName::Block(name) = &a.name else {
+                continue;
+            };
+            if a.side == AliasSide::Target {
+                continue;
+            }
+            let dir = paths.class_block(name);
+            // A disk with partitions answers EBUSY while any partition is claimed (a
+            // sibling of a partition target, mounted): its partitions in the set are
+            // judged instead.
+            if !dir.join("loop").exists()
+                || !dir_names(&dir.join("holders")).is_empty()
+                || list_partitions(&dir).map_or(true, |p| !p.is_empty())
+            {
+                continue;
+            }
+            if let Ok((ma, mi)) = read_dev_numbers(&dir.join("dev")) {
+                out.push((a.label.clone(), name.clone(), ma, mi));
+            }
+        }
+        out
+    }
+
+    /// The block devices in the set, as `/dev/NAME`: for a file target, the loop devices
+    /// over it and what is stacked on them.
+    pub fn block_devices(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .filter_map(|a| match &a.name {
+                StorageName::Block(n) => Some(format!("/dev/{n}")),
+                StorageName::File { .. } => None,
+            })
+            .collect()
+    }
+}
+
+/// What a bound loop device is over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LoopOver {
+    Block(String),
+    File { dev: u64, ino: u64 },
+    Unknown,
+}
+
+#[derive(Debug, Clone)]
+struct LoopDev {
+    name: String,
+    over: LoopOver,
+    /// The backing file's path as sysfs shows it (for messages).
+    shown: String,
+}
+
+/// Names of the entries of a directory (sorted); empty when it is missing or unreadable.
+fn dir_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .map(|it| {
+            it.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Names of the entries of a directory that must be readable (sorted); a missing one is
+/// empty.
+fn dir_names_checked(dir: &Path) -> Result<Vec<String>, DeviceError> {
+    match fs::read_dir(dir) {
+        Ok(it) => {
+            let mut v = Vec::new();
+            for e in it {
+                let e = e.map_err(io_err(dir))?;
+                v.push(e.file_name().to_string_lossy().into_owned());
+            }
+            v.sort();
+            Ok(v)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(io_err(dir)(e)),
+    }
+}
+
+/// The kernel name of the block device `rdev`, from `/sys/dev/block/MAJ:MIN`.
+fn name_of_rdev(paths: &SystemPaths, rdev: u64) -> Option<String> {
+    let link =
+        fs::read_link(paths.dev_block(rustix::fs::major(rdev), rustix::fs::minor(rdev))).ok()?;
+    file_name_string(&link)
+}
+
+/// What asking a loop device gave.
+enum LoopStatus {
+    Asked(crate::sys::blk::LoopBacking),
+    /// ENXIO: no longer bound (detached since sysfs was read).
+    Unbound,
+    /// No node for it here, no access, or the node is another device.
+    CannotAsk,
+}
+
+/// The kernel's record of what loop device `name` is over, asked through `/dev/NAME` when
+/// that node is the device sysfs describes.
+fn loop_status(paths: &SystemPaths, name: &str) -> LoopStatus {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok((ma, mi)) = read_dev_numbers(&paths.class_block(name).join("dev")) else {
+        return LoopStatus::CannotAsk;
+    };
+    let node = PathBuf::from(format!("/dev/{name}"));
+    if block_rdev_of(&node) != Some(rustix::fs::makedev(ma, mi)) {
+        return LoopStatus::CannotAsk;
+    }
+    let Ok(f) = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(&node)
+    else {
+        return LoopStatus::CannotAsk;
+    };
+    // The node could have been replaced between the check and the open.
+    match f.metadata() {
+        Ok(m) if m.file_type().is_block_device() && m.rdev() == rustix::fs::makedev(ma, mi) => {}
+        _ => return LoopStatus::CannotAsk,
+    }
+    match crate::sys::blk::loop_backing(&f) {
+        Ok(b) => LoopStatus::Asked(b),
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => LoopStatus::Unbound,
+        Err(_) => LoopStatus::CannotAsk,
+    }
+}
+
+/// What loop device `name` (whose sysfs `loop/backing_file` reads `shown`) is over;
+/// `None` when it turns out to be detached meanwhile.
+fn resolve_loop(paths: &SystemPaths, name: &str, shown: &str) -> Option<LoopOver> {
+    match loop_status(paths, name) {
+        LoopStatus::Asked(b) => {
+            return Some(if b.rdev != 0 {
+                name_of_rdev(paths, b.rdev).map_or(LoopOver::Unknown, LoopOver::Block)
+            } else {
+                LoopOver::File {
+                    dev: b.dev,
+                    ino: b.ino,
+                }
+            })
+        }
+        LoopStatus::Unbound => return None,
+        LoopStatus::CannotAsk => {}
+    }
+    let over = resolve_loop_path(paths, shown);
+    // Detached while the path was looked at (its file then removed): no longer a loop.
+    if over == LoopOver::Unknown
+        && read_attr(&paths.class_block(name).join("loop/backing_file")).is_none()
+    {
+        return None;
+    }
+    Some(over)
+}
+
+/// What the path sysfs shows for a loop device's backing file names, when the loop device
+/// itself cannot be asked.
+fn resolve_loop_path(paths: &SystemPaths, shown: &str) -> LoopOver {
+    // A deleted file has no name left to stat (and a file named "x (deleted)" cannot be
+    // told from it).
+    if shown.ends_with(" (deleted)") {
+        return LoopOver::Unknown;
+    }
+    let path = Path::new(shown);
+    match fs::metadata(path) {
+        Ok(m) if m.file_type().is_block_device() => {
+            name_of_rdev(paths, m.rdev()).map_or(LoopOver::Unknown, LoopOver::Block)
+        }
+        Ok(m) => LoopOver::File {
+            dev: m.dev(),
+            ino: m.ino(),
+        },
+        // A device node missing from this /dev (a fake sysfs in tests, a container):
+        // named by its kernel name when sysfs has it.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match shown.strip_prefix("/dev/") {
+            Some(n) if !n.contains('/') && paths.class_block(n).exists() => {
+                LoopOver::Block(n.to_string())
+            }
+            _ => LoopOver::Unknown,
+        },
+        Err(_) => LoopOver::Unknown,
+    }
+}
+
+/// Every bound loop device (one with `loop/backing_file` in sysfs) and what it is over.
+fn loop_devices(paths: &SystemPaths) -> Result<Vec<LoopDev>, DeviceError> {
+    let class = paths.sys.join("class/block");
+    let mut out = Vec::new();
+    for name in dir_names_checked(&class)? {
+        let Some(shown) = read_attr(&paths.class_block(&name).join("loop/backing_file")) else {
+            continue;
+        };
+        if let Some(over) = resolve_loop(paths, &name, &shown) {
+            out.push(LoopDev { name, over, shown });
+        }
+    }
+    Ok(out)
+}
+
+/// The whole disk of partition `name` (its parent directory in sysfs).
+fn parent_disk(paths: &SystemPaths, name: &str) -> Result<Option<String>, DeviceError> {
+    let class_dir = paths.class_block(name);
+    if !class_dir.join("partition").exists() {
+        return Ok(None);
+    }
+    let real = fs::canonicalize(&class_dir).map_err(io_err(&class_dir))?;
+    real.parent()
+        .and_then(file_name_string)
+        .map(Some)
+        .ok_or_else(|| DeviceError::Parse {
+            path: class_dir,
+            value: real.display().to_string(),
+        })
+}
+
+/// The [`AliasSet`] of the block device with kernel name `name`.
+pub fn alias_set_of_block(name: &str) -> Result<AliasSet, DeviceError> {
+    alias_set_of_block_with(name, &SystemPaths::default())
+}
+
+/// [`alias_set_of_block`] with sysfs read from `paths`.
+pub fn alias_set_of_block_with(name: &str, paths: &SystemPaths) -> Result<AliasSet, DeviceError> {
+    let loops = loop_devices(paths)?;
+    alias_walk(
+        StorageName::Block(name.to_string()),
+        format!("/dev/{name}"),
+        &loops,
+        paths,
+    )
+}
+
+/// The [`AliasSet`] of a regular file with `(st_dev, st_ino)` = `(dev, ino)`, named
+/// `label` in messages: the loop devices over it and what is stacked on those.
+pub fn alias_set_of_file(dev: u64, ino: u64, label: &str) -> Result<AliasSet, DeviceError> {
+    alias_set_of_file_with(dev, ino, label, &SystemPaths::default())
+}
+
+/// [`alias_set_of_file`] with sysfs read from `paths`.
+pub fn alias_set_of_file_with(
+    dev: u64,
+    ino: u64,
+    label: &str,
+    paths: &SystemPaths,
+) -> Result<AliasSet, DeviceError> {
+    let loops = loop_devices(paths)?;
+    alias_walk(
+        StorageName::File { dev, ino },
+        label.to_string(),
+        &loops,
+        paths,
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    /// The target: up and down.
+    Both,
+    /// Above: up only.
+    Up,
+    /// Below: down, and up again.
+    Down,
+    /// The whole disk of a partition below: down, and up to holders and loop devices but
+    /// not to its other partitions.
+    DownFromPartition,
+}
+
+fn alias_walk(
+    target: StorageName,
+    target_label: String,
+    loops: &[LoopDev],
+    paths: &SystemPaths,
+) -> Result<AliasSet, DeviceError> {
+    let dev_label = |n: &str| format!("/dev/{n}");
+    let mut members: Vec<Alias> = Vec::new();
+    let mut unidentified = Vec::new();
+    let mut queue = std::collections::VecDeque::new();
+    queue.push_back((target, target_label, Walk::Both, 0usize));
+    while let Some((node, label, how, depth)) = queue.pop_front() {
+        if members.iter().any(|m| m.name == node) {
+            continue;
+        }
+        if depth > MAX_STACK_DEPTH {
+            return Err(DeviceError::Parse {
+                path: paths.sys.join("class/block"),
+                value: format!("block device stack deeper than {MAX_STACK_DEPTH}"),
+            });
+        }
+        let side = match how {
+            Walk::Both => AliasSide::Target,
+            Walk::Up => AliasSide::Above,
+            Walk::Down | Walk::DownFromPartition => AliasSide::Below,
+        };
+        let is_target = how == Walk::Both;
+        let here = match &node {
+            StorageName::Block(n) => dev_label(n),
+            StorageName::File { .. } => label.clone(),
+        };
+        members.push(Alias {
+            name: node.clone(),
+            label: label.clone(),
+            side,
+        });
+        let d = depth + 1;
+        let going_down = how != Walk::Up;
+
+        // Up (always): partitions, holders, loop devices over it.
+        {
+            let loops_over: Vec<&LoopDev> = loops
+                .iter()
+                .filter(|l| match (&l.over, &node) {
+                    (LoopOver::Block(b), StorageName::Block(n)) => b == n,
+                    (LoopOver::File { dev, ino }, StorageName::File { dev: d2, ino: i2 }) => {
+                        dev == d2 && ino == i2
+                    }
+                    _ => false,
+                })
+                .collect();
+            if let StorageName::Block(n) = &node {
+                let class_dir = paths.class_block(n);
+                if how != Walk::DownFromPartition && !class_dir.join("partition").exists() {
+                    for p in list_partitions(&class_dir)? {
+                        let l = if is_target {
+                            dev_label(&p)
+                        } else {
+                            format!("/dev/{p} (a partition of {here})")
+                        };
+                        queue.push_back((StorageName::Block(p), l, Walk::Up, d));
+                    }
+                }
+                for h in dir_names_checked(&class_dir.join("holders"))? {
+                    // A holder sysfs does not describe is judged as a holder alone.
+                    if paths.class_block(&h).exists() {
+                        let l = format!("/dev/{h} (over {here})");
+                        queue.push_back((StorageName::Block(h), l, Walk::Up, d));
+                    }
+                }
+            }
+            for l in loops_over {
+                let what = match &node {
+                    StorageName::Block(_) => here.clone(),
+                    StorageName::File { .. } => l.shown.clone(),
+                };
+                let lab = format!("/dev/{} (a loop device over {what})", l.name);
+                queue.push_back((StorageName::Block(l.name.clone()), lab, Walk::Up, d));
+            }
+        }
+
+        // Down: a partition's disk, dm/md members, a loop device's backing.
+        if going_down {
+            if let StorageName::Block(n) = &node {
+                if let Some(disk) = parent_disk(paths, n)? {
+                    let l = if is_target {
+                        dev_label(&disk)
+                    } else {
+                        format!("/dev/{disk} (the disk of {here})")
+                    };
+                    queue.push_back((StorageName::Block(disk), l, Walk::DownFromPartition, d));
+                }
+                for sl in dir_names_checked(&paths.class_block(n).join("slaves"))? {
+                    let l = format!("/dev/{sl} (under {here})");
+                    queue.push_back((StorageName::Block(sl), l, Walk::Down, d));
+                }
+                if let Some(l) = loops.iter().find(|l| &l.name == n) {
+                    match &l.over {
+                        LoopOver::Block(b) => queue.push_back((
+                            StorageName::Block(b.clone()),
+                            format!("/dev/{b} (the backing device of {here})"),
+                            Walk::Down,
+                            d,
+                        )),
+                        LoopOver::File { dev, ino } => queue.push_back((
+                            StorageName::File {
+                                dev: *dev,
+                                ino: *ino,
+                            },
+                            format!("{} (the backing file of {here})", l.shown),
+                            Walk::Down,
+                            d,
+                        )),
+                        LoopOver::Unknown => unidentified.push((l.name.clone(), l.shown.clone())),
+                    }
+                }
+            }
+        }
+    }
+    // A loop device over something unknown could be over any of these.
+    for l in loops {
+        if l.over == LoopOver::Unknown && !unidentified.iter().any(|(n, _)| n == &l.name) {
+            unidentified.push((l.name.clone(), l.shown.clone()));
+        }
+    }
+    Ok(AliasSet {
+        members,
+        unidentified,
+    })
+}
+
+/// Every reason a member of `set` is in use (see [`in_use`]).
+pub fn aliases_in_use(set: &AliasSet) -> Result<Vec<InUse>, DeviceError> {
+    aliases_in_use_with(set, &SystemPaths::default())
+}
+
+/// [`aliases_in_use`] with the tables read from `paths`.
+pub fn aliases_in_use_with(set: &AliasSet, paths: &SystemPaths) -> Result<Vec<InUse>, DeviceError> {
+    // (label, kernel name, major, minor) of every block device in the set.
+    let mut blocks = Vec::new();
+    let mut files = Vec::new();
+    for a in &set.members {
+        match &a.name {
+            StorageName::Block(n) => {
+                let (ma, mi) = read_dev_numbers(&paths.class_block(n).join("dev"))?;
+                blocks.push((a.label.clone(), n.clone(), ma, mi));
+            }
+            StorageName::File { dev, ino } => files.push((a.label.clone(), *dev, *ino)),
+        }
+    }
+    let mut reasons = Vec::new();
+
+    let mountinfo = read_text(&paths.mountinfo)?;
+    for entry in parse_mountinfo(&mountinfo) {
+        let source_rdev = block_rdev_of(Path::new(&entry.source));
+        for (label, _, ma, mi) in &blocks {
+            let by_number = entry.major == *ma && entry.minor == *mi;
+            // btrfs (and others) report an anonymous 0:N device in field 3: match the
+            // mount source too.
+            let by_source = source_rdev == Some(rustix::fs::makedev(*ma, *mi));
+            if by_number || by_source {
+                reasons.push(InUse::Mounted {
+                    device: label.clone(),
+                    mountpoint: entry.mountpoint.clone(),
+                });
+            }
+        }
+    }
+
+    let swaps = read_text(&paths.swaps)?;
+    for entry in parse_swaps(&swaps) {
+        let meta = entry
+            .path
+            .is_absolute()
+            .then(|| fs::metadata(&entry.path).ok())
+            .flatten();
+        let rdev = meta
+            .as_ref()
+            .filter(|m| m.file_type().is_block_device())
+            .map(|m| m.rdev());
+        let base = entry
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        for (label, name, ma, mi) in &blocks {
+            let by_number = rdev == Some(rustix::fs::makedev(*ma, *mi));
+            let by_name = base.as_deref() == Some(name.as_str());
+            if by_number || by_name {
+                reasons.push(InUse::Swap {
+                    device: label.clone(),
+                });
+            }
+        }
+        if let Some(m) = meta.as_ref().filter(|m| m.file_type().is_file()) {
+            for (label, dev, ino) in &files {
+                if m.dev() == *dev && m.ino() == *ino {
+                    reasons.push(InUse::Swap {
+                        device: label.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    // Holders, but not the target's own stack (a dm member is held by its dm device).
+    let chain = set.chain();
+    for (label, name, _, _) in &blocks {
+        let dir = paths.class_block(name).join("holders");
+        let holders: Vec<String> = dir_names_checked(&dir)?
+            .into_iter()
+            .filter(|h| !chain.contains(h.as_str()))
+            .collect();
+        if !holders.is_empty() {
+            reasons.push(InUse::Holders {
+                device: label.clone(),
+                holders,
+            });
+        }
+    }
+
+    reasons.extend(same_identity(&blocks, paths));
+
+    for (name, backing) in &set.unidentified {
+        reasons.push(InUse::Unidentified {
+            device: format!("/dev/{name}"),
+            backing: backing.clone(),
+        });
+    }
+
+    reasons.dedup();
+    Ok(reasons)
+}
+
+/// A whole disk at the bottom of a stack, with an identity of its own: not a partition,
+/// not a loop device (its `loop:` serial is made up; loop devices are matched by their
+/// backing file), not dm/md (no `slaves/`), not a hidden NVMe path device.
+fn is_leaf_disk(paths: &SystemPaths, name: &str) -> bool {
+    let dir = paths.class_block(name);
+    !dir.join("partition").exists()
+        && !dir.join("loop").exists()
+        && !name.starts_with("loop")
+        && dir_names(&dir.join("slaves")).is_empty()
+        && read_attr(&dir.join("hidden")).as_deref() != Some("1")
+}
+
+/// One LUN: the same WWN; or, when either has none, the same serial. (NVMe namespaces of
+/// one controller share its serial but each has its own WWN.)
+fn same_lun(a: &DeviceIdentity, b: &DeviceIdentity) -> Option<String> {
+    match (&a.wwn, &b.wwn) {
+        (Some(x), Some(y)) => (x == y).then(|| format!("WWN {x}")),
+        _ => match (&a.serial, &b.serial) {
+            (Some(x), Some(y)) if x == y => Some(format!("serial {x}")),
+            _ => None,
+        },
+    }
+}
+
+/// Whether a dm-multipath device (`dm/uuid` starting with `mpath-`) holds both.
+fn multipath_holds_both(paths: &SystemPaths, a: &str, b: &str) -> bool {
+    let ha = dir_names(&paths.class_block(a).join("holders"));
+    let hb = dir_names(&paths.class_block(b).join("holders"));
+    ha.iter().filter(|h| hb.contains(h)).any(|h| {
+        read_attr(&paths.class_block(h).join("dm/uuid")).is_some_and(|u| u.starts_with("mpath-"))
+    })
+}
+
+/// The same LUN seen through another block device (a second path without multipath): for
+/// every whole disk in the set, every other disk on the system with the same WWN or
+/// serial that no dm-multipath device holds together with it.
+fn same_identity(blocks: &[(String, String, u32, u32)], paths: &SystemPaths) -> Vec<InUse> {
+    let leaves: Vec<&(String, String, u32, u32)> = blocks
+        .iter()
+        .filter(|(_, n, _, _)| is_leaf_disk(paths, n))
+        .collect();
+    if leaves.is_empty() {
+        return Vec::new();
+    }
+    let mut others = Vec::new();
+    for name in dir_names(&paths.sys.join("class/block")) {
+        if !is_leaf_disk(paths, &name) {
+            continue;
+        }
+        let Ok((ma, mi)) = read_dev_numbers(&paths.class_block(&name).join("dev")) else {
+            continue;
+        };
+        let id = read_identity(paths, &name, ma, mi);
+        if id.serial.is_some() || id.wwn.is_some() {
+            others.push((name, id));
+        }
+    }
+    let mut out = Vec::new();
+    for (label, name, ma, mi) in leaves {
+        let id = read_identity(paths, name, *ma, *mi);
+        for (other, oid) in others.iter().filter(|(o, _)| o != name) {
+            if let Some(what) = same_lun(&id, oid) {
+                if !multipath_holds_both(paths, name, other) {
+                    out.push(InUse::SameIdentity {
+                        device: format!("/dev/{other}"),
+                        of: label.clone(),
+                        id: what,
+                    });
+                }
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -1222,5 +1852,324 @@ garbage line
             drives_of_file_with(&fake.dir.path().join("missing"), &fake.paths),
             Err(DeviceError::Io { .. })
         ));
+    }
+
+    // ---- aliases (fake sysfs) ----
+
+    impl FakeStack {
+        /// A bound loop device `name` over `backing` (the path sysfs would show).
+        fn add_loop(&self, name: &str, dev: &str, backing: &str) {
+            let d = self.add(&format!("virtual/block/{name}"), dev, false);
+            write(&d.join("loop/backing_file"), &format!("{backing}\n"));
+        }
+
+        fn reasons(&self, name: &str) -> Vec<InUse> {
+            let set = alias_set_of_block_with(name, &self.paths).unwrap();
+            aliases_in_use_with(&set, &self.paths).unwrap()
+        }
+
+        fn set_mounts(&self, mountinfo: &str, swaps: &str) {
+            write(&self.paths.mountinfo, mountinfo);
+            write(&self.paths.swaps, swaps);
+        }
+    }
+
+    fn mounted(device: &str, at: &str) -> InUse {
+        InUse::Mounted {
+            device: device.into(),
+            mountpoint: at.into(),
+        }
+    }
+
+    fn names(set: &AliasSet) -> Vec<String> {
+        set.members
+            .iter()
+            .map(|a| match &a.name {
+                StorageName::Block(n) => n.clone(),
+                StorageName::File { .. } => "<file>".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn alias_loops_over_one_file_and_stacked_loops() {
+        // fakeloop0 over img (mounted), fakeloop1 over img too, fakeloop2 over fakeloop0,
+        // fakeloop3 over fakeloop2; fakeloop4 over another file.
+        let fake = FakeStack::new("");
+        let img = fake.dir.path().join("fs.img");
+        let other = fake.dir.path().join("other.img");
+        fs::write(&img, b"x").unwrap();
+        fs::write(&other, b"y").unwrap();
+        let img_s = img.to_str().unwrap();
+        fake.add_loop("fakeloop0", "7:100", img_s);
+        fake.add_loop("fakeloop1", "7:101", img_s);
+        fake.add_loop("fakeloop2", "7:102", "/dev/fakeloop0");
+        fake.add_loop("fakeloop3", "7:103", "/dev/fakeloop2");
+        fake.add_loop("fakeloop4", "7:104", other.to_str().unwrap());
+        fake.set_mounts("40 1 7:100 / /mnt/fs rw - ext4 /dev/fakeloop0 rw\n", "");
+
+        // The mounted one itself: plain, as before.
+        assert_eq!(
+            fake.reasons("fakeloop0"),
+            [mounted("/dev/fakeloop0", "/mnt/fs")]
+        );
+        // A second loop device over the same file: down to the file, up to fakeloop0.
+        let set = alias_set_of_block_with("fakeloop1", &fake.paths).unwrap();
+        assert_eq!(
+            names(&set),
+            ["fakeloop1", "<file>", "fakeloop0", "fakeloop2", "fakeloop3"]
+        );
+        assert_eq!(
+            fake.reasons("fakeloop1"),
+            [mounted(
+                &format!("/dev/fakeloop0 (a loop device over {img_s})"),
+                "/mnt/fs"
+            )]
+        );
+        // Stacked on the mounted one (and two levels up): down to fakeloop0.
+        assert_eq!(
+            fake.reasons("fakeloop2"),
+            [mounted(
+                "/dev/fakeloop0 (the backing device of /dev/fakeloop2)",
+                "/mnt/fs"
+            )]
+        );
+        assert_eq!(
+            fake.reasons("fakeloop3"),
+            [mounted(
+                "/dev/fakeloop0 (the backing device of /dev/fakeloop2)",
+                "/mnt/fs"
+            )]
+        );
+        // The file: every loop device over it and what is on them.
+        let meta = fs::metadata(&img).unwrap();
+        let set = alias_set_of_file_with(meta.dev(), meta.ino(), img_s, &fake.paths).unwrap();
+        assert_eq!(
+            set.block_devices(),
+            [
+                "/dev/fakeloop0",
+                "/dev/fakeloop1",
+                "/dev/fakeloop2",
+                "/dev/fakeloop3"
+            ]
+        );
+        assert_eq!(
+            aliases_in_use_with(&set, &fake.paths).unwrap(),
+            [mounted(
+                &format!("/dev/fakeloop0 (a loop device over {img_s})"),
+                "/mnt/fs"
+            )]
+        );
+        // Another file's loop device is no alias.
+        assert_eq!(fake.reasons("fakeloop4"), []);
+        assert_eq!(
+            names(&alias_set_of_block_with("fakeloop4", &fake.paths).unwrap()),
+            ["fakeloop4", "<file>"]
+        );
+
+        // Up from the target: fakeloop2 (stacked on fakeloop0) mounted makes fakeloop0 busy.
+        fake.set_mounts("41 1 7:102 / /mnt/up rw - ext4 /dev/fakeloop2 rw\n", "");
+        assert_eq!(
+            fake.reasons("fakeloop1"),
+            [mounted(
+                "/dev/fakeloop2 (a loop device over /dev/fakeloop0)",
+                "/mnt/up"
+            )]
+        );
+        // And swap on one of them counts as well.
+        fake.set_mounts(
+            "",
+            "Filename Type Size Used Priority\n/dev/fakeloop3 partition 100 0 -2\n",
+        );
+        assert_eq!(
+            fake.reasons("fakeloop0"),
+            [InUse::Swap {
+                device: "/dev/fakeloop3 (a loop device over /dev/fakeloop2)".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn alias_a_swap_file_and_a_deleted_backing_file() {
+        let fake = FakeStack::new("");
+        let img = fake.dir.path().join("swapfile");
+        fs::write(&img, b"x").unwrap();
+        let meta = fs::metadata(&img).unwrap();
+        fake.set_mounts(
+            "",
+            &format!(
+                "Filename Type Size Used Priority\n{} file 100 0 -2\n",
+                img.display()
+            ),
+        );
+        let label = img.to_str().unwrap();
+        let set = alias_set_of_file_with(meta.dev(), meta.ino(), label, &fake.paths).unwrap();
+        assert_eq!(
+            aliases_in_use_with(&set, &fake.paths).unwrap(),
+            [InUse::Swap {
+                device: label.into()
+            }]
+        );
+        // A loop device whose backing file was deleted and that cannot be asked: a doubt,
+        // in every set.
+        fake.set_mounts("", "");
+        fake.add_loop("fakeloop9", "7:109", "/gone/fs.img (deleted)");
+        fake.add("pci0000:00/ata/block/sdz", "8:240", false);
+        let r = fake.reasons("sdz");
+        assert_eq!(
+            r,
+            [InUse::Unidentified {
+                device: "/dev/fakeloop9".into(),
+                backing: "/gone/fs.img (deleted)".into()
+            }]
+        );
+        assert!(
+            r[0].to_string().contains("cannot be identified"),
+            "{}",
+            r[0]
+        );
+    }
+
+    #[test]
+    fn alias_dm_and_md_members_and_holders() {
+        // dm-0 and dm-1 (two LVs) over sda1; md0 over sdb1 and sdc1; dm-2 over md0.
+        let fake = FakeStack::new("");
+        for (disk, mm) in [("sda", 0), ("sdb", 16), ("sdc", 32)] {
+            fake.add(
+                &format!("pci0000:00/ata/block/{disk}"),
+                &format!("8:{mm}"),
+                false,
+            );
+            fake.add(
+                &format!("pci0000:00/ata/block/{disk}/{disk}1"),
+                &format!("8:{}", mm + 1),
+                true,
+            );
+        }
+        fake.add("virtual/block/dm-0", "253:0", false);
+        fake.add("virtual/block/dm-1", "253:1", false);
+        fake.add("virtual/block/md0", "9:0", false);
+        fake.add("virtual/block/dm-2", "253:2", false);
+        fake.stack("dm-0", "sda1");
+        fake.stack("dm-1", "sda1");
+        fake.stack("md0", "sdb1");
+        fake.stack("md0", "sdc1");
+        fake.stack("dm-2", "md0");
+        fake.set_mounts("", "");
+
+        // The whole stack under dm-2 is its own: nothing in use.
+        assert_eq!(fake.reasons("dm-2"), []);
+        let set = alias_set_of_block_with("dm-2", &fake.paths).unwrap();
+        assert_eq!(
+            names(&set),
+            ["dm-2", "md0", "sdb1", "sdc1", "sdb", "sdc"],
+            "{set:?}"
+        );
+        // A member of md0: held, and what holds it is named, up the stack.
+        assert_eq!(
+            fake.reasons("sdb"),
+            [
+                InUse::Holders {
+                    device: "/dev/sdb1".into(),
+                    holders: vec!["md0".into()]
+                },
+                InUse::Holders {
+                    device: "/dev/md0 (over /dev/sdb1)".into(),
+                    holders: vec!["dm-2".into()]
+                }
+            ]
+        );
+        // md0 mounted through dm-2: writing a member names the mount too.
+        fake.set_mounts("40 1 253:2 / /data rw - xfs /dev/dm-2 rw\n", "");
+        let r = fake.reasons("sdc1");
+        assert!(
+            r.contains(&mounted("/dev/dm-2 (over /dev/md0)", "/data")),
+            "{r:?}"
+        );
+        assert!(r.contains(&InUse::Holders {
+            device: "/dev/sdc1".into(),
+            holders: vec!["md0".into()]
+        }));
+        // An LV whose PV also holds another LV: the other is named (its extents are
+        // unknown from sysfs, so it is taken as the same storage).
+        fake.set_mounts("40 1 253:1 / /home rw - ext4 /dev/dm-1 rw\n", "");
+        let r = fake.reasons("dm-0");
+        assert_eq!(
+            r,
+            [
+                mounted("/dev/dm-1 (over /dev/sda1)", "/home"),
+                InUse::Holders {
+                    device: "/dev/sda1 (under /dev/dm-0)".into(),
+                    holders: vec!["dm-1".into()]
+                },
+            ]
+        );
+        // Partitions do not overlap: sda1's stack is not an alias of a free sibling.
+        fake.add("pci0000:00/ata/block/sda/sda2", "8:2", true);
+        assert_eq!(fake.reasons("sda2"), []);
+    }
+
+    #[test]
+    fn alias_one_lun_on_two_paths() {
+        let fake = FakeStack::new("");
+        let sda = fake.add("pci0000:00/host0/block/sda", "8:0", false);
+        let sdb = fake.add("pci0000:00/host1/block/sdb", "8:16", false);
+        let sdc = fake.add("pci0000:00/host1/block/sdc", "8:32", false);
+        for d in [&sda, &sdb] {
+            write(&d.join("wwid"), "naa.600a098038303053453f463045727a6b\n");
+            write(&d.join("device/serial"), "LUN-1\n");
+        }
+        write(&sdc.join("wwid"), "naa.600a098038303053453f463045727a6c\n");
+        // Two NVMe namespaces: one controller serial, a WWN each.
+        for (i, ns) in ["nvme0n1", "nvme0n2"].iter().enumerate() {
+            let d = fake.add(
+                &format!("pci0000:00/nvme/nvme0/{ns}"),
+                &format!("259:{i}"),
+                false,
+            );
+            write(&d.join("device/serial"), "CTRL-SER\n");
+            write(&d.join("wwid"), &format!("eui.00000000000000{i:02}\n"));
+        }
+        fake.set_mounts("", "");
+        let want = InUse::SameIdentity {
+            device: "/dev/sdb".into(),
+            of: "/dev/sda".into(),
+            id: "WWN naa.600a098038303053453f463045727a6b".into(),
+        };
+        assert_eq!(fake.reasons("sda"), std::slice::from_ref(&want));
+        assert!(want.to_string().contains("without multipath"), "{want}");
+        assert_eq!(fake.reasons("sdc"), []);
+        assert_eq!(fake.reasons("nvme0n1"), []);
+        // Without WWNs the serial decides.
+        fs::remove_file(sda.join("wwid")).unwrap();
+        fs::remove_file(sdb.join("wwid")).unwrap();
+        assert!(matches!(
+            &fake.reasons("sdb")[..],
+            [InUse::SameIdentity { device, id, .. }] if device == "/dev/sda" && id == "serial LUN-1"
+        ));
+
+        // dm-multipath over both: the paths are its members; it may be written, they not.
+        let mp = fake.add("virtual/block/dm-5", "253:5", false);
+        write(
+            &mp.join("dm/uuid"),
+            "mpath-3600a098038303053453f463045727a6b\n",
+        );
+        fake.stack("dm-5", "sda");
+        fake.stack("dm-5", "sdb");
+        assert_eq!(fake.reasons("dm-5"), []);
+        assert_eq!(
+            fake.reasons("sda"),
+            [InUse::Holders {
+                device: "/dev/sda".into(),
+                holders: vec!["dm-5".into()]
+            }]
+        );
+        // A dm device that is not multipath does not make two paths one.
+        write(&mp.join("dm/uuid"), "LVM-abc\n");
+        let r = fake.reasons("dm-5");
+        assert!(
+            r.iter().any(|x| matches!(x, InUse::SameIdentity { .. })),
+            "{r:?}"
+        );
     }
 }

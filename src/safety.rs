@@ -15,6 +15,7 @@
 //! - a folder on the path is a symbolic link: whoever can rename a folder on the way
 //!   could steer root's writes elsewhere. The file is opened with
 //!   `openat2(RESOLVE_NO_SYMLINKS)` ([`crate::target::open_no_symlinks`]).
+//! - the file backs a loop device, or is a swap area ([`check_file_aliases`]).
 //!
 //! And one way a write could destroy what driveprobe did not make: the file exists and
 //! driveprobe did not create it. Files driveprobe creates carry a mark
@@ -37,12 +38,25 @@
 //!    must still be the same device number, and every identity the user gave must equal
 //!    the device's exactly (loop devices: serial `loop:<canonical backing file>`, see
 //!    [`crate::device`]);
-//! 4. nothing uses it: neither it, nor any of its partitions, nor (for a partition) its
-//!    whole disk is mounted, used as swap, or held by dm/md/LVM ([`device::in_use`]);
+//! 4. nothing uses it under any name: no member of its alias set
+//!    ([`device::alias_set_of_block`]: its partitions, for a partition its whole disk,
+//!    what is stacked on it, what it is stacked on, other loop devices over the same
+//!    backing file) is mounted, used as swap, or held by dm/md/LVM other than the
+//!    target's own stack; no other block device reports its WWN (or serial) unless a
+//!    dm-multipath device holds both; no loop device's backing is unknown
+//!    ([`device::aliases_in_use`]);
 //! 5. the kernel agrees: an exclusive (`O_EXCL`) read-only open succeeds. The kernel
 //!    refuses it with `EBUSY` for a device that is mounted, used as swap, claimed by
 //!    dm/md, or opened exclusively by any other program, including claims that no table
 //!    in /proc or sysfs shows (an ext4 external journal, another benchmark holding it).
+//!    The same is asked of every loop device among the aliases (not of other disks: an
+//!    open of a second path of a LUN could hang).
+//!
+//! Two free loop devices over one file are the same storage, and their serial
+//! (`loop:<file>`) names that file: confirming it confirms both, and either may be
+//! written. A file that backs a loop device is never a file target, whatever the flags
+//! ([`check_file_aliases`]): its data is a block device's, written only through this
+//! gate under the loop device's name.
 //!
 //! Any doubt (an unreadable sysfs or /proc file) is a refusal. The permit names the device
 //! by `st_rdev` as seen through the exclusive descriptor. The exclusive claim is released
@@ -161,6 +175,16 @@ pub enum SafetyError {
         path: PathBuf,
         reasons: InUseReasons,
     },
+    #[error("refusing to write to {path}: it is the backing file of {loops} (loop devices over it, and what is stacked on them): writing it writes their storage; {in_use}; detach them (losetup -d) first, or write the loop device itself, which needs --allow-destructive and --expect-serial loop:<this file>")]
+    BacksLoopDevice {
+        path: PathBuf,
+        loops: String,
+        in_use: String,
+    },
+    #[error("refusing to write to {path}: {alias}, another name of the same storage, is in use by the kernel (exclusive open failed with EBUSY: mounted, swap, claimed by dm/md or opened exclusively by another program); release it first")]
+    AliasBusy { path: PathBuf, alias: String },
+    #[error("refusing to write to {path}: {alias}, another name of the same storage, changed while it was checked; try again")]
+    AliasChanged { path: PathBuf, alias: String },
     #[error("refusing to write to {path}: it is in use by the kernel (exclusive open failed with EBUSY: mounted, swap, claimed by dm/md or opened exclusively by another program); release it first")]
     KernelBusy { path: PathBuf },
     #[error("refusing to write to {path}: exclusive open failed: {source}")]
@@ -238,6 +262,7 @@ pub fn authorize_file_writes(path: &Path, allow_foreign: bool) -> Result<WritePe
             path: path.to_path_buf(),
         });
     }
+    check_file_aliases(path, st.st_dev, st.st_ino)?;
     Ok(WritePermit {
         object: PermittedObject::File {
             dev: st.st_dev,
@@ -308,8 +333,9 @@ pub fn authorize_block_writes(
         }
     }
 
-    // Mounted, swap, holders: of the device, its partitions, and a partition's whole disk.
-    let reasons = device::in_use(&now)?;
+    // Mounted, swap, holders: of the device and of every other name of its storage.
+    let aliases = device::alias_set_of_block(&now.name)?;
+    let reasons = device::aliases_in_use(&aliases)?;
     if !reasons.is_empty() {
         return Err(SafetyError::InUse {
             path,
@@ -346,10 +372,81 @@ pub fn authorize_block_writes(
             now_minor: rustix::fs::minor(rdev),
         });
     }
+    claim_alias_loops(&path, &aliases)?;
     Ok(WritePermit {
         object: PermittedObject::Block { rdev },
         foreign_file: false,
     })
+}
+
+/// The kernel's word on the loop devices among the aliases: an exclusive read-only open of
+/// each (released at once) fails with EBUSY while anything claims it, including claims no
+/// table shows (an ext4 external journal, another program's `O_EXCL` open). Loop devices
+/// only: opening one does no I/O, while opening another path of a LUN could hang on it.
+fn claim_alias_loops(path: &Path, aliases: &device::AliasSet) -> Result<(), SafetyError> {
+    let paths = device::SystemPaths::default();
+    for (label, name, major, minor) in aliases.loops_to_claim(&paths) {
+        let node = PathBuf::from(format!("/dev/{name}"));
+        let opened = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_EXCL | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(&node);
+        match opened {
+            Ok(f) => {
+                let same = f.metadata().is_ok_and(|m| {
+                    m.file_type().is_block_device() && m.rdev() == rustix::fs::makedev(major, minor)
+                });
+                if !same {
+                    return Err(SafetyError::AliasChanged {
+                        path: path.to_path_buf(),
+                        alias: label,
+                    });
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                return Err(SafetyError::AliasBusy {
+                    path: path.to_path_buf(),
+                    alias: label,
+                })
+            }
+            // Detached since the walk: nothing left to claim it.
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {}
+            Err(source) => return Err(SafetyError::Open { path: node, source }),
+        }
+    }
+    Ok(())
+}
+
+/// A regular file's other names as storage: the loop devices over it (matched by device
+/// and inode) and what is stacked on them, and the file as a swap area. A file that backs
+/// a loop device is refused whatever the flags: writing it writes that block device, which
+/// must go through [`authorize_block_writes`] by its own name with all its checks (even a
+/// free loop device: its data is the file's, and the block gate is where the user confirms
+/// with `--allow-destructive` and its serial `loop:<file>` that it may be destroyed).
+pub fn check_file_aliases(path: &Path, dev: u64, ino: u64) -> Result<(), SafetyError> {
+    let label = path.display().to_string();
+    let aliases = device::alias_set_of_file(dev, ino, &label)?;
+    let reasons = device::aliases_in_use(&aliases)?;
+    let loops = aliases.block_devices();
+    if !loops.is_empty() {
+        let in_use = if reasons.is_empty() {
+            "none of them is in use now".to_string()
+        } else {
+            InUseReasons(reasons).to_string()
+        };
+        return Err(SafetyError::BacksLoopDevice {
+            path: path.to_path_buf(),
+            loops: loops.join(", "),
+            in_use,
+        });
+    }
+    if !reasons.is_empty() {
+        return Err(SafetyError::InUse {
+            path: path.to_path_buf(),
+            reasons: InUseReasons(reasons),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

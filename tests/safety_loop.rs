@@ -403,3 +403,255 @@ fn inspect_reports_size_and_block_sizes() {
     assert_eq!(i.identity.serial, Some(loop_serial(&f4k)));
     assert_eq!(device::in_use(&i).unwrap(), []);
 }
+
+// ---- Aliases (issue 16): the same storage under another name. The image files are in
+// /dev/shm (tmpfs), so the loop devices over them never reach this machine's disks.
+
+/// ext4 on a loop device over a marked 64 MiB image in `dir`, mounted at `dir/mnt`.
+/// Returns (image, loop device, mount); drop the mount before the loop device.
+fn mounted_ext4(dir: &Path) -> (std::path::PathBuf, Loop, Mount) {
+    let file = marked_image(dir, "fs.img", 64 * MIB);
+    let lo = Loop::attach(&file, &[]);
+    common::mkfs_ext4(lo.path());
+    let m = Mount::new(lo.path(), &dir.join("mnt"));
+    sync();
+    (file, lo, m)
+}
+
+/// The reasons of an `InUse` refusal, as text.
+fn in_use_text(err: &SafetyError) -> String {
+    match err {
+        SafetyError::InUse { reasons, .. } => reasons.to_string(),
+        e => panic!("not an in-use refusal: {e}"),
+    }
+}
+
+#[test]
+fn a_second_loop_over_a_mounted_loops_file_is_refused() {
+    need_root();
+    let dir = common::shm_dir("dp-alias-");
+    let (file, lo, m) = mounted_ext4(dir.path());
+    let second = Loop::attach(&file, &[]);
+    // The same serial (it names the file), so the identity check passes: only the alias
+    // walk sees that the file under it is mounted through the first loop device.
+    let err = refuse(second.path(), &destructive(&loop_serial(&file)), &file);
+    let text = in_use_text(&err);
+    assert!(
+        text.contains(&format!(
+            "{} (a loop device over {}) is mounted on {}",
+            lo.s(),
+            file.display(),
+            m.dir().display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_second_loop_over_an_image_whose_partition_is_mounted_is_refused() {
+    need_root();
+    let dir = common::shm_dir("dp-alias-");
+    let file = marked_image(dir.path(), "disk.img", 64 * MIB);
+    partition_image(&file);
+    let lo = Loop::attach(&file, &["--partscan"]);
+    let p1 = lo.partition(1);
+    common::mkfs_ext4(&p1);
+    let _m = Mount::new(&p1, &dir.path().join("mnt"));
+    sync();
+    let second = Loop::attach(&file, &[]);
+    let err = refuse(second.path(), &destructive(&loop_serial(&file)), &file);
+    assert!(
+        in_use_text(&err).contains(&format!("{} (a partition of {})", p1.display(), lo.s())),
+        "{err}"
+    );
+}
+
+#[test]
+fn loops_stacked_on_or_under_a_mounted_loop_are_refused() {
+    need_root();
+    let dir = common::shm_dir("dp-alias-");
+    let (file, lo, m) = mounted_ext4(dir.path());
+    // Down: a loop device over the mounted one.
+    let up = Loop::attach(lo.path(), &[]);
+    let err = refuse(up.path(), &destructive(&format!("loop:{}", lo.s())), &file);
+    assert!(
+        in_use_text(&err).contains(&format!(
+            "{} (the backing device of {}) is mounted on {}",
+            lo.s(),
+            up.s(),
+            m.dir().display()
+        )),
+        "{err}"
+    );
+    // And two levels up.
+    let up2 = Loop::attach(up.path(), &[]);
+    let err = refuse(up2.path(), &destructive(&format!("loop:{}", up.s())), &file);
+    assert!(in_use_text(&err).contains("is mounted on"), "{err}");
+
+    // Up: a free loop device under a mounted one (ext4 on a loop over a loop).
+    let dir2 = common::shm_dir("dp-alias-");
+    let lower_file = marked_image(dir2.path(), "lower.img", 64 * MIB);
+    let lower = Loop::attach(&lower_file, &[]);
+    let upper = Loop::attach(lower.path(), &[]);
+    common::mkfs_ext4(upper.path());
+    let m2 = Mount::new(upper.path(), &dir2.path().join("mnt"));
+    sync();
+    let err = refuse(
+        lower.path(),
+        &destructive(&loop_serial(&lower_file)),
+        &lower_file,
+    );
+    assert!(
+        in_use_text(&err).contains(&format!(
+            "{} (a loop device over {}) is mounted on {}",
+            upper.s(),
+            lower.s(),
+            m2.dir().display()
+        )),
+        "{err}"
+    );
+    drop(m);
+}
+
+#[test]
+fn the_backing_file_of_a_loop_device_is_not_a_file_target() {
+    need_root();
+    let dir = common::shm_dir("dp-alias-");
+    let (file, lo, m) = mounted_ext4(dir.path());
+    let before = checksum(&file);
+    let err = safety::authorize_file_writes(&file).expect_err("mounted through a loop");
+    assert_eq!(before, checksum(&file));
+    let msg = err.to_string();
+    assert!(matches!(err, SafetyError::BacksLoopDevice { .. }), "{msg}");
+    assert!(
+        msg.contains(&format!("backing file of {}", lo.s())),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!("is mounted on {}", m.dir().display())),
+        "{msg}"
+    );
+    drop(m);
+    sync();
+    let before = checksum(&file);
+    // Free, the loop device still has the file's data: refused all the same (the loop
+    // device itself is the way to write it, through the block gate).
+    let err = safety::authorize_file_writes(&file).expect_err("backs a free loop device");
+    assert!(
+        err.to_string().contains("none of them is in use now"),
+        "{err}"
+    );
+    assert_eq!(before, checksum(&file));
+    drop(lo);
+    // Detached: a file like any other.
+    safety::authorize_file_writes(&file).unwrap();
+}
+
+#[test]
+fn two_free_loops_over_one_file_share_one_identity_and_one_claim() {
+    need_root();
+    let dir = common::shm_dir("dp-alias-");
+    let file = marked_image(dir.path(), "disk.img", 16 * MIB);
+    let a = Loop::attach(&file, &[]);
+    let b = Loop::attach(&file, &[]);
+    // Neither in use: the serial names the file they share, so confirming it confirms
+    // both; the write is allowed (decided: the same storage, one confirmation).
+    let info = device::inspect(a.path()).unwrap();
+    safety::authorize_block_writes(&info, &destructive(&loop_serial(&file))).unwrap();
+    // Another program holds the other one exclusively: only the kernel knows, and says.
+    let claim = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_EXCL)
+        .open(b.path())
+        .unwrap();
+    let err = refuse(a.path(), &destructive(&loop_serial(&file)), &file);
+    assert!(
+        matches!(&err, SafetyError::AliasBusy { alias, .. } if alias.starts_with(b.s())),
+        "{err}"
+    );
+    drop(claim);
+    safety::authorize_block_writes(&info, &destructive(&loop_serial(&file))).unwrap();
+}
+
+#[test]
+fn a_deleted_backing_file_is_matched_by_device_and_inode() {
+    need_root();
+    let dir = common::shm_dir("dp-alias-");
+    let (file, lo, m) = mounted_ext4(dir.path());
+    // Keep the inode open, unlink its name, and attach a second loop device to it
+    // through /proc/PID/fd: both now show "... (deleted)" in sysfs.
+    let held = fs::File::open(&file).unwrap();
+    let copy = dir.path().join("copy.img");
+    fs::copy(&file, &copy).unwrap();
+    fs::remove_file(&file).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&held);
+    let second = Loop::attach(
+        Path::new(&format!("/proc/{}/fd/{fd}", std::process::id())),
+        &[],
+    );
+    let name = second.path().file_name().unwrap().to_str().unwrap();
+    let shown = fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")).unwrap();
+    assert!(shown.trim().ends_with(" (deleted)"), "{shown}");
+    let info = device::inspect(second.path()).unwrap();
+    let req = destructive(info.identity.serial.as_deref().unwrap());
+    let err = safety::authorize_block_writes(&info, &req).expect_err("same inode, mounted");
+    assert!(
+        in_use_text(&err).contains(&format!(
+            "{} (a loop device over {}) is mounted on {}",
+            lo.s(),
+            shown.trim(),
+            m.dir().display()
+        )),
+        "{err}"
+    );
+    // A loop device over another file is not taken for it, and no doubt is raised (the
+    // deleted files were identified through the loop devices, not their paths).
+    let other = Loop::attach(&copy, &[]);
+    let info = device::inspect(other.path()).unwrap();
+    safety::authorize_block_writes(&info, &destructive(&loop_serial(&copy))).unwrap();
+}
+
+#[test]
+fn a_loop_over_a_file_inside_a_mounted_loop_filesystem_is_its_own_storage() {
+    need_root();
+    let dir = common::shm_dir("dp-alias-");
+    let (_file, _lo, m) = mounted_ext4(dir.path());
+    // The control: a file in the mounted filesystem is written through it, in its own
+    // blocks; the filesystem's device is not an alias of a loop device over that file.
+    let inner = common::image(m.dir(), "inner.img", 8 * MIB);
+    let ilo = Loop::attach(&inner, &[]);
+    let info = device::inspect(ilo.path()).unwrap();
+    assert_eq!(device::in_use(&info).unwrap(), []);
+    safety::authorize_block_writes(&info, &destructive(&loop_serial(&inner))).unwrap();
+}
+
+#[test]
+fn a_second_loop_over_a_swap_loops_file_is_refused() {
+    need_root();
+    let dir = common::shm_dir("dp-alias-");
+    let file = marked_image(dir.path(), "swap.img", 16 * MIB);
+    let lo = Loop::attach(&file, &[]);
+    let _s = Swap::on(lo.path());
+    let second = Loop::attach(&file, &[]);
+    let info = device::inspect(second.path()).unwrap();
+    // The kernel may swap to the first one meanwhile (its writes, not the gate's).
+    let (err, unchanged) = common::watched(&file, true, || {
+        safety::authorize_block_writes(&info, &destructive(&loop_serial(&file)))
+            .expect_err("the gate must refuse")
+    });
+    assert!(
+        unchanged,
+        "backing file changed while the kernel did not swap"
+    );
+    assert!(
+        in_use_text(&err).contains(&format!(
+            "{} (a loop device over {}) is in use as swap",
+            lo.s(),
+            file.display()
+        )),
+        "{err}"
+    );
+    // And the file itself is no file target.
+    let err = safety::authorize_file_writes(&file).unwrap_err();
+    assert!(err.to_string().contains("is in use as swap"), "{err}");
+}

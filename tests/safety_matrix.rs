@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use common::daemon::{file_drive, Daemon, BIN};
 use common::{
-    checksum, loop_serial, marked_image, mkfs_ext4, need_root, partition_image, sync, Loop, Mount,
-    Swap, MIB,
+    checksum, loop_serial, marked_image, mkfs_ext4, need_root, partition_image, random_file, sync,
+    Loop, Mount, Swap, MIB,
 };
 
 /// Attempts per test (every one refused, every checksum unchanged): RELIABILITY.md gives
@@ -1355,4 +1355,220 @@ fn a_symlinked_folder_on_the_path_is_refused() {
         assert!(line.contains("symbolic link"), "{line}");
         assert_eq!(common::sha256(&own), sum, "bench {args:?}");
     }
+}
+
+/// Attempts of `a_mounted_filesystem_is_never_written_through_another_name`.
+const ALIAS_ATTEMPTS: u32 = 23;
+
+/// `driveprobe bench` with `args` then `target`; must be refused in one line containing
+/// every one of `expect`, and leave `backing` unchanged. Counted in `t`.
+fn refused_bench(
+    t: &mut Tally,
+    case: &str,
+    path: &str,
+    args: &[String],
+    target: &Path,
+    backing: &Path,
+    expect: &[String],
+) {
+    let mut a: Vec<String> = vec!["bench".into()];
+    a.extend(args.iter().cloned());
+    a.push(target.to_str().unwrap().into());
+    let before = checksum(backing);
+    let out = driveprobe(&a, Duration::from_secs(30));
+    sync();
+    let what = format!("{case}: {path}");
+    let line = one_line_refusal(&out, &what);
+    for e in expect {
+        assert!(
+            line.contains(e.as_str()),
+            "{what}: {line}\n(expected {e:?})"
+        );
+    }
+    let unchanged = checksum(backing) == before;
+    assert!(unchanged, "{what}: the image file changed");
+    t.add(case, path, true, unchanged);
+}
+
+/// Issue 16, item 2: ext4 on a loop device over an image in /dev/shm, mounted; then the
+/// same storage under three other names, each tried through `bench` (every write
+/// workload, a suite) and a daemon write canary: the image file itself (with and without
+/// `--allow-destructive`), a second loop device over the same file, and a loop device
+/// stacked on the mounted one (with `--allow-destructive` and each one's own serial, so
+/// only the alias check stands in the way). Every attempt is refused naming the mount, the
+/// image's SHA-256 is the same at the end, and `e2fsck -fn` finds the filesystem clean
+/// after it is unmounted. The control: a loop device over a file inside the mounted
+/// filesystem is other storage, and is written.
+#[test]
+fn a_mounted_filesystem_is_never_written_through_another_name() {
+    need_root();
+    let dir = common::shm_dir("dp-alias-");
+    let (file, lo) = ext4_loop(dir.path(), "fs.img");
+    let mnt = Mount::new(lo.path(), &dir.path().join("mnt"));
+    random_file(&mnt.dir().join("data.bin"), 4 * MIB, 16);
+    sync();
+    let second = Loop::attach(&file, &[]);
+    let stacked = Loop::attach(lo.path(), &[]);
+    let sha_before = common::sha256(&file);
+    let mounted_on = format!("{} (", lo.s());
+    let mount_line = format!("is mounted on {}", mnt.dir().display());
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+    let mut t = Tally::default();
+
+    let names: [(&str, &Path, Vec<String>, Vec<String>); 4] = [
+        (
+            "the image file, no flags",
+            &file,
+            vec![],
+            vec![format!("backing file of {}", lo.s()), mount_line.clone()],
+        ),
+        (
+            "the image file, --allow-destructive",
+            &file,
+            s(&["--allow-destructive"]),
+            vec![format!("backing file of {}", lo.s()), mount_line.clone()],
+        ),
+        (
+            "a second loop over the file",
+            second.path(),
+            s(&[
+                "--allow-destructive",
+                "--expect-serial",
+                &loop_serial(&file),
+            ]),
+            vec![mounted_on.clone(), mount_line.clone()],
+        ),
+        (
+            "a loop stacked on the mounted loop",
+            stacked.path(),
+            s(&[
+                "--allow-destructive",
+                "--expect-serial",
+                &format!("loop:{}", lo.s()),
+            ]),
+            vec![mounted_on.clone(), mount_line.clone()],
+        ),
+    ];
+    for (case, target, flags, expect) in &names {
+        for w in WORKLOADS {
+            let mut args = s(&["--rw", w, "--runtime", "1s"]);
+            args.extend(flags.iter().cloned());
+            refused_bench(
+                &mut t,
+                case,
+                &format!("bench {w}"),
+                &args,
+                target,
+                &file,
+                expect,
+            );
+        }
+        let mut args = s(&["--suite", "latency", "--scale", "quick"]);
+        args.extend(flags.iter().cloned());
+        refused_bench(&mut t, case, "suite latency", &args, target, &file, expect);
+    }
+
+    // The daemon: a write canary on each name (the image as a file target of exactly its
+    // size, the two loop devices as raw drives with their serials and destructive = true).
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let cfg = dir.path().join("d.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "state_dir = \"{}\"\nhealth_interval = \"1s\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\n\n{}\
+[[drive]]\nname = \"second\"\nserial = \"{}\"\npath = \"{}\"\ndestructive = true\n\n\
+[[drive]]\nname = \"stacked\"\nserial = \"loop:{}\"\npath = \"{}\"\ndestructive = true\n\n\
+[[probe]]\nname = \"wr\"\ndrives = [\"img\", \"second\", \"stacked\"]\nworkload = {{ read_pct = 0, rate_iops = 500, verify = false }}\n",
+            state.display(),
+            file_drive("img", &file, "64MiB"),
+            loop_serial(&file),
+            second.s(),
+            lo.s(),
+            stacked.s(),
+        ),
+    )
+    .unwrap();
+    let before = checksum(&file);
+    let d = Daemon::start(&cfg, &[]);
+    let drives = ["img", "second", "stacked"];
+    d.wait_for("every write canary refused", Duration::from_secs(30), |e| {
+        drives.iter().all(|dr| {
+            e.value(
+                "driveprobe_collector_success",
+                &[("drive", dr), ("collector", "canary:wr")],
+            ) == Some(0.0)
+        })
+    });
+    let e = d.scrape();
+    let log = d.log();
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success());
+    sync();
+    let unchanged = checksum(&file) == before;
+    for dr in drives {
+        let ops = e
+            .value(
+                "driveprobe_probe_ops_total",
+                &[("drive", dr), ("probe", "wr"), ("op", "write")],
+            )
+            .unwrap_or(0.0);
+        assert_eq!(ops, 0.0, "{dr}: the daemon wrote\n{log}");
+        assert!(unchanged, "{dr}: the daemon changed the image\n{log}");
+        t.add(dr, "daemon write canary", ops == 0.0, unchanged);
+    }
+    assert!(log.contains(&mount_line), "{log}");
+    assert!(
+        log.contains(&format!("backing file of {}", lo.s())),
+        "{log}"
+    );
+    t.finish(ALIAS_ATTEMPTS);
+    assert_eq!(
+        common::sha256(&file),
+        sha_before,
+        "the image's SHA-256 changed"
+    );
+
+    // The control: a loop device over a file inside the mounted filesystem is written.
+    let inner = common::image(mnt.dir(), "inner.img", 8 * MIB);
+    sync();
+    let ilo = Loop::attach(&inner, &[]);
+    let inner_before = checksum(&inner);
+    let out = driveprobe(
+        &s(&[
+            "bench",
+            "--rw",
+            "randwrite",
+            "--io-size",
+            "1m",
+            "--allow-destructive",
+            "--expect-serial",
+            &loop_serial(&inner),
+            ilo.s(),
+        ]),
+        Duration::from_secs(30),
+    );
+    common::assert_ok(
+        &out,
+        "bench on a loop over a file in the mounted filesystem",
+    );
+    drop(ilo);
+    sync();
+    assert_ne!(checksum(&inner), inner_before, "the control did not write");
+
+    drop(stacked);
+    drop(second);
+    drop(mnt);
+    let fsck = Command::new("e2fsck")
+        .args(["-fn", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        fsck.status.success(),
+        "e2fsck -fn: {}\n{}{}",
+        fsck.status,
+        String::from_utf8_lossy(&fsck.stdout),
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    println!("ALIAS image SHA-256 unchanged ({sha_before}); e2fsck -fn clean; control written");
 }
