@@ -519,7 +519,7 @@ fn the_backing_file_of_a_loop_device_is_not_a_file_target() {
     let dir = common::shm_dir("dp-alias-");
     let (file, lo, m) = mounted_ext4(dir.path());
     let before = checksum(&file);
-    let err = safety::authorize_file_writes(&file).expect_err("mounted through a loop");
+    let err = safety::authorize_file_writes(&file, true).expect_err("mounted through a loop");
     assert_eq!(before, checksum(&file));
     let msg = err.to_string();
     assert!(matches!(err, SafetyError::BacksLoopDevice { .. }), "{msg}");
@@ -536,7 +536,7 @@ fn the_backing_file_of_a_loop_device_is_not_a_file_target() {
     let before = checksum(&file);
     // Free, the loop device still has the file's data: refused all the same (the loop
     // device itself is the way to write it, through the block gate).
-    let err = safety::authorize_file_writes(&file).expect_err("backs a free loop device");
+    let err = safety::authorize_file_writes(&file, true).expect_err("backs a free loop device");
     assert!(
         err.to_string().contains("none of them is in use now"),
         "{err}"
@@ -544,7 +544,7 @@ fn the_backing_file_of_a_loop_device_is_not_a_file_target() {
     assert_eq!(before, checksum(&file));
     drop(lo);
     // Detached: a file like any other.
-    safety::authorize_file_writes(&file).unwrap();
+    safety::authorize_file_writes(&file, true).unwrap();
 }
 
 #[test]
@@ -652,6 +652,6 @@ fn a_second_loop_over_a_swap_loops_file_is_refused() {
         "{err}"
     );
     // And the file itself is no file target.
-    let err = safety::authorize_file_writes(&file).unwrap_err();
+    let err = safety::authorize_file_writes(&file, true).unwrap_err();
     assert!(err.to_string().contains("is in use as swap"), "{err}");
 }
