@@ -158,13 +158,14 @@ fn rate_limit_holds_500_iops_within_2_percent() {
         r.total.ops,
         r.due_missed_ops
     );
-    // What the host delivered: all of it but what a stall of the measured length at the
-    // end can take (within 2% on a host that kept up).
-    let late = r.issue_late_max_seconds;
+    // What the host delivered: all of it but what a stall at the end can take (within 2%
+    // on a host that kept up). The lateness allowed is only what the workers' measured
+    // wait for a CPU explains: a limiter that bunches its I/Os is late on an idle host.
+    let late = r.issue_late_max_seconds.min(r.run_delay_seconds);
     let err = (r.total.iops - 500.0).abs() / 500.0;
     assert!(
         err < 0.02 + late / 5.0,
-        "rate {} IOPS, 500 asked (latest issue {late:.3}s behind)",
+        "rate {} IOPS, 500 asked (lateness the host explains: {late:.3}s)",
         r.total.iops
     );
     assert_eq!(r.intervals.len(), 5);
@@ -178,7 +179,7 @@ fn rate_limit_holds_500_iops_within_2_percent() {
         let e = (i.read.iops - 500.0).abs() / 500.0;
         assert!(
             e < 0.10 + late,
-            "interval at {}s: {} IOPS (latest issue {late:.3}s behind)",
+            "interval at {}s: {} IOPS (lateness the host explains: {late:.3}s)",
             i.end_seconds,
             i.read.iops
         );

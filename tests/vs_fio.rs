@@ -133,10 +133,14 @@ fn rate_and_littles_law_agree_with_fio() {
         due.abs_diff(4000) <= 1,
         "driveprobe: {due} I/Os due, {dp_iops} IOPS"
     );
-    let late = b["issue_late_max_seconds"].as_f64().unwrap();
+    // Lateness excuses a short rate only as far as the workers' wait for a CPU explains it.
+    let late = b["issue_late_max_seconds"]
+        .as_f64()
+        .unwrap()
+        .min(b["run_delay_seconds"].as_f64().unwrap());
     assert!(
         (dp_iops - 800.0).abs() < 16.0 + 800.0 * late / 5.0,
-        "driveprobe {dp_iops} (latest issue {late:.3}s behind)"
+        "driveprobe {dp_iops} (lateness the host explains: {late:.3}s)"
     );
 
     let closed = [

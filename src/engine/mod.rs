@@ -201,6 +201,10 @@ pub struct RunResult {
     /// Open loop: how late, at most, an I/O was issued against its due time, in seconds
     /// (the host's stalls; the rate's figures are exact only when this is small).
     pub issue_late_max_seconds: f64,
+    /// Seconds the worker threads waited, runnable, for a CPU, summed over the workers
+    /// (their run delay; 0 where the kernel does not keep it): how much of any lateness or
+    /// idle slot time the host caused.
+    pub run_delay_seconds: f64,
     pub read: DirSummary,
     pub write: DirSummary,
     pub total: DirSummary,
@@ -424,6 +428,7 @@ pub fn run_observed(
                     b.in_flight_ns = 0;
                     b.due_missed_ops = 0;
                     b.issue_late_max_ns = 0;
+                    b.run_delay_ns = 0;
                     let _ = spare_txs[w].try_send(b);
                 }
                 Msg::Done(w) => collector.done(w, on_interval),
@@ -486,6 +491,7 @@ pub fn run_observed(
         in_flight_seconds: collector.total_in_flight_ns as f64 / 1e9,
         due_missed_ops: collector.total_due_missed,
         issue_late_max_seconds: collector.issue_late_max_ns as f64 / 1e9,
+        run_delay_seconds: collector.total_run_delay_ns as f64 / 1e9,
         read: collector.total_read.summary(runtime_seconds),
         write: collector.total_write.summary(runtime_seconds),
         total: both.summary(runtime_seconds),
@@ -516,6 +522,7 @@ struct Collector {
     total_in_flight_ns: u64,
     total_due_missed: u64,
     issue_late_max_ns: u64,
+    total_run_delay_ns: u64,
     intervals: Vec<IntervalSummary>,
     last_end: u64,
     written: Arc<AtomicU64>,
@@ -547,6 +554,7 @@ impl Collector {
             total_in_flight_ns: 0,
             total_due_missed: 0,
             issue_late_max_ns: 0,
+            total_run_delay_ns: 0,
             intervals: Vec::new(),
             last_end: 0,
         }
@@ -567,6 +575,7 @@ impl Collector {
         agg.in_flight_ns += b.in_flight_ns;
         agg.due_missed_ops += b.due_missed_ops;
         agg.issue_late_max_ns = agg.issue_late_max_ns.max(b.issue_late_max_ns);
+        agg.run_delay_ns += b.run_delay_ns;
         agg.end_ns = agg.end_ns.max(b.end_ns);
         self.last_index[w] = Some(b.index);
         self.flush(emit);
@@ -596,12 +605,14 @@ impl Collector {
                 in_flight_seconds: agg.in_flight_ns as f64 / 1e9,
                 due_missed_ops: agg.due_missed_ops,
                 issue_late_max_seconds: agg.issue_late_max_ns as f64 / 1e9,
+                run_delay_seconds: agg.run_delay_ns as f64 / 1e9,
             };
             self.total_idle_ns += agg.slot_idle_ns;
             self.total_uncounted_ns += agg.slot_uncounted_ns;
             self.total_in_flight_ns += agg.in_flight_ns;
             self.total_due_missed += agg.due_missed_ops;
             self.issue_late_max_ns = self.issue_late_max_ns.max(agg.issue_late_max_ns);
+            self.total_run_delay_ns += agg.run_delay_ns;
             self.total_read.merge(&agg.read);
             self.total_write.merge(&agg.write);
             self.last_end = self.last_end.max(agg.end_ns);
@@ -624,6 +635,7 @@ impl Collector {
             agg.in_flight_ns = 0;
             agg.due_missed_ops = 0;
             agg.issue_late_max_ns = 0;
+            agg.run_delay_ns = 0;
             agg.end_ns = 0;
             if self.spare.len() < 2 {
                 self.spare.push(agg);

@@ -323,6 +323,9 @@ pub struct IntervalSummary {
     /// Open loop: the latest an I/O was issued against its due time, in seconds.
     #[serde(default)]
     pub issue_late_max_seconds: f64,
+    /// Seconds the workers waited, runnable, for a CPU in this interval, summed.
+    #[serde(default)]
+    pub run_delay_seconds: f64,
 }
 
 #[cfg(test)]

@@ -24,6 +24,16 @@ pub fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Nanoseconds this thread has waited, runnable, for a CPU (the second field of
+/// `/proc/thread-self/schedstat`); 0 where the kernel does not keep it. Read once per
+/// interval, never per I/O.
+fn thread_run_delay_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// What a worker hands the collector at the end of each interval.
 #[derive(Debug)]
 pub struct IntervalStats {
@@ -54,6 +64,10 @@ pub struct IntervalStats {
     /// Open loop: how late, at most, an I/O was issued against its due time (the host's
     /// stall; for I/Os never issued, until the window's end).
     pub issue_late_max_ns: u64,
+    /// Nanoseconds the worker thread waited, runnable, for a CPU during this interval (the
+    /// run delay of `/proc/thread-self/schedstat`; 0 where the kernel does not keep it):
+    /// the part of any lateness or gap that the host, not the target, caused.
+    pub run_delay_ns: u64,
 }
 
 impl IntervalStats {
@@ -69,6 +83,7 @@ impl IntervalStats {
             in_flight_ns: 0,
             due_missed_ops: 0,
             issue_late_max_ns: 0,
+            run_delay_ns: 0,
         })
     }
 }
@@ -249,6 +264,8 @@ struct Core {
     digits: u8,
     outcome: WorkerOutcome,
     stopping: bool,
+    /// This thread's run delay when the current interval began.
+    run_delay_mark: u64,
 }
 
 impl Core {
@@ -285,6 +302,7 @@ impl Core {
             digits: s.digits,
             outcome: WorkerOutcome::default(),
             stopping: false,
+            run_delay_mark: thread_run_delay_ns(),
         }
     }
 
@@ -321,6 +339,9 @@ impl Core {
     }
 
     fn send_interval(&mut self, end: u64) {
+        let delay = thread_run_delay_ns();
+        self.cur.run_delay_ns = delay.saturating_sub(self.run_delay_mark);
+        self.run_delay_mark = delay;
         let fresh = match self.spare_rx.recv() {
             Ok(b) => b,
             Err(_) => IntervalStats::new(self.digits), // collector gone: keep going, nobody listens
@@ -568,20 +589,22 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
     // At an interval boundary: the slots' time since `from` not accounted yet, as (in
     // flight, idle). A slot is in flight from its submission until its completion is
     // reaped; closed loop, a free slot is idle since its last completion.
-    let carry = |ring: &Uring, slots: &[Slot], done_at: &[u64], from: u64, to: u64| {
-        let (mut busy, mut idle) = (0, 0);
-        for (i, s) in slots.iter().enumerate() {
-            if ring.is_busy(i as u32) {
-                busy += to.saturating_sub(s.start.max(from));
-            } else if closed {
-                idle += to.saturating_sub(done_at[i].max(from));
+    // `pending`: slots queued for their next I/O but not stamped yet, still idle.
+    let carry =
+        |ring: &Uring, slots: &[Slot], done_at: &[u64], pending: &[u32], from: u64, to: u64| {
+            let (mut busy, mut idle) = (0, 0);
+            for (i, s) in slots.iter().enumerate() {
+                if ring.is_busy(i as u32) && !pending.contains(&(i as u32)) {
+                    busy += to.saturating_sub(s.start.max(from));
+                } else if closed {
+                    idle += to.saturating_sub(done_at[i].max(from));
+                }
             }
-        }
-        (busy, idle)
-    };
+            (busy, idle)
+        };
     let mut now = now_ns();
     loop {
-        core.flush_intervals(now, &|a, b| carry(&ring, &slots, &done_at, a, b));
+        core.flush_intervals(now, &|a, b| carry(&ring, &slots, &done_at, &[], a, b));
         core.check_stop(now, shared);
         if !core.stopping {
             // Issue: closed loop keeps every slot busy; open loop issues what is due.
@@ -638,7 +661,12 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
                 // 5% off the queue depth Little's law sees on tmpfs (BENCHMARKS.md).
                 if queued.len() == 1 && first_early {
                     if core.arrival.is_none() {
+                        // A boundary passed while the refill was built is cut first, so
+                        // the slot's gap is split at it.
                         let t = now_ns();
+                        core.flush_intervals(t, &|a, b| {
+                            carry(&ring, &slots, &done_at, &queued, a, b)
+                        });
                         slots[slot as usize].start = t;
                         core.slot_refilled(done_at[slot as usize], t);
                     }
@@ -657,6 +685,9 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
             // when the previous one completed (the time spent preparing it is ours).
             if core.arrival.is_none() && queued.len() > early {
                 let t = now_ns();
+                core.flush_intervals(t, &|a, b| {
+                    carry(&ring, &slots, &done_at, &queued[early..], a, b)
+                });
                 for &q in &queued[early..] {
                     slots[q as usize].start = t;
                     core.slot_refilled(done_at[q as usize], t);
@@ -694,7 +725,7 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
             break;
         }
         now = now_ns();
-        core.flush_intervals(now, &|a, b| carry(&ring, &slots, &done_at, a, b));
+        core.flush_intervals(now, &|a, b| carry(&ring, &slots, &done_at, &[], a, b));
         ring.reap(|ring, slot, res| {
             let s = slots[slot as usize];
             core.complete(&s, res as i64, now, ring.buf(slot), shared);
@@ -702,7 +733,7 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
             free.push(slot);
         });
     }
-    let outcome = core.finish(&|a, b| carry(&ring, &slots, &done_at, a, b));
+    let outcome = core.finish(&|a, b| carry(&ring, &slots, &done_at, &[], a, b));
     drop(ring);
     outcome
 }
@@ -716,11 +747,22 @@ pub fn run_psync(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
         return WorkerOutcome::default();
     };
     let mut core = Core::new(setup, t0);
+    let closed = core.arrival.is_none();
+    // Closed loop, the one slot is idle from the start of measurement until the first
+    // I/O (a worker thread that started late), then for no time: the next I/O starts at
+    // the last one's completion. Open loop, it waits for its due time (not counted).
+    let mut done = core.tl.measure_start;
+    let idle = |done: u64, from: u64, to: u64| {
+        let idle = if closed {
+            to.saturating_sub(done.max(from))
+        } else {
+            0
+        };
+        (0, idle)
+    };
     let mut now = now_ns();
     loop {
-        // Between two I/Os the one slot is idle for no time (the next starts at the last
-        // one's completion, closed loop) or waits for its due time (open loop).
-        core.flush_intervals(now, &|_, _| (0, 0));
+        core.flush_intervals(now, &|a, b| idle(done, a, b));
         core.check_stop(now, shared);
         if core.stopping {
             break;
@@ -737,6 +779,7 @@ pub fn run_psync(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
             core.advance_due();
             s
         } else {
+            core.slot_refilled(done, now);
             now
         };
         let op = core.gen.next_op();
@@ -769,6 +812,7 @@ pub fn run_psync(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
             seq,
         };
         core.complete(&slot, res, now, bufs.slot(0), shared);
+        done = now;
     }
-    core.finish(&|_, _| (0, 0))
+    core.finish(&|a, b| idle(done, a, b))
 }

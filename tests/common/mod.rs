@@ -698,6 +698,13 @@ pub fn slot_time(t: &SlotTime, slots: f64, whole_run: bool, what: &str) -> f64 {
     let depth = t.in_flight_s / t.secs;
     let idle = t.idle_s / t.secs;
     let err = (depth + idle - slots).abs() / slots;
+    // A loose floor, not Little's law: however busy the host, a closed loop keeps most
+    // of its slots in flight (a worker preempted with I/Os done but not reaped still
+    // holds them). A loop that leaves half its slots unused fails it.
+    assert!(
+        depth > 0.5 * slots,
+        "{what}: only {depth:.2} of {slots} slots in flight on average ({idle:.2} idle)"
+    );
     assert!(
         err < 0.01,
         "{what}: {depth:.2} slots in flight and {idle:.2} idle over {:.3}s = {:.2}, expected \
@@ -722,4 +729,19 @@ pub fn slot_time(t: &SlotTime, slots: f64, whole_run: bool, what: &str) -> f64 {
         );
     }
     depth
+}
+
+/// Nanoseconds the threads of process `pid` have waited, runnable, for a CPU (the run
+/// delay of `/proc/PID/task/*/schedstat`, summed): what a busy host cost it. Timing bounds
+/// in tests add the change of this over what they time, so that they check the code, not
+/// the CPU it got. 0 where schedstat is missing.
+pub fn run_delay_ns(pid: u32) -> u64 {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
 }
