@@ -130,8 +130,8 @@ pub enum SafetyError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path} is not a regular file: a file target must be an existing regular file; create and preallocate it first")]
-    NotRegularFile { path: PathBuf },
+    #[error("{path}: is a {kind}, not a regular file or a block device: a {kind} is never a target; give a regular file or a block device")]
+    NotRegularFile { path: PathBuf, kind: &'static str },
     #[error("{path} is a symbolic link (to {to}): driveprobe writes only to the file it is given, never through a link; give the file's own path")]
     Symlink { path: PathBuf, to: PathBuf },
     #[error("{path} has {links} hard links: writing to it would change the file under its other names too; give a file of its own (one link)")]
@@ -214,8 +214,10 @@ pub fn authorize_file_writes(path: &Path, allow_foreign: bool) -> Result<WritePe
         });
     }
     if !meta.file_type().is_file() {
+        use std::os::unix::fs::MetadataExt;
         return Err(SafetyError::NotRegularFile {
             path: path.to_path_buf(),
+            kind: crate::target::kind_name(meta.mode()),
         });
     }
     // The file itself, reached without a link on any folder of the path: its mark and
@@ -249,6 +251,7 @@ pub fn authorize_file_writes(path: &Path, allow_foreign: bool) -> Result<WritePe
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
         return Err(SafetyError::NotRegularFile {
             path: path.to_path_buf(),
+            kind: crate::target::kind_name(st.st_mode),
         });
     }
     if st.st_nlink > 1 {

@@ -26,6 +26,15 @@ pub enum TargetError {
     DirectRefused(PathBuf),
     #[error("{0}: not a regular file or a block device")]
     WrongKind(PathBuf),
+    /// A special file (/dev/zero, a FIFO, a socket, a directory) named as a target: never
+    /// one, whatever the flags, and never "remove it" (it is not driveprobe's to remove).
+    #[error("{path}: is a {kind}, not a regular file{or_block}: a {kind} is never a target; give {give}")]
+    SpecialFile {
+        path: PathBuf,
+        kind: &'static str,
+        or_block: &'static str,
+        give: &'static str,
+    },
     #[error("{path}: the region needs {need} bytes but the target has {have}: give a smaller --size/--offset, or a bigger target")]
     TooSmall { path: PathBuf, need: u64, have: u64 },
     #[error("{path}: block size {bs} is not a multiple of the {what} ({align} bytes): use a block size that is")]
@@ -146,7 +155,15 @@ impl Target {
         let ft = meta.file_type();
         let is_block = ft.is_block_device() && own_size.is_none();
         if !is_block && !ft.is_file() {
-            return Err(TargetError::WrongKind(path.to_path_buf()));
+            if own_size.is_some() {
+                return Err(special_file_target(path, meta.mode()));
+            }
+            return Err(TargetError::SpecialFile {
+                path: path.to_path_buf(),
+                kind: kind_name(meta.mode()),
+                or_block: " or a block device",
+                give: "a regular file or a block device",
+            });
         }
         let file = if is_block {
             let mut flags = 0;
@@ -239,6 +256,9 @@ impl Target {
             }
         } else {
             if !opened.file_type().is_file() {
+                if own_size.is_some() {
+                    return Err(special_file_target(path, opened.mode()));
+                }
                 return Err(TargetError::WrongKind(path.to_path_buf()));
             }
             // Driveprobe's own file, checked on the descriptor the I/O will use: the
@@ -687,6 +707,10 @@ pub fn ensure_own_file(path: &Path, size: u64) -> Result<Ensured, TargetError> {
         }
         Err(e) => return Err(io_err(path, e.into())),
     };
+    let st = fstat(&fd).map_err(|e| io_err(path, e.into()))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(special_file_target(path, st.st_mode));
+    }
     if !is_own_file(&fd) {
         return Err(TargetError::NotOwnFile(path.to_path_buf()));
     }
@@ -708,6 +732,31 @@ pub fn ensure_own_file(path: &Path, size: u64) -> Result<Ensured, TargetError> {
     })
 }
 
+/// What a file is, in words, from its `st_mode` (for errors about special files).
+pub(crate) fn kind_name(mode: rustix::fs::RawMode) -> &'static str {
+    use rustix::fs::FileType;
+    match FileType::from_raw_mode(mode) {
+        FileType::RegularFile => "regular file",
+        FileType::Directory => "directory",
+        FileType::Symlink => "symbolic link",
+        FileType::Fifo => "FIFO (named pipe)",
+        FileType::CharacterDevice => "character device",
+        FileType::BlockDevice => "block device",
+        FileType::Socket => "socket",
+        FileType::Unknown => "special file",
+    }
+}
+
+/// The error for a daemon file target that names something other than a regular file.
+fn special_file_target(path: &Path, mode: rustix::fs::RawMode) -> TargetError {
+    TargetError::SpecialFile {
+        path: path.to_path_buf(),
+        kind: kind_name(mode),
+        or_block: "",
+        give: "a path that does not exist (driveprobe creates its file there), or a [[drive]] with a device",
+    }
+}
+
 /// For `check-config`: refuses a file target path that names something driveprobe did
 /// not create, or that has a symbolic link on the way. A path that does not exist yet
 /// (the daemon creates it) is fine; so is one this user may not look at (the daemon, as
@@ -716,8 +765,17 @@ pub fn check_own_file_path(path: &Path) -> Result<(), TargetError> {
     use rustix::fs::{Mode, OFlags};
     let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
     match open_no_symlinks(path, flags, Mode::empty()) {
-        Ok(fd) if is_own_file(&fd) => Ok(()),
-        Ok(_) => Err(TargetError::NotOwnFile(path.to_path_buf())),
+        Ok(fd) => {
+            let st = rustix::fs::fstat(&fd).map_err(|e| io_err(path, e.into()))?;
+            if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
+            {
+                Err(special_file_target(path, st.st_mode))
+            } else if is_own_file(&fd) {
+                Ok(())
+            } else {
+                Err(TargetError::NotOwnFile(path.to_path_buf()))
+            }
+        }
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
             Err(TargetError::SymlinkInPath(path.to_path_buf()))
         }

@@ -255,6 +255,36 @@ fn missing_target_without_size_is_one_line_and_status_1() {
     );
 }
 
+/// A character device (/dev/zero never ends), a FIFO or a directory is never a bench
+/// target, whatever the flags: one line naming what it is, status 1.
+#[test]
+fn a_special_file_is_never_a_bench_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for (target, kind) in [
+        (Path::new("/dev/zero"), "character device"),
+        (fifo.as_path(), "FIFO (named pipe)"),
+        (dir.path(), "directory"),
+    ] {
+        for rw in ["--rw=read", "--rw=write"] {
+            let mut args = vec![s(target), rw, "--size=1m", "--runtime", "1"];
+            if rw == "--rw=write" {
+                args.push("--allow-destructive");
+            }
+            let line = bench(&args).runtime_error(&[
+                s(target),
+                &format!("is a {kind}, not a regular file or a block device"),
+            ]);
+            assert!(!line.contains("remove"), "{line}");
+        }
+    }
+}
+
 #[test]
 fn missing_target_argument_is_a_clap_usage_error() {
     bench(&["--runtime", "1"]).clap_error("TARGET");

@@ -784,3 +784,39 @@ fn a_fifo_a_device_or_a_huge_file_is_no_config() {
     .unwrap();
     refused(&cfg, &[], "fio_job: cannot read");
 }
+
+/// A character device, a FIFO or a directory as a daemon file target is refused by
+/// `check-config` with one line naming what it is, and never with advice to remove it
+/// (issue 16: /dev/zero was "a file driveprobe did not create; remove the file").
+#[test]
+fn a_special_file_is_never_a_file_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.dat");
+    mkfifo(&fifo);
+    let limit = std::time::Duration::from_secs(10);
+    for (target, kind) in [
+        (Path::new("/dev/zero"), "character device"),
+        (Path::new("/dev/null"), "character device"),
+        (fifo.as_path(), "FIFO (named pipe)"),
+        (dir.path(), "directory"),
+    ] {
+        let cfg = dir.path().join("special.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[[drive]]\nname = \"d\"\nfile_target = {{ path = \"{}\", size = \"1MiB\" }}\n",
+                target.display()
+            ),
+        )
+        .unwrap();
+        let out = check_config_within(&cfg, &[], limit)
+            .unwrap_or_else(|| panic!("check-config with {} still running", target.display()));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {stderr}", target.display());
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with("driveprobe: error: "), "{stderr}");
+        let says = format!("{}: is a {kind}, not a regular file", target.display());
+        assert!(stderr.contains(&says), "wanted {says:?}: {stderr}");
+        assert!(!stderr.contains("remove"), "{stderr}");
+    }
+}

@@ -1221,3 +1221,265 @@ fn nothing_on_the_http_side_changes_a_run() {
     assert_eq!(before.4, after.4, "the run and scheduler series changed");
     assert!(!d.log().contains("scheduled run starts"), "{}", d.log());
 }
+
+// ------------------------------------------------------------------ clients that never read
+
+/// Connections the report hogs open: the server's cap (256, `Limits::default`) and more.
+const HOGS: usize = 272;
+/// Report requests each hog pipelines, never reading an answer.
+const HOG_PIPELINE: usize = 32;
+/// Scrapes made, a quarter of a second apart, while the hogs hold their connections.
+const HOG_SCRAPES: usize = 40;
+
+/// `HOGS` clients (the connection cap and more), each with a tiny receive buffer,
+/// pipeline `HOG_PIPELINE` requests for the heaviest page (a run's report) and never read:
+/// their responses block the server's writes. Meanwhile every scrape of `/metrics` on a
+/// new connection is answered with 200 (before: once every slot was blocked on writing,
+/// a scrape was closed unanswered until the 30 s stuck limit), within a third of that
+/// limit (the only relief the old code had). The bound is that server constant, not a
+/// speed: the old failure is an unanswered close, not a slow answer.
+#[test]
+fn clients_that_pipeline_reports_and_never_read_do_not_starve_scrapes() {
+    // Its rendering load would skew the bcrypt times the flood tests measure.
+    let _timing = timing();
+    let rig = Rig::new();
+    let state = rig.dir.path().join("state");
+    std::fs::create_dir_all(state.join("runs")).unwrap();
+    let run_id = "20261130T010000Z-d-enterprise";
+    let doc = state.join("runs").join(format!("{run_id}.json"));
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/results/enterprise-sas-ssd800mm.json"),
+        &doc,
+    )
+    .unwrap();
+    let t = now();
+    std::fs::write(
+        state.join("state.json"),
+        serde_json::json!({
+            "version": 1,
+            "runs": [{
+                "id": run_id, "suite": "enterprise", "drive": "d",
+                "started": t - 7200, "ended": t - 3600, "status": "passed",
+                "result_path": doc,
+            }],
+        })
+        .to_string(),
+    )
+    .unwrap();
+    rig.write_web(""); // plain HTTP, no auth: the hogs cost the server rendering only
+    let d = rig.start();
+    let report = format!("/runs/{run_id}/report");
+    let (code, _, page) = d.get_with(&report, &[]);
+    assert_eq!(code, 200, "{page}");
+    let stuck_after = Duration::from_secs(30); // `Limits::default().stuck_after`
+    let bound = stuck_after / 3;
+
+    let addr: std::net::SocketAddr = d.addr.parse().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let req = format!("GET {report} HTTP/1.1\r\nHost: x\r\n\r\n").repeat(HOG_PIPELINE);
+    let t0 = Instant::now();
+    let hogs: Vec<TcpStream> = (0..HOGS)
+        .map(|_| {
+            let s = rt
+                .block_on(async {
+                    let sock = tokio::net::TcpSocket::new_v4()?;
+                    sock.set_recv_buffer_size(4096)?;
+                    sock.connect(addr).await?.into_std()
+                })
+                .unwrap();
+            s.set_nonblocking(false).unwrap();
+            // A hog closed at once (at the cap) may not take all of it: no matter.
+            let _ = (&s).write_all(req.as_bytes());
+            s
+        })
+        .collect();
+    // Every hog has been answered in part (its writes then block), or closed.
+    for h in &hogs {
+        h.set_nonblocking(true).unwrap();
+        loop {
+            match h.peek(&mut [0u8; 1]) {
+                Ok(_) => break,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(120),
+                        "a hog got no answer in 120 s"
+                    );
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    let filled = t0.elapsed();
+    let mut took = Vec::new();
+    for i in 0..HOG_SCRAPES {
+        let t1 = Instant::now();
+        let r = daemon::try_http_get(&d.addr, "/metrics", &[]);
+        let dt = t1.elapsed();
+        match r {
+            Ok((200, _, _)) => {}
+            other => panic!(
+                "scrape {i} with {HOGS} hogs pipelining reports: {:?} after {dt:?}",
+                other.map(|(code, _, body)| (code, body.chars().take(200).collect::<String>()))
+            ),
+        }
+        assert!(dt < bound, "scrape {i} took {dt:?} (bound {bound:?})");
+        took.push(dt);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    println!(
+        "{HOGS} hogs x {HOG_PIPELINE} reports of {} bytes, all answered in part after \
+         {filled:?}; {HOG_SCRAPES} scrapes took {took:?} (bound {bound:?})",
+        page.len()
+    );
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success(), "{st}");
+}
+
+// ------------------------------------------------------------------ fair bcrypt pool
+
+/// Users checked for the first time, one each, from another address during the flood.
+const FRESH_USERS: usize = 5;
+
+/// A TCP connection to `addr` from the local address `from` (any of 127/8 on Linux).
+fn connect_from(from: [u8; 4], addr: &str) -> std::io::Result<TcpStream> {
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    let s = rt.block_on(async {
+        let sock = tokio::net::TcpSocket::new_v4()?;
+        sock.bind((std::net::Ipv4Addr::from(from), 0).into())?;
+        sock.connect(addr).await?.into_std()
+    })?;
+    s.set_nonblocking(false)?;
+    Ok(s)
+}
+
+/// `FLOOD_CLIENTS` clients on 127.0.0.1 send distinct wrong passwords (no cache can
+/// absorb them) as fast as they are answered; meanwhile `FRESH_USERS` users never
+/// verified before each scrape once from 127.0.0.2. Each is answered 200 within 6 bcrypt
+/// times (measured here): the pool serves addresses round robin, so a newcomer's check
+/// waits for the one running and the flood's next turn (about 3 bcrypt times in all with
+/// a pool of one), not for every check the flood has queued (at least `FLOOD_CLIENTS` / 2;
+/// before: first come, first served, about 17 bcrypt times on two CPUs).
+#[test]
+fn a_new_client_gets_its_share_of_bcrypt_during_a_flood_from_another_address() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let _timing = timing();
+    let rig = Rig::new();
+    let fresh: Vec<(String, String)> = (0..FRESH_USERS)
+        .map(|i| (format!("fresh{i}"), format!("fresh password {i}")))
+        .collect();
+    let mut web = format!("basic_auth_users:\n  {USER}: {}\n", hash(PASSWORD));
+    for (u, p) in &fresh {
+        web.push_str(&format!("  {u}: {}\n", hash(p)));
+    }
+    rig.write_web(&web);
+    let d = rig.start();
+    let bcrypt_once = {
+        let h = hash(PASSWORD);
+        let mut v: Vec<Duration> = (0..5)
+            .map(|_| {
+                let t0 = Instant::now();
+                assert!(bcrypt::verify(PASSWORD, &h).unwrap());
+                t0.elapsed()
+            })
+            .collect();
+        v.sort();
+        v[2]
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let flood: Vec<_> = (0..FLOOD_CLIENTS)
+        .map(|i| {
+            let (addr, stop, sent, refused) =
+                (d.addr.clone(), stop.clone(), sent.clone(), refused.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(mut s) = connect_from([127, 0, 0, 1], &addr) else {
+                        continue;
+                    };
+                    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                    while !stop.load(Ordering::Relaxed) {
+                        n += 1;
+                        let req = format!(
+                            "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\r\n",
+                            basic(USER, &format!("wrong-{i}-{n}"))
+                        );
+                        if s.write_all(req.as_bytes()).is_err() {
+                            break;
+                        }
+                        sent.fetch_add(1, Ordering::Relaxed);
+                        match read_response(&mut s) {
+                            Ok(r) => {
+                                assert_eq!(r.status, 401);
+                                refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let waiting = || {
+        sent.load(Ordering::Relaxed)
+            .saturating_sub(refused.load(Ordering::Relaxed))
+    };
+    let t0 = Instant::now();
+    while refused.load(Ordering::Relaxed) == 0 || waiting() < FLOOD_CLIENTS / 2 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the flood did not start"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let before = waiting();
+    let took: Vec<Duration> = fresh
+        .iter()
+        .map(|(u, p)| {
+            let t1 = Instant::now();
+            let mut s = connect_from([127, 0, 0, 2], &d.addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            let req = format!(
+                "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\nConnection: close\r\n\r\n",
+                basic(u, p)
+            );
+            s.write_all(req.as_bytes()).unwrap();
+            let r = read_response(&mut s).unwrap();
+            assert_eq!(r.status, 200, "{u}");
+            t1.elapsed()
+        })
+        .collect();
+    let after = waiting();
+    stop.store(true, Ordering::Relaxed);
+    for t in flood {
+        t.join().unwrap();
+    }
+    let bound = bcrypt_once * 6;
+    println!(
+        "bcrypt {bcrypt_once:?}; {FLOOD_CLIENTS} flood clients, {before} then {after} wrong \
+         passwords waiting; {FRESH_USERS} first checks from another address took {took:?} \
+         (bound {bound:?}); {} refused in all",
+        refused.load(Ordering::Relaxed)
+    );
+    assert!(
+        before.min(after) >= FLOOD_CLIENTS / 2,
+        "the flood was waiting for bcrypt throughout"
+    );
+    for (i, t) in took.iter().enumerate() {
+        assert!(
+            *t < bound,
+            "first check {i} took {t:?} during the flood (one bcrypt: {bcrypt_once:?})"
+        );
+    }
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success(), "{st}");
+}

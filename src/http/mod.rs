@@ -12,8 +12,10 @@
 //!   Authentication comes first: a client without valid credentials gets 401 (with
 //!   `WWW-Authenticate: Basic realm="driveprobe"`) whatever it asked for.
 //! - Robustness: a header read timeout (a client that does not finish its headers in time
-//!   is closed, slowloris included; with TLS the handshake has the same limit), a cap on open connections where idle ones make room
-//!   for newcomers (see `server`), hyper's default limits on the request line and headers.
+//!   is closed, slowloris included; with TLS the handshake has the same limit), a cap on open connections where idle ones,
+//!   then ones whose client does not read, then ones busy with reports only make room for
+//!   newcomers (see `server`), a write stall limit, hyper's default limits on the request
+//!   line and headers.
 //!   Nothing a client sends can make it panic; a panic in a page's renderer becomes a 500.
 //! - The status lock is taken to copy or encode and released before any `.await`.
 //!
@@ -70,8 +72,8 @@ impl WebHandle {
 /// The server's limits. [`Limits::default`] is what [`serve`] uses.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Open connections at most; at the cap an idle one is closed to make room, or the
-    /// newcomer when every one is busy.
+    /// Open connections at most; at the cap an idle one is closed to make room (or one
+    /// blocked on writing, or busy with reports only), or the newcomer when none is.
     pub max_connections: usize,
     /// A client must send a request's whole head within this time (from the moment the
     /// server starts waiting for it, so it also bounds idle keep-alive connections).
@@ -81,6 +83,9 @@ pub struct Limits {
     /// A response not written after this long (a client that does not read) no longer
     /// protects its connection from being closed for a newcomer at the cap.
     pub stuck_after: Duration,
+    /// A write to a client that makes no progress for this long (the client stopped
+    /// reading) closes its connection.
+    pub write_stall: Duration,
 }
 
 impl Default for Limits {
@@ -90,6 +95,7 @@ impl Default for Limits {
             header_read_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(1),
             stuck_after: Duration::from_secs(30),
+            write_stall: Duration::from_secs(10),
         }
     }
 }

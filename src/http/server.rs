@@ -1,15 +1,24 @@
 //! Sockets: the accept loop, the connection cap, one HTTP/1.1 connection, and shutdown.
 //!
-//! The cap counts open connections. At the cap, a new connection evicts the oldest one
-//! that is idle (no request in flight: a keep-alive connection between requests, or one
-//! still sending its headers), or failing that one whose response has been stuck for
-//! [`Limits::stuck_after`]; when every connection is busy the new one is closed at once.
-//! So idle or slow clients can hold at most the cap's worth of sockets and never lock a
-//! scraper out, and a request being answered is never cut off by a newcomer.
+//! The cap counts open connections. At the cap, a new connection evicts, in this order:
+//! the oldest one that is idle (no request in flight: a keep-alive connection between
+//! requests, or one still sending its headers); the one blocked on writing the longest (its
+//! peer does not read what it asked for: pipelined report requests never read, say); one
+//! busy with report pages only (the heaviest page, so `/metrics` and `/healthz` never wait
+//! behind reports for a place); one whose response has been stuck for
+//! [`Limits::stuck_after`]. When none of these exists the new one is closed at once.
+//! So clients that are idle, slow, or never read can hold at most the cap's worth of
+//! sockets and never lock a scraper out, and a scrape being answered is never cut off.
+//!
+//! Unread responses are bounded per connection: hyper answers pipelined requests one at a
+//! time and buffers at most its `max_buf_size` of responses, and a write that makes no
+//! progress for [`Limits::write_stall`] closes the connection.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -51,6 +60,37 @@ struct Slot {
     busy_since: AtomicU64,
     /// Told to close by a newcomer at the cap.
     evict: Notify,
+    /// When a write to the peer last found its socket full (nanoseconds since the
+    /// tracker's epoch, plus one so that 0 means "not blocked").
+    write_blocked_since: AtomicU64,
+    /// Report requests in flight (a subset of `busy`).
+    reports: AtomicUsize,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            busy: AtomicUsize::new(0),
+            busy_since: AtomicU64::new(0),
+            evict: Notify::new(),
+            write_blocked_since: AtomicU64::new(0),
+            reports: AtomicUsize::new(0),
+        }
+    }
+
+    /// Since when its writes have been blocked (tracker nanoseconds), if they are.
+    fn write_blocked(&self) -> Option<u64> {
+        match self.write_blocked_since.load(Ordering::Acquire) {
+            0 => None,
+            t => Some(t - 1),
+        }
+    }
+
+    /// Busy with report pages and nothing else.
+    fn reports_only(&self) -> bool {
+        let busy = self.busy.load(Ordering::Acquire);
+        busy > 0 && self.reports.load(Ordering::Acquire) >= busy
+    }
 }
 
 /// The open connections, oldest first.
@@ -80,7 +120,10 @@ impl Tracker {
     /// Whether `slot` may be closed for a newcomer (or on eviction, whether to drop it
     /// now rather than let its request finish).
     fn evictable(&self, slot: &Slot) -> bool {
-        if slot.busy.load(Ordering::Acquire) == 0 {
+        if slot.busy.load(Ordering::Acquire) == 0
+            || slot.write_blocked().is_some()
+            || slot.reports_only()
+        {
             return true;
         }
         let since = slot.busy_since.load(Ordering::Acquire);
@@ -95,6 +138,13 @@ impl Tracker {
             let victim = open
                 .iter()
                 .find(|(_, s)| s.busy.load(Ordering::Acquire) == 0)
+                .or_else(|| {
+                    open.iter()
+                        .filter_map(|e| Some((e, e.1.write_blocked()?)))
+                        .min_by_key(|&(_, since)| since)
+                        .map(|(e, _)| e)
+                })
+                .or_else(|| open.iter().find(|(_, s)| s.reports_only()))
                 .or_else(|| open.iter().find(|(_, s)| self.evictable(s)))
                 .map(|(&id, _)| id)?;
             if let Some(s) = open.remove(&victim) {
@@ -102,11 +152,7 @@ impl Tracker {
             }
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let slot = Arc::new(Slot {
-            busy: AtomicUsize::new(0),
-            busy_since: AtomicU64::new(0),
-            evict: Notify::new(),
-        });
+        let slot = Arc::new(Slot::new());
         open.insert(id, slot.clone());
         Some(Registered {
             tracker: self.clone(),
@@ -139,20 +185,126 @@ impl Drop for Registered {
 /// body has been written (it travels inside the body).
 struct Busy {
     slot: Arc<Slot>,
+    report: bool,
 }
 
 impl Busy {
+    #[cfg(test)]
     fn new(tracker: &Tracker, slot: Arc<Slot>) -> Busy {
+        Busy::with_kind(tracker, slot, false)
+    }
+
+    /// Busy with a report page when `report`.
+    fn with_kind(tracker: &Tracker, slot: Arc<Slot>, report: bool) -> Busy {
+        if report {
+            slot.reports.fetch_add(1, Ordering::AcqRel);
+        }
         if slot.busy.fetch_add(1, Ordering::AcqRel) == 0 {
             slot.busy_since.store(tracker.now_ns(), Ordering::Release);
         }
-        Busy { slot }
+        Busy { slot, report }
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
         self.slot.busy.fetch_sub(1, Ordering::AcqRel);
+        if self.report {
+            self.slot.reports.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// The connection's byte stream, watched: a write that finds the socket full marks the
+/// slot blocked (for the cap's choice of whom to evict), and one that makes no progress
+/// for `stall` fails with `TimedOut`, which closes the connection.
+struct Watched<I> {
+    inner: I,
+    slot: Arc<Slot>,
+    tracker: Arc<Tracker>,
+    stall: Duration,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<I> Watched<I> {
+    /// After a write attempt: progress clears the mark, a full socket sets it and arms
+    /// the stall timer (which wakes this task when it fires).
+    fn after_write<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match r {
+            Poll::Pending => {
+                if self.slot.write_blocked().is_none() {
+                    self.slot
+                        .write_blocked_since
+                        .store(self.tracker.now_ns().saturating_add(1), Ordering::Release);
+                }
+                let stall = self.stall;
+                let timer = self
+                    .deadline
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
+                if timer.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the peer read nothing of its response for the write stall limit",
+                    )));
+                }
+                Poll::Pending
+            }
+            ready => {
+                self.slot.write_blocked_since.store(0, Ordering::Release);
+                self.deadline = None;
+                ready
+            }
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.after_write(cx, r)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.after_write(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_flush(cx);
+        this.after_write(cx, r)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
@@ -198,14 +350,14 @@ pub(crate) async fn run(
             _ = shutdown_requested(&mut shutdown) => break,
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
+                Ok((stream, peer)) => {
                     // At the cap with every connection busy: close the newcomer.
                     let Some(reg) = tracker.admit() else {
                         tracing::debug!(max = tracker.max, "http: every connection is busy; closed a new one");
                         continue;
                     };
                     let _ = stream.set_nodelay(true);
-                    tasks.spawn(handshake(stream, app.clone(), reg, limits.clone(), shutdown.clone(), web.clone()));
+                    tasks.spawn(handshake(stream, peer.ip(), app.clone(), reg, limits.clone(), shutdown.clone(), web.clone()));
                 }
                 Err(e) => {
                     // A client that gave up is nobody's problem; anything else (out of
@@ -247,6 +399,7 @@ pub(crate) async fn run(
 /// connection counts as idle meanwhile (a newcomer at the cap may evict it).
 async fn handshake(
     stream: TcpStream,
+    peer: IpAddr,
     app: Arc<App>,
     reg: Registered,
     limits: Limits,
@@ -254,7 +407,7 @@ async fn handshake(
     web: WebHandle,
 ) {
     let Some(tls) = web.current().and_then(|w| w.tls.clone()) else {
-        return connection(stream, app, reg, limits, shutdown, web).await;
+        return connection(stream, peer, app, reg, limits, shutdown, web).await;
     };
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let slot = reg.slot.clone();
@@ -273,13 +426,14 @@ async fn handshake(
         _ = slot.evict.notified() => return,
         _ = shutdown_requested(&mut shutdown) => return,
     };
-    connection(stream, app, reg, limits, shutdown, web).await
+    connection(stream, peer, app, reg, limits, shutdown, web).await
 }
 
 /// One HTTP/1.1 connection over any byte stream (TCP, or TLS over TCP). Returns when the
 /// connection ends, is evicted, or after shutdown.
 async fn connection<I>(
     io: I,
+    peer: IpAddr,
     app: Arc<App>,
     reg: Registered,
     limits: Limits,
@@ -293,13 +447,16 @@ async fn connection<I>(
     let svc = {
         let (tracker, slot) = (tracker.clone(), slot.clone());
         service_fn(move |req: Request<Incoming>| {
-            let busy = Busy::new(&tracker, slot.clone());
+            let report = matches!(routes::route(req.uri().path()), routes::Route::Report(_));
+            let busy = Busy::with_kind(&tracker, slot.clone(), report);
             let app = app.clone();
             let web = web.current();
             async move {
                 let head = req.method() == hyper::Method::HEAD;
                 let mut resp = match web.as_ref().and_then(|w| w.auth.as_ref()) {
-                    Some(auth) if !auth.check(req.headers()).await => routes::unauthorized(head),
+                    Some(auth) if !auth.check(req.headers(), peer).await => {
+                        routes::unauthorized(head)
+                    }
                     // The body (if any) is never read; GET and HEAD must not have one.
                     _ if (head || req.method() == hyper::Method::GET)
                         && !req.body().is_end_stream() =>
@@ -323,6 +480,13 @@ async fn connection<I>(
         .header_read_timeout(limits.header_read_timeout)
         .keep_alive(true)
         .half_close(false);
+    let io = Watched {
+        inner: io,
+        slot: slot.clone(),
+        tracker: tracker.clone(),
+        stall: limits.write_stall,
+        deadline: None,
+    };
     let conn = builder.serve_connection(TokioIo::new(io), svc);
     tokio::pin!(conn);
     tokio::select! {
@@ -379,6 +543,70 @@ mod tests {
         assert!(!t.open.lock().unwrap().contains_key(&a.id));
         drop(a);
         assert_eq!(t.len(), 3);
+    }
+
+    #[test]
+    fn the_cap_evicts_the_longest_blocked_writer_then_a_report() {
+        let t = Arc::new(Tracker::new(&limits(3)));
+        let a = t.admit().unwrap();
+        let b = t.admit().unwrap();
+        let c = t.admit().unwrap();
+        let mut busy = vec![
+            Busy::new(&t, a.slot.clone()),
+            Busy::new(&t, b.slot.clone()),
+            Busy::with_kind(&t, c.slot.clone(), true),
+        ];
+        // b has been blocked on writing longer than a: b goes first.
+        b.slot.write_blocked_since.store(1, Ordering::Release);
+        a.slot.write_blocked_since.store(5, Ordering::Release);
+        let mut scrapes = Vec::new();
+        for gone in [&b, &a, &c] {
+            let n = t.admit().unwrap();
+            assert!(!t.open.lock().unwrap().contains_key(&gone.id));
+            // The newcomer is a scrape in flight.
+            busy.push(Busy::new(&t, n.slot.clone()));
+            scrapes.push(n);
+        }
+        // Only scrapes in flight now: none is evicted.
+        assert!(t.admit().is_none());
+        assert_eq!(t.len(), 3);
+    }
+
+    /// A peer that reads nothing: the write blocks, the slot says so, and after the stall
+    /// limit the write fails (which closes the connection); progress clears the mark.
+    #[tokio::test]
+    async fn a_write_without_progress_fails_after_the_stall_limit() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let t = Arc::new(Tracker::new(&limits(1)));
+        let reg = t.admit().unwrap();
+        let (server, mut peer) = tokio::io::duplex(1024);
+        let stall = Duration::from_millis(200);
+        let mut w = Watched {
+            inner: server,
+            slot: reg.slot.clone(),
+            tracker: t.clone(),
+            stall,
+            deadline: None,
+        };
+        // Progress: not blocked.
+        w.write_all(&[1u8; 512]).await.unwrap();
+        assert!(reg.slot.write_blocked().is_none());
+        let t0 = Instant::now();
+        let slot = reg.slot.clone();
+        let watcher = tokio::spawn(async move {
+            while slot.write_blocked().is_none() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        let e = w.write_all(&[2u8; 64 << 10]).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(t0.elapsed() >= stall, "{:?}", t0.elapsed());
+        watcher.await.unwrap();
+        // The peer reads: the next write makes progress and clears the mark.
+        let mut buf = vec![0u8; 1024];
+        peer.read_exact(&mut buf).await.unwrap();
+        w.write_all(&[3u8; 16]).await.unwrap();
+        assert!(reg.slot.write_blocked().is_none());
     }
 
     #[test]

@@ -32,8 +32,15 @@
 //! reload both caches are carried over ([`BasicAuth::carry_over`]; a user whose hash
 //! changed matches nothing), so a flood of wrong passwords after a reload cannot queue the
 //! scrapers' checks behind it.
+//!
+//! The pool is shared fairly between client addresses ([`FairGate`]): checks waiting for
+//! a thread are handed it round robin by peer IP address, so a flood of distinct wrong
+//! passwords (which no cache can absorb) from a few addresses gets only their share, and
+//! a valid client never verified before waits about one check per other address with
+//! checks queued, not behind the whole flood.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -43,7 +50,7 @@ use hyper::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
-use tokio::sync::Semaphore;
+use tokio::sync::oneshot;
 
 /// A web config file that cannot be used: one line naming the file and what to change.
 #[derive(Debug, thiserror::Error)]
@@ -476,8 +483,100 @@ pub struct BasicAuth {
     cache: Mutex<HashSet<[u8; 32]>>,
     /// Failed checks, and when: refused again without a bcrypt for [`FAIL_TTL`].
     failures: Mutex<HashMap<[u8; 32], Instant>>,
-    /// The bcrypt pool: at most this many checks at a time (half the CPUs, at least one).
-    gate: Semaphore,
+    /// The bcrypt pool: at most this many checks at a time (half the CPUs, at least one),
+    /// handed out round robin between peer addresses.
+    gate: Arc<FairGate>,
+}
+
+/// A counting gate whose waiters are served round robin by peer address (and in order
+/// within one address): the next free place goes to the address after the one served
+/// last, whatever the number of checks each address has queued.
+pub(crate) struct FairGate {
+    max: usize,
+    state: Mutex<FairState>,
+}
+
+#[derive(Default)]
+struct FairState {
+    running: usize,
+    /// Waiters by address; an address is in `turns` exactly when it has waiters.
+    waiting: HashMap<IpAddr, VecDeque<oneshot::Sender<FairPermit>>>,
+    turns: VecDeque<IpAddr>,
+}
+
+/// A place in a [`FairGate`]; dropping it hands the place to the next waiter.
+pub(crate) struct FairPermit {
+    gate: Option<Arc<FairGate>>,
+}
+
+impl FairGate {
+    pub(crate) fn new(max: usize) -> Arc<FairGate> {
+        Arc::new(FairGate {
+            max: max.max(1),
+            state: Mutex::new(FairState::default()),
+        })
+    }
+
+    /// Waits for a place for a check on behalf of `peer`.
+    pub(crate) async fn acquire(self: &Arc<Self>, peer: IpAddr) -> Option<FairPermit> {
+        let rx = {
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if st.running < self.max && st.turns.is_empty() {
+                st.running += 1;
+                return Some(FairPermit {
+                    gate: Some(self.clone()),
+                });
+            }
+            let (tx, rx) = oneshot::channel();
+            let st = &mut *st;
+            let q = st.waiting.entry(peer).or_default();
+            if q.is_empty() {
+                st.turns.push_back(peer);
+            }
+            q.push_back(tx);
+            rx
+        };
+        // A waiter that gives up (its client left) drops the receiver: a permit already
+        // in it is dropped with it and goes to the next waiter.
+        rx.await.ok()
+    }
+
+    /// A place is free: to the next address's first waiter still there, or back.
+    fn release(self: &Arc<Self>) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let st = &mut *st;
+        while let Some(peer) = st.turns.pop_front() {
+            let Some(q) = st.waiting.get_mut(&peer) else {
+                continue;
+            };
+            let tx = q.pop_front();
+            if q.is_empty() {
+                st.waiting.remove(&peer);
+            } else {
+                st.turns.push_back(peer);
+            }
+            let Some(tx) = tx else { continue };
+            match tx.send(FairPermit {
+                gate: Some(self.clone()),
+            }) {
+                Ok(()) => return,
+                // That waiter left: the permit comes back unused (defused, not dropped
+                // into a second release while this one holds the lock).
+                Err(mut p) => {
+                    p.gate = None;
+                }
+            }
+        }
+        st.running = st.running.saturating_sub(1);
+    }
+}
+
+impl Drop for FairPermit {
+    fn drop(&mut self) {
+        if let Some(gate) = self.gate.take() {
+            gate.release();
+        }
+    }
 }
 
 impl BasicAuth {
@@ -514,7 +613,7 @@ impl BasicAuth {
             key,
             cache: Mutex::new(HashSet::new()),
             failures: Mutex::new(HashMap::new()),
-            gate: Semaphore::new(bcrypt_threads()),
+            gate: FairGate::new(bcrypt_threads()),
         })
     }
 
@@ -524,6 +623,8 @@ impl BasicAuth {
     /// across the reload, and a flood of wrong passwords cannot queue them behind it.
     pub fn carry_over(&mut self, old: &BasicAuth) {
         self.key = old.key.clone();
+        // One pool across reloads: checks still running for the old config count too.
+        self.gate = old.gate.clone();
         *self.cache.get_mut().unwrap_or_else(|e| e.into_inner()) =
             old.cache.lock().unwrap_or_else(|e| e.into_inner()).clone();
         *self.failures.get_mut().unwrap_or_else(|e| e.into_inner()) = old
@@ -547,7 +648,8 @@ impl BasicAuth {
     }
 
     /// Whether the request's `Authorization` header names a user with the right password.
-    pub async fn check(&self, headers: &HeaderMap) -> bool {
+    /// `peer` is the client's address, for the pool's fairness.
+    pub async fn check(&self, headers: &HeaderMap, peer: IpAddr) -> bool {
         let Some((user, password)) = credentials(headers) else {
             return false;
         };
@@ -573,7 +675,7 @@ impl BasicAuth {
         {
             return false;
         }
-        let Ok(_permit) = self.gate.acquire().await else {
+        let Some(_permit) = self.gate.acquire(peer).await else {
             return false;
         };
         let ok = tokio::task::spawn_blocking(move || bcrypt::verify(&password, &hash))
@@ -690,6 +792,57 @@ mod tests {
         assert_eq!(credentials(&h), None);
     }
 
+    impl BasicAuth {
+        async fn check_local(&self, h: &HeaderMap) -> bool {
+            self.check(h, IpAddr::from([127, 0, 0, 1])).await
+        }
+    }
+
+    /// Two places; address A queues five waiters, then B one: B's goes next after the
+    /// first of A's, not after all five.
+    #[test]
+    fn the_gate_serves_addresses_round_robin() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let gate = FairGate::new(2);
+            let (a, b) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+            let p1 = gate.acquire(a).await.unwrap();
+            let p2 = gate.acquire(a).await.unwrap();
+            let order = Arc::new(Mutex::new(Vec::new()));
+            let mut tasks = Vec::new();
+            for (i, peer) in [a, a, a, a, a, b].into_iter().enumerate() {
+                let (gate, order) = (gate.clone(), order.clone());
+                tasks.push(tokio::spawn(async move {
+                    let p = gate.acquire(peer).await.unwrap();
+                    order.lock().unwrap().push(i);
+                    tokio::task::yield_now().await;
+                    drop(p);
+                }));
+                tokio::task::yield_now().await; // queued in this order
+            }
+            // A waiter that leaves is skipped.
+            let gone = tokio::spawn({
+                let gate = gate.clone();
+                async move { gate.acquire(a).await.map(|_| ()) }
+            });
+            tokio::task::yield_now().await;
+            gone.abort();
+            drop(p1);
+            drop(p2);
+            for t in tasks {
+                t.await.unwrap();
+            }
+            let order = order.lock().unwrap().clone();
+            let b_at = order.iter().position(|&i| i == 5).unwrap();
+            assert!(b_at <= 1, "{order:?}");
+            assert_eq!(order.len(), 6);
+            assert_eq!(gate.state.lock().unwrap().running, 0);
+        });
+    }
+
     #[test]
     fn checks_are_cached_and_unknown_users_refused() {
         let hash = bcrypt::hash("s3cret", 4).unwrap();
@@ -710,17 +863,17 @@ mod tests {
             h
         };
         rt.block_on(async {
-            assert!(!auth.check(&hdr("alice", "wrong")).await);
-            assert!(!auth.check(&hdr("bob", "s3cret")).await);
+            assert!(!auth.check_local(&hdr("alice", "wrong")).await);
+            assert!(!auth.check_local(&hdr("bob", "s3cret")).await);
             assert!(auth.cache.lock().unwrap().is_empty());
-            assert!(auth.check(&hdr("alice", "s3cret")).await);
+            assert!(auth.check_local(&hdr("alice", "s3cret")).await);
             assert_eq!(auth.cache.lock().unwrap().len(), 1);
-            assert!(auth.check(&hdr("alice", "s3cret")).await);
+            assert!(auth.check_local(&hdr("alice", "s3cret")).await);
             assert_eq!(auth.cache.lock().unwrap().len(), 1);
-            assert!(!auth.check(&HeaderMap::new()).await);
+            assert!(!auth.check_local(&HeaderMap::new()).await);
             // Failures are remembered: a repeat is refused from the cache.
             assert_eq!(auth.failures.lock().unwrap().len(), 2);
-            assert!(!auth.check(&hdr("alice", "wrong")).await);
+            assert!(!auth.check_local(&hdr("alice", "wrong")).await);
             assert_eq!(auth.failures.lock().unwrap().len(), 2);
         });
 
@@ -736,9 +889,9 @@ mod tests {
         let mac = next.mac("carol", &next.users["carol"], b"s3cret");
         assert!(!next.cache.lock().unwrap().contains(&mac));
         rt.block_on(async {
-            assert!(next.check(&hdr("alice", "s3cret")).await);
-            assert!(next.check(&hdr("carol", "s3cret")).await);
-            assert!(!next.check(&hdr("carol", "wrong")).await);
+            assert!(next.check_local(&hdr("alice", "s3cret")).await);
+            assert!(next.check_local(&hdr("carol", "s3cret")).await);
+            assert!(!next.check_local(&hdr("carol", "wrong")).await);
         });
     }
 }
