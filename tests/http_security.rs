@@ -23,6 +23,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -478,18 +479,7 @@ fn https_with_basic_auth() {
     let cached: Duration = right[1..].iter().sum();
     // The median of 5, like the daemon's figures: one sample taken while another test
     // hashes too could be twice as long.
-    let bcrypt_once = {
-        let h = hash(PASSWORD);
-        median(
-            (0..5)
-                .map(|_| {
-                    let t0 = Instant::now();
-                    assert!(bcrypt::verify(PASSWORD, &h).unwrap());
-                    t0.elapsed()
-                })
-                .collect(),
-        )
-    };
+    let bcrypt_once = bcrypt_once();
     println!(
         "bcrypt cost {COST} here: {bcrypt_once:?}; 401 known user {known_wrong:?}, unknown \
          user {unknown:?}; 19 cached successes {cached:?} in all"
@@ -526,6 +516,108 @@ const FLOOD_CLIENTS: usize = 16;
 /// Valid scrapes timed during the flood.
 const FLOOD_SCRAPES: usize = 10;
 
+/// The median of five bcrypt checks of the test's password on this machine (one check
+/// taken while another test hashes could be twice as long): the unit of the time bounds.
+fn bcrypt_once() -> Duration {
+    let h = hash(PASSWORD);
+    let mut v: Vec<Duration> = (0..5)
+        .map(|_| {
+            let t0 = Instant::now();
+            assert!(bcrypt::verify(PASSWORD, &h).unwrap());
+            t0.elapsed()
+        })
+        .collect();
+    v.sort();
+    v[2]
+}
+
+/// `FLOOD_CLIENTS` clients from 127.0.0.1, each scraping /metrics again and again with a
+/// fresh wrong password (no cache can answer it: each costs a bcrypt).
+struct Flood {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicUsize>,
+    refused: Arc<AtomicUsize>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Flood {
+    /// Starts the flood; returns once it is answered (bcrypt runs for it) and most of its
+    /// clients have a check waiting.
+    fn start(addr: &str) -> Flood {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicUsize::new(0));
+        let refused = Arc::new(AtomicUsize::new(0));
+        let threads = (0..FLOOD_CLIENTS)
+            .map(|i| {
+                let (addr, stop, sent, refused) = (
+                    addr.to_string(),
+                    stop.clone(),
+                    sent.clone(),
+                    refused.clone(),
+                );
+                std::thread::spawn(move || {
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let Ok(mut s) = connect_from([127, 0, 0, 1], &addr) else {
+                            continue;
+                        };
+                        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                        while !stop.load(Ordering::Relaxed) {
+                            n += 1;
+                            let req = format!(
+                                "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\r\n",
+                                basic(USER, &format!("wrong-{i}-{n}"))
+                            );
+                            if s.write_all(req.as_bytes()).is_err() {
+                                break;
+                            }
+                            sent.fetch_add(1, Ordering::Relaxed);
+                            match read_response(&mut s) {
+                                Ok(r) => {
+                                    assert_eq!(r.status, 401);
+                                    refused.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        let flood = Flood {
+            stop,
+            sent,
+            refused,
+            threads,
+        };
+        let t0 = Instant::now();
+        while flood.refused.load(Ordering::Relaxed) == 0 || flood.waiting() < FLOOD_CLIENTS / 2 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "the flood did not start"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        flood
+    }
+
+    /// Wrong passwords sent and not answered yet: checks waiting for bcrypt.
+    fn waiting(&self) -> usize {
+        self.sent
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.refused.load(Ordering::Relaxed))
+    }
+
+    /// Stops the flood; returns how many of its requests were refused in all.
+    fn stop(self) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
 /// After a reload (the same users), `FLOOD_CLIENTS` clients send distinct wrong passwords
 /// as fast as they are answered while a valid client scrapes: every valid scrape answers
 /// within 4 bcrypt times (measured here), because what the old config's checks
@@ -533,7 +625,6 @@ const FLOOD_SCRAPES: usize = 10;
 /// a bcrypt (401).
 #[test]
 fn a_flood_of_wrong_passwords_after_a_reload_does_not_hold_up_scrapes() {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let _timing = timing();
     let rig = Rig::new();
     let web = format!("basic_auth_users:\n  {USER}: {}\n", hash(PASSWORD));
@@ -552,81 +643,21 @@ fn a_flood_of_wrong_passwords_after_a_reload_does_not_hold_up_scrapes() {
     d.signal("HUP");
     wait_log(&d, "web config reloaded", Duration::from_secs(10));
 
-    let bcrypt_once = {
-        let h = hash(PASSWORD);
-        let mut v: Vec<Duration> = (0..5)
-            .map(|_| {
-                let t0 = Instant::now();
-                assert!(bcrypt::verify(PASSWORD, &h).unwrap());
-                t0.elapsed()
-            })
-            .collect();
-        v.sort();
-        v[2]
-    };
-    let stop = Arc::new(AtomicBool::new(false));
-    let sent = Arc::new(AtomicUsize::new(0));
-    let refused = Arc::new(AtomicUsize::new(0));
-    let flood: Vec<_> = (0..FLOOD_CLIENTS)
-        .map(|i| {
-            let (addr, stop, sent, refused) =
-                (d.addr.clone(), stop.clone(), sent.clone(), refused.clone());
-            std::thread::spawn(move || {
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let Ok(mut s) = TcpStream::connect(&addr) else {
-                        continue;
-                    };
-                    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-                    while !stop.load(Ordering::Relaxed) {
-                        n += 1;
-                        let req = format!(
-                            "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\r\n",
-                            basic(USER, &format!("wrong-{i}-{n}"))
-                        );
-                        if s.write_all(req.as_bytes()).is_err() {
-                            break;
-                        }
-                        sent.fetch_add(1, Ordering::Relaxed);
-                        match read_response(&mut s) {
-                            Ok(r) => {
-                                assert_eq!(r.status, 401);
-                                refused.fetch_add(1, Ordering::Relaxed);
-                            }
-                            Err(_) => break,
-                        }
-                    }
-                }
-            })
-        })
-        .collect();
+    let bcrypt_once = bcrypt_once();
     // The flood is answered (bcrypt runs for it), and most of its clients have a check
-    // waiting, before the first valid scrape.
-    let waiting = || {
-        sent.load(Ordering::Relaxed)
-            .saturating_sub(refused.load(Ordering::Relaxed))
-    };
-    let t0 = Instant::now();
-    while refused.load(Ordering::Relaxed) == 0 || waiting() < FLOOD_CLIENTS / 2 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "the flood did not start"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    // waiting, before the first valid request.
+    let flood = Flood::start(&d.addr);
+    let waiting = || flood.waiting();
     let before = waiting();
     let took: Vec<Duration> = (0..FLOOD_SCRAPES).map(|_| scrape(&d)).collect();
     let after = waiting();
-    stop.store(true, Ordering::Relaxed);
-    for t in flood {
-        t.join().unwrap();
-    }
+    let refused = flood.stop();
     let bound = bcrypt_once * 4;
     println!(
         "bcrypt {bcrypt_once:?}; {FLOOD_CLIENTS} clients, {before} then {after} wrong \
          passwords waiting for a check around {FLOOD_SCRAPES} valid scrapes, which took \
          {took:?} (bound {bound:?}); {} refused in all",
-        refused.load(Ordering::Relaxed)
+        refused
     );
     assert!(
         before.min(after) >= FLOOD_CLIENTS / 2,
@@ -1369,7 +1400,6 @@ fn connect_from(from: [u8; 4], addr: &str) -> std::io::Result<TcpStream> {
 /// before: first come, first served, about 17 bcrypt times on two CPUs).
 #[test]
 fn a_new_client_gets_its_share_of_bcrypt_during_a_flood_from_another_address() {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let _timing = timing();
     let rig = Rig::new();
     let fresh: Vec<(String, String)> = (0..FRESH_USERS)
@@ -1381,66 +1411,11 @@ fn a_new_client_gets_its_share_of_bcrypt_during_a_flood_from_another_address() {
     }
     rig.write_web(&web);
     let d = rig.start();
-    let bcrypt_once = {
-        let h = hash(PASSWORD);
-        let mut v: Vec<Duration> = (0..5)
-            .map(|_| {
-                let t0 = Instant::now();
-                assert!(bcrypt::verify(PASSWORD, &h).unwrap());
-                t0.elapsed()
-            })
-            .collect();
-        v.sort();
-        v[2]
-    };
-    let stop = Arc::new(AtomicBool::new(false));
-    let sent = Arc::new(AtomicUsize::new(0));
-    let refused = Arc::new(AtomicUsize::new(0));
-    let flood: Vec<_> = (0..FLOOD_CLIENTS)
-        .map(|i| {
-            let (addr, stop, sent, refused) =
-                (d.addr.clone(), stop.clone(), sent.clone(), refused.clone());
-            std::thread::spawn(move || {
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let Ok(mut s) = connect_from([127, 0, 0, 1], &addr) else {
-                        continue;
-                    };
-                    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-                    while !stop.load(Ordering::Relaxed) {
-                        n += 1;
-                        let req = format!(
-                            "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\r\n",
-                            basic(USER, &format!("wrong-{i}-{n}"))
-                        );
-                        if s.write_all(req.as_bytes()).is_err() {
-                            break;
-                        }
-                        sent.fetch_add(1, Ordering::Relaxed);
-                        match read_response(&mut s) {
-                            Ok(r) => {
-                                assert_eq!(r.status, 401);
-                                refused.fetch_add(1, Ordering::Relaxed);
-                            }
-                            Err(_) => break,
-                        }
-                    }
-                }
-            })
-        })
-        .collect();
-    let waiting = || {
-        sent.load(Ordering::Relaxed)
-            .saturating_sub(refused.load(Ordering::Relaxed))
-    };
-    let t0 = Instant::now();
-    while refused.load(Ordering::Relaxed) == 0 || waiting() < FLOOD_CLIENTS / 2 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "the flood did not start"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let bcrypt_once = bcrypt_once();
+    // The flood is answered (bcrypt runs for it), and most of its clients have a check
+    // waiting, before the first valid request.
+    let flood = Flood::start(&d.addr);
+    let waiting = || flood.waiting();
     let before = waiting();
     let took: Vec<Duration> = fresh
         .iter()
@@ -1459,16 +1434,13 @@ fn a_new_client_gets_its_share_of_bcrypt_during_a_flood_from_another_address() {
         })
         .collect();
     let after = waiting();
-    stop.store(true, Ordering::Relaxed);
-    for t in flood {
-        t.join().unwrap();
-    }
+    let refused = flood.stop();
     let bound = bcrypt_once * 6;
     println!(
         "bcrypt {bcrypt_once:?}; {FLOOD_CLIENTS} flood clients, {before} then {after} wrong \
          passwords waiting; {FRESH_USERS} first checks from another address took {took:?} \
          (bound {bound:?}); {} refused in all",
-        refused.load(Ordering::Relaxed)
+        refused
     );
     assert!(
         before.min(after) >= FLOOD_CLIENTS / 2,
