@@ -34,22 +34,40 @@ fn wait_until(what: &str, limit: Duration, d: &Daemon, mut cond: impl FnMut() ->
     }
 }
 
-#[test]
-fn a_deleted_or_truncated_file_target_is_made_again_and_the_canary_goes_on() {
+/// A daemon with one read canary at `rate_iops` on drive "a", an 8 MiB file target in a
+/// fresh /dev/shm folder, once the canary has done more than `min_ops` I/Os: the folder
+/// (removed on drop), the file target, the config and the daemon.
+fn read_canary(
+    rate_iops: u32,
+    min_ops: f64,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    Daemon,
+) {
     let dir = common::shm_dir("dp-rel-");
     let target = dir.path().join("a.dat");
     let cfg = dir.path().join("d.toml");
     std::fs::write(
         &cfg,
         format!(
-            "state_dir = \"{}\"\n\n{}[[probe]]\nname = \"rd\"\nworkload = {{ rate_iops = 200 }}\n",
+            "state_dir = \"{}\"\n\n{}[[probe]]\nname = \"rd\"\nworkload = {{ rate_iops = {rate_iops} }}\n",
             dir.path().join("state").display(),
             file_drive("a", &target, "8MiB")
         ),
     )
     .unwrap();
     let d = Daemon::start(&cfg, &[]);
-    wait_until("canary I/O", Duration::from_secs(30), &d, || ops(&d) > 50.0);
+    wait_until("canary I/O", Duration::from_secs(30), &d, || {
+        ops(&d) > min_ops
+    });
+    (dir, target, cfg, d)
+}
+
+#[test]
+fn a_deleted_or_truncated_file_target_is_made_again_and_the_canary_goes_on() {
+    let (_dir, target, _cfg, d) = read_canary(200, 50.0);
     let size = 8u64 << 20;
     let ino = |p: &Path| {
         use std::os::unix::fs::MetadataExt;
@@ -1087,20 +1105,7 @@ fn a_child_printing_100_mb_leaves_a_bounded_log_and_document() {
 /// still stops the daemon within 5 s.
 #[test]
 fn a_fifo_swapped_in_for_the_config_before_sighup_holds_neither_http_nor_sigterm() {
-    let dir = common::shm_dir("dp-rel-");
-    let target = dir.path().join("a.dat");
-    let cfg = dir.path().join("d.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "state_dir = \"{}\"\n\n{}[[probe]]\nname = \"rd\"\nworkload = {{ rate_iops = 100 }}\n",
-            dir.path().join("state").display(),
-            file_drive("a", &target, "8MiB")
-        ),
-    )
-    .unwrap();
-    let d = Daemon::start(&cfg, &[]);
-    wait_until("canary I/O", Duration::from_secs(30), &d, || ops(&d) > 10.0);
+    let (dir, _target, cfg, d) = read_canary(100, 10.0);
     let fifo = dir.path().join("fifo");
     let st = std::process::Command::new("mkfifo")
         .arg(&fifo)
