@@ -98,6 +98,15 @@ pub struct Target {
     direct: bool,
 }
 
+/// An open that failed: `O_DIRECT` refused (EINVAL) is said as such.
+fn open_err(path: &Path, direct: bool, e: std::io::Error) -> TargetError {
+    if e.raw_os_error() == Some(libc::EINVAL) && direct {
+        TargetError::DirectRefused(path.to_path_buf())
+    } else {
+        io_err(path, e)
+    }
+}
+
 fn io_err(path: &Path, e: io::Error) -> TargetError {
     match e.kind() {
         io::ErrorKind::NotFound => TargetError::NotFound(path.to_path_buf()),
@@ -178,13 +187,7 @@ impl Target {
                 .write(permit.is_some())
                 .custom_flags(flags)
                 .open(path)
-                .map_err(|e| {
-                    if e.raw_os_error() == Some(libc::EINVAL) && direct {
-                        TargetError::DirectRefused(path.to_path_buf())
-                    } else {
-                        io_err(path, e)
-                    }
-                })?
+                .map_err(|e| open_err(path, direct, e))?
         } else {
             use rustix::fs::{Mode, OFlags};
             let mut flags = if permit.is_some() {
@@ -215,13 +218,7 @@ impl Target {
                         .read(true)
                         .custom_flags(if direct { libc::O_DIRECT } else { 0 })
                         .open(path)
-                        .map_err(|e| {
-                            if e.raw_os_error() == Some(libc::EINVAL) && direct {
-                                TargetError::DirectRefused(path.to_path_buf())
-                            } else {
-                                io_err(path, e)
-                            }
-                        })?
+                        .map_err(|e| open_err(path, direct, e))?
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) && direct => {
                     return Err(TargetError::DirectRefused(path.to_path_buf()))
