@@ -433,9 +433,10 @@ fn dio_align(file: &File, path: &Path) -> Result<u64, TargetError> {
 }
 
 /// The extended attribute that marks a file as driveprobe's own: it holds
-/// [`owner_value`], naming the file's device and inode when driveprobe created it, so a
-/// copy (`cp -a` keeps xattrs), a restore from a backup or another file renamed into
-/// its place does not pass for it.
+/// [`owner_value`], naming the file's inode and birth time when driveprobe created it, so
+/// a copy (`cp -a` keeps xattrs), a restore from a backup or another file renamed into its
+/// place does not pass for it. Not the device number: that can change at a reboot (NVMe
+/// and dm minors follow probe order), and the daemon's own files must stay its own.
 ///
 /// A filesystem that keeps no user xattrs (vfat, some network filesystems, tmpfs before
 /// Linux 6.6) cannot hold the mark: driveprobe then refuses to create a file target there
@@ -444,12 +445,30 @@ fn dio_align(file: &File, path: &Path) -> Result<u64, TargetError> {
 /// configured path, is what destroyed users' files.
 pub const OWNER_XATTR: &str = "user.driveprobe.owner";
 
-fn owner_value(dev: u64, ino: u64) -> String {
-    format!("driveprobe-file-target v1 dev={dev} ino={ino}")
+/// The mark's value for the file open at `fd`: its inode number and, where the filesystem
+/// keeps one, its birth time (a copy on another filesystem may get the same inode number,
+/// not the same birth to the nanosecond).
+fn owner_value(fd: impl rustix::fd::AsFd) -> io::Result<String> {
+    use rustix::fs::{statx, AtFlags, StatxFlags};
+    let st = statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH,
+        StatxFlags::INO | StatxFlags::BTIME,
+    )?;
+    let born = if st.stx_mask & StatxFlags::BTIME.bits() != 0 {
+        format!("{}.{:09}", st.stx_btime.tv_sec, st.stx_btime.tv_nsec)
+    } else {
+        "-".to_string()
+    };
+    Ok(format!(
+        "driveprobe-file-target v2 ino={} born={born}",
+        st.stx_ino
+    ))
 }
 
 /// Whether the file open at `fd` is a regular file that driveprobe created: it carries
-/// the [`OWNER_XATTR`] mark, and the mark names this very file's device and inode.
+/// the [`OWNER_XATTR`] mark, and the mark names this very file.
 pub fn is_own_file(fd: impl rustix::fd::AsFd) -> bool {
     let Ok(st) = rustix::fs::fstat(&fd) else {
         return false;
@@ -458,19 +477,22 @@ pub fn is_own_file(fd: impl rustix::fd::AsFd) -> bool {
         return false;
     }
     let mut buf = [0u8; 128];
-    match rustix::fs::fgetxattr(&fd, OWNER_XATTR, &mut buf[..]) {
-        Ok(n) => buf[..n] == *owner_value(st.st_dev, st.st_ino).as_bytes(),
-        Err(_) => false,
+    match (
+        rustix::fs::fgetxattr(&fd, OWNER_XATTR, &mut buf[..]),
+        owner_value(&fd),
+    ) {
+        (Ok(n), Ok(want)) => buf[..n] == *want.as_bytes(),
+        _ => false,
     }
 }
 
 /// Marks the file open at `fd` as driveprobe's own (see [`OWNER_XATTR`]).
 fn mark_own(fd: impl rustix::fd::AsFd) -> io::Result<()> {
-    let st = rustix::fs::fstat(&fd)?;
+    let value = owner_value(&fd)?;
     rustix::fs::fsetxattr(
         &fd,
         OWNER_XATTR,
-        owner_value(st.st_dev, st.st_ino).as_bytes(),
+        value.as_bytes(),
         rustix::fs::XattrFlags::empty(),
     )?;
     Ok(())
@@ -858,6 +880,17 @@ mod tests {
         let p = dir.path().join("t.dat");
         assert!(create_file_if_missing(&p, 64 << 10).unwrap());
         assert!(is_own_file(File::open(&p).unwrap()));
+        // The mark names the inode (and birth time), not the device number, which may
+        // change at a reboot: the daemon's file stays its own.
+        let mut buf = [0u8; 128];
+        let n = rustix::fs::getxattr(&p, OWNER_XATTR, &mut buf[..]).unwrap();
+        let mark = std::str::from_utf8(&buf[..n]).unwrap();
+        {
+            use std::os::unix::fs::MetadataExt;
+            let ino = std::fs::metadata(&p).unwrap().ino();
+            assert!(mark.contains(&format!(" ino={ino} ")), "{mark}");
+            assert!(!mark.contains("dev="), "{mark}");
+        }
         // A copy with its xattrs (cp -a): the mark names another inode.
         let copy = dir.path().join("copy.dat");
         std::fs::copy(&p, &copy).unwrap();
