@@ -330,6 +330,19 @@ impl Target {
         &self.file
     }
 
+    /// A path that names the very object this target opened (`/proc/PID/fd/N`, a link
+    /// the kernel resolves to the open file, not by its path again), for a program that
+    /// opens the target itself: a folder on the path swapped for a symbolic link after the
+    /// gate's checks cannot steer it elsewhere.
+    pub fn opened_path(&self) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        PathBuf::from(format!(
+            "/proc/{}/fd/{}",
+            std::process::id(),
+            self.file.as_raw_fd()
+        ))
+    }
+
     fn align_name(&self) -> &'static str {
         if self.is_block_device() {
             "device's logical block size"

@@ -394,3 +394,73 @@ fn every_spelling_that_grows_a_file_target_is_refused_before_fio_runs() {
         "the target's bytes changed"
     );
 }
+
+/// A fio job run as a suite reaches the file the gate checked and the run holds open, not
+/// whatever its path names by the time fio opens it (issue 16: fio was given the path,
+/// and followed a folder swapped for a symbolic link after the checks). A stand-in fio
+/// swaps the target's folder for a link to a decoy folder, then writes to the file its
+/// job names: the bytes land in the file driveprobe made, and nothing in the decoy.
+#[test]
+fn a_fio_job_reaches_the_checked_file_not_a_swapped_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = common::shm_dir("dp-fiojob-");
+    let (real, moved, decoy) = (
+        dir.path().join("real"),
+        dir.path().join("moved"),
+        dir.path().join("decoy"),
+    );
+    std::fs::create_dir(&real).unwrap();
+    std::fs::create_dir(&decoy).unwrap();
+    let tools = dir.path().join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    let fake = tools.join("fio");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = --version ] && {{ echo fio-3.33; exit 0; }}\n\
+             f=$(sed -n 's/^filename=//p' | head -n 1)\n\
+             mv {real} {moved} && ln -s {decoy} {real}\n\
+             printf SWAPPED | dd of=\"$f\" bs=7 count=1 conv=notrunc 2>/dev/null\n\
+             echo '{{}}'\n",
+            real = real.display(),
+            moved = moved.display(),
+            decoy = decoy.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let job = job_file(
+        dir.path(),
+        "[w]\nrw=write\nbs=4k\nsize=4k\nfilename=${TARGET}\n",
+    );
+    let path = format!(
+        "{}:{}",
+        tools.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // The stand-in prints no fio results, so the run itself fails: what matters is where
+    // its write went.
+    let _ = std::process::Command::new(env!("CARGO_BIN_EXE_driveprobe"))
+        .arg("bench")
+        .arg(real.join("t.dat"))
+        .args(["--size=1m", "--output-format=json", "--fio-job"])
+        .arg(&job)
+        .env("PATH", path)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        std::fs::symlink_metadata(&real).is_ok_and(|m| m.file_type().is_symlink()),
+        "the stand-in fio did not run"
+    );
+    assert!(
+        !decoy.join("t.dat").exists(),
+        "fio's write followed the swapped folder into the decoy"
+    );
+    let head = std::fs::read(moved.join("t.dat")).unwrap();
+    assert_eq!(
+        &head[..7],
+        b"SWAPPED",
+        "the write did not reach the checked file"
+    );
+}

@@ -786,11 +786,16 @@ impl Runner<'_> {
         limit: Duration,
     ) -> Result<Vec<Phase>, SuiteError> {
         let before = self.control.written_bytes();
-        let run = crate::app::fio_job::run_detailed(job, self.target.path(), limit, self.control)
-            .map_err(|source| SuiteError::FioJob {
-            suite: self.suite.name.to_string(),
-            source,
-        })?;
+        // fio opens the target itself: through the object the gate checked and this run
+        // holds open, never by its path again (a folder on the path swapped for a link
+        // meanwhile must not steer fio's writes).
+        let via = self.target.opened_path();
+        let run = crate::app::fio_job::run_detailed(job, &via, limit, self.control).map_err(
+            |source| SuiteError::FioJob {
+                suite: self.suite.name.to_string(),
+                source,
+            },
+        )?;
         // fio's writes do not pass through the engine's counter: add what fio reports
         // having written (once fio has finished), so a caller accounting wear (the
         // daemon's budget) sees them. Whatever was already counted under the control
