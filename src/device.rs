@@ -819,8 +819,9 @@ impl AliasSet {
             .collect()
     }
 
-    /// Loop devices in the set other than the target that no dm/md device holds (those
-    /// are judged by their holders) and that have no partitions, with their device numbers: the ones whose exclusive
+    /// Loop devices in the set other than the target, and partitions of loop devices,
+    /// that no dm/md device holds (those are judged by their holders) and that have no
+    /// partitions (those are judged instead), with their device numbers: the ones whose exclusive
     /// claims only the kernel knows (an ext4 external journal, another program's `O_EXCL`
     /// open). `(label, kernel name, major, minor)`.
     pub fn loops_to_claim(&self, paths: &SystemPaths) -> Vec<(String, String, u32, u32)> {
@@ -833,10 +834,17 @@ impl AliasSet {
                 continue;
             }
             let dir = paths.class_block(name);
+            // A loop device, or a partition of one (a mount of it that another mount
+            // namespace holds shows only as the kernel's EBUSY).
+            let loop_partition = dir.join("partition").exists()
+                && std::fs::canonicalize(&dir)
+                    .ok()
+                    .and_then(|d| d.parent().map(|p| p.join("loop").exists()))
+                    .unwrap_or(false);
             // A disk with partitions answers EBUSY while any partition is claimed (a
             // sibling of a partition target, mounted): its partitions in the set are
             // judged instead.
-            if !dir.join("loop").exists()
+            if !(dir.join("loop").exists() || loop_partition)
                 || !dir_names(&dir.join("holders")).is_empty()
                 || list_partitions(&dir).map_or(true, |p| !p.is_empty())
             {

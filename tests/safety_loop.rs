@@ -466,6 +466,49 @@ fn a_second_loop_over_an_image_whose_partition_is_mounted_is_refused() {
     );
 }
 
+/// A partition of another loop device over the same image, claimed where no table in
+/// this mount namespace shows it (a mount in a container's namespace, another program's
+/// exclusive open: here a process holding it `O_EXCL`): only the kernel knows, so the gate
+/// must ask it, partitions of loop aliases included (found in review: they were skipped).
+#[test]
+fn a_claimed_partition_of_a_loop_alias_is_found_by_the_kernel() {
+    need_root();
+    let dir = common::shm_dir("dp-alias-");
+    let file = marked_image(dir.path(), "disk.img", 64 * MIB);
+    partition_image(&file);
+    let lo = Loop::attach(&file, &["--partscan"]);
+    let p1 = lo.partition(1);
+    let mut holder = std::process::Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import os, sys, time; os.open(sys.argv[1], os.O_RDONLY | os.O_EXCL); \
+             print('held', flush=True); time.sleep(600)",
+        ])
+        .arg(&p1)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(
+        line.trim(),
+        "held",
+        "the holder did not claim {}",
+        p1.display()
+    );
+    let second = Loop::attach(&file, &[]);
+    let info = device::inspect(second.path()).unwrap();
+    let result = safety::authorize_block_writes(&info, &destructive(&loop_serial(&file)));
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let err = result.expect_err("the gate must refuse");
+    assert!(err.to_string().contains(&p1.display().to_string()), "{err}");
+}
+
 #[test]
 fn loops_stacked_on_or_under_a_mounted_loop_are_refused() {
     need_root();
