@@ -260,12 +260,14 @@ pub fn authorize_file_writes(path: &Path, allow_foreign: bool) -> Result<WritePe
             links: st.st_nlink as u64,
         });
     }
+    // Aliases first: no flag allows writing a file another name of which is in use (a
+    // loop device's image), so that is the refusal to name.
+    check_file_aliases(path, st.st_dev, st.st_ino)?;
     if !allow_foreign && !crate::target::is_own_file(&fd) {
         return Err(SafetyError::NotOwnFile {
             path: path.to_path_buf(),
         });
     }
-    check_file_aliases(path, st.st_dev, st.st_ino)?;
     Ok(WritePermit {
         object: PermittedObject::File {
             dev: st.st_dev,
