@@ -31,7 +31,7 @@ use crate::sys::uring::UringFeatures;
 use crate::target::{Region, Target, TargetError};
 use gen::{GenError, OpGen};
 use verify::VerifyState;
-use worker::{IntervalStats, Msg, Shared, StartGate, WorkerOutcome, WorkerSetup};
+use worker::{IntervalStats, Msg, Shared, SlotTime, StartGate, WorkerOutcome, WorkerSetup};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -423,12 +423,7 @@ pub fn run_observed(
                     collector.add(w, &b, on_interval);
                     b.read.reset();
                     b.write.reset();
-                    b.slot_idle_ns = 0;
-                    b.slot_uncounted_ns = 0;
-                    b.in_flight_ns = 0;
-                    b.due_missed_ops = 0;
-                    b.issue_late_max_ns = 0;
-                    b.run_delay_ns = 0;
+                    b.slots = SlotTime::default();
                     let _ = spare_txs[w].try_send(b);
                 }
                 Msg::Done(w) => collector.done(w, on_interval),
@@ -486,12 +481,12 @@ pub fn run_observed(
         cpus_allowed,
         worker_cpus,
         runtime_seconds,
-        slot_idle_seconds: collector.total_idle_ns as f64 / 1e9,
-        slot_uncounted_seconds: collector.total_uncounted_ns as f64 / 1e9,
-        in_flight_seconds: collector.total_in_flight_ns as f64 / 1e9,
-        due_missed_ops: collector.total_due_missed,
-        issue_late_max_seconds: collector.issue_late_max_ns as f64 / 1e9,
-        run_delay_seconds: collector.total_run_delay_ns as f64 / 1e9,
+        slot_idle_seconds: ns_to_s(collector.total_slots.idle_ns),
+        slot_uncounted_seconds: ns_to_s(collector.total_slots.uncounted_ns),
+        in_flight_seconds: ns_to_s(collector.total_slots.in_flight_ns),
+        due_missed_ops: collector.total_slots.due_missed_ops,
+        issue_late_max_seconds: ns_to_s(collector.total_slots.issue_late_max_ns),
+        run_delay_seconds: ns_to_s(collector.total_slots.run_delay_ns),
         read: collector.total_read.summary(runtime_seconds),
         write: collector.total_write.summary(runtime_seconds),
         total: both.summary(runtime_seconds),
@@ -502,6 +497,11 @@ pub fn run_observed(
         read_stats: collector.total_read,
         write_stats: collector.total_write,
     })
+}
+
+/// Nanoseconds as seconds.
+fn ns_to_s(ns: u64) -> f64 {
+    ns as f64 / 1e9
 }
 
 type Emit<'a> = dyn FnMut(&IntervalSummary, &IntervalDetail) + 'a;
@@ -517,12 +517,7 @@ struct Collector {
     pending: BTreeMap<u64, Box<IntervalStats>>,
     total_read: DirStats,
     total_write: DirStats,
-    total_idle_ns: u64,
-    total_uncounted_ns: u64,
-    total_in_flight_ns: u64,
-    total_due_missed: u64,
-    issue_late_max_ns: u64,
-    total_run_delay_ns: u64,
+    total_slots: SlotTime,
     intervals: Vec<IntervalSummary>,
     last_end: u64,
     written: Arc<AtomicU64>,
@@ -549,12 +544,7 @@ impl Collector {
             pending: BTreeMap::new(),
             total_read: DirStats::with_digits(digits),
             total_write: DirStats::with_digits(digits),
-            total_idle_ns: 0,
-            total_uncounted_ns: 0,
-            total_in_flight_ns: 0,
-            total_due_missed: 0,
-            issue_late_max_ns: 0,
-            total_run_delay_ns: 0,
+            total_slots: SlotTime::default(),
             intervals: Vec::new(),
             last_end: 0,
         }
@@ -570,12 +560,7 @@ impl Collector {
         });
         agg.read.merge(&b.read);
         agg.write.merge(&b.write);
-        agg.slot_idle_ns += b.slot_idle_ns;
-        agg.slot_uncounted_ns += b.slot_uncounted_ns;
-        agg.in_flight_ns += b.in_flight_ns;
-        agg.due_missed_ops += b.due_missed_ops;
-        agg.issue_late_max_ns = agg.issue_late_max_ns.max(b.issue_late_max_ns);
-        agg.run_delay_ns += b.run_delay_ns;
+        agg.slots.merge(&b.slots);
         agg.end_ns = agg.end_ns.max(b.end_ns);
         self.last_index[w] = Some(b.index);
         self.flush(emit);
@@ -600,19 +585,14 @@ impl Collector {
                 end_seconds: agg.end_ns.saturating_sub(self.measure_start) as f64 / 1e9,
                 read: agg.read.interval_summary(secs),
                 write: agg.write.interval_summary(secs),
-                slot_idle_seconds: agg.slot_idle_ns as f64 / 1e9,
-                slot_uncounted_seconds: agg.slot_uncounted_ns as f64 / 1e9,
-                in_flight_seconds: agg.in_flight_ns as f64 / 1e9,
-                due_missed_ops: agg.due_missed_ops,
-                issue_late_max_seconds: agg.issue_late_max_ns as f64 / 1e9,
-                run_delay_seconds: agg.run_delay_ns as f64 / 1e9,
+                slot_idle_seconds: ns_to_s(agg.slots.idle_ns),
+                slot_uncounted_seconds: ns_to_s(agg.slots.uncounted_ns),
+                in_flight_seconds: ns_to_s(agg.slots.in_flight_ns),
+                due_missed_ops: agg.slots.due_missed_ops,
+                issue_late_max_seconds: ns_to_s(agg.slots.issue_late_max_ns),
+                run_delay_seconds: ns_to_s(agg.slots.run_delay_ns),
             };
-            self.total_idle_ns += agg.slot_idle_ns;
-            self.total_uncounted_ns += agg.slot_uncounted_ns;
-            self.total_in_flight_ns += agg.in_flight_ns;
-            self.total_due_missed += agg.due_missed_ops;
-            self.issue_late_max_ns = self.issue_late_max_ns.max(agg.issue_late_max_ns);
-            self.total_run_delay_ns += agg.run_delay_ns;
+            self.total_slots.merge(&agg.slots);
             self.total_read.merge(&agg.read);
             self.total_write.merge(&agg.write);
             self.last_end = self.last_end.max(agg.end_ns);
@@ -630,12 +610,7 @@ impl Collector {
             let mut agg = agg;
             agg.read.reset();
             agg.write.reset();
-            agg.slot_idle_ns = 0;
-            agg.slot_uncounted_ns = 0;
-            agg.in_flight_ns = 0;
-            agg.due_missed_ops = 0;
-            agg.issue_late_max_ns = 0;
-            agg.run_delay_ns = 0;
+            agg.slots = SlotTime::default();
             agg.end_ns = 0;
             if self.spare.len() < 2 {
                 self.spare.push(agg);

@@ -43,18 +43,27 @@ pub struct IntervalStats {
     pub end_ns: u64,
     pub read: DirStats,
     pub write: DirStats,
+    /// Where the slots' time went, and the open loop's schedule.
+    pub slots: SlotTime,
+}
+
+/// Where an interval's (or, summed, a run's) slot time went, and the open loop's
+/// schedule. Closed loop: `in_flight_ns + idle_ns = workers x depth x length`; over a
+/// whole run, the latencies' sum + `uncounted_ns` = `in_flight_ns`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SlotTime {
     /// Closed loop: nanoseconds the worker's slots held no I/O between a completion and
     /// the next submission in the same slot (reaping, accounting, building the next I/O,
     /// and any time the thread waited for a CPU meanwhile). With the latencies it accounts
     /// for every slot's time: IOPS x mean latency + idle / seconds = workers x depth.
-    pub slot_idle_ns: u64,
+    pub idle_ns: u64,
     /// Nanoseconds inside the measured window that slots held I/Os which are not in the
     /// latency figures: those that straddle the window's start or end, and failed ones.
-    /// Closed loop, over a whole run: latencies + this + `slot_idle_ns` = slots x seconds.
-    pub slot_uncounted_ns: u64,
+    /// Closed loop, over a whole run: latencies + this + `idle_ns` = slots x seconds.
+    pub uncounted_ns: u64,
     /// Nanoseconds of I/O in flight in this interval, summed over the slots (an I/O that
     /// spans a boundary is split at it): over the interval, its mean queue depth.
-    /// Closed loop: with `slot_idle_ns` it covers every slot's time, so
+    /// Closed loop: with `idle_ns` it covers every slot's time, so
     /// `in_flight_ns + slot_idle_ns = workers x depth x interval`.
     pub in_flight_ns: u64,
     /// Open loop: I/Os that came due inside the measured window but are in no figure of
@@ -70,6 +79,18 @@ pub struct IntervalStats {
     pub run_delay_ns: u64,
 }
 
+impl SlotTime {
+    /// Adds another worker's (or interval's) figures; the lateness is the larger.
+    pub fn merge(&mut self, o: &SlotTime) {
+        self.idle_ns += o.idle_ns;
+        self.uncounted_ns += o.uncounted_ns;
+        self.in_flight_ns += o.in_flight_ns;
+        self.due_missed_ops += o.due_missed_ops;
+        self.issue_late_max_ns = self.issue_late_max_ns.max(o.issue_late_max_ns);
+        self.run_delay_ns += o.run_delay_ns;
+    }
+}
+
 impl IntervalStats {
     /// Empty statistics with histograms of `digits` significant digits.
     pub fn new(digits: u8) -> Box<Self> {
@@ -78,12 +99,7 @@ impl IntervalStats {
             end_ns: 0,
             read: DirStats::with_digits(digits),
             write: DirStats::with_digits(digits),
-            slot_idle_ns: 0,
-            slot_uncounted_ns: 0,
-            in_flight_ns: 0,
-            due_missed_ops: 0,
-            issue_late_max_ns: 0,
-            run_delay_ns: 0,
+            slots: SlotTime::default(),
         })
     }
 }
@@ -331,8 +347,8 @@ impl Core {
         while now >= self.next_boundary && self.next_boundary < self.tl.end {
             let end = self.next_boundary;
             let (busy, idle) = carry(self.seg_start(), end);
-            self.cur.in_flight_ns += busy;
-            self.cur.slot_idle_ns += idle;
+            self.cur.slots.in_flight_ns += busy;
+            self.cur.slots.idle_ns += idle;
             self.send_interval(end);
             self.next_boundary += self.tl.interval;
         }
@@ -340,7 +356,7 @@ impl Core {
 
     fn send_interval(&mut self, end: u64) {
         let delay = thread_run_delay_ns();
-        self.cur.run_delay_ns = delay.saturating_sub(self.run_delay_mark);
+        self.cur.slots.run_delay_ns = delay.saturating_sub(self.run_delay_mark);
         self.run_delay_mark = delay;
         let fresh = match self.spare_rx.recv() {
             Ok(b) => b,
@@ -415,7 +431,7 @@ impl Core {
         }
         let (from, to) = (self.tl.measure_start, self.tl.end);
         let seg = self.seg_start().max(from);
-        self.cur.in_flight_ns += now.min(to).saturating_sub(slot.start.max(seg));
+        self.cur.slots.in_flight_ns += now.min(to).saturating_sub(slot.start.max(seg));
         if ok && slot.start >= from && now <= to {
             let lat = now.saturating_sub(slot.start);
             if slot.read {
@@ -425,9 +441,9 @@ impl Core {
             }
         } else if slot.start < to && now > from {
             // In flight inside the window, but not in its latency figures.
-            self.cur.slot_uncounted_ns += now.min(to) - slot.start.max(from);
+            self.cur.slots.uncounted_ns += now.min(to) - slot.start.max(from);
             if self.arrival.is_some() && slot.start >= from {
-                self.cur.due_missed_ops += 1;
+                self.cur.slots.due_missed_ops += 1;
             }
         }
     }
@@ -437,7 +453,7 @@ impl Core {
     #[inline]
     fn slot_refilled(&mut self, done: u64, start: u64) {
         let from = self.seg_start().max(self.tl.measure_start);
-        self.cur.slot_idle_ns += start.min(self.tl.end).saturating_sub(done.max(from));
+        self.cur.slots.idle_ns += start.min(self.tl.end).saturating_sub(done.max(from));
     }
 
     /// Open loop: an I/O due at `due` is issued at `now`.
@@ -445,8 +461,8 @@ impl Core {
     fn issued_late(&mut self, due: u64, now: u64) {
         if due >= self.tl.measure_start {
             let late = now.saturating_sub(due);
-            if late > self.cur.issue_late_max_ns {
-                self.cur.issue_late_max_ns = late;
+            if late > self.cur.slots.issue_late_max_ns {
+                self.cur.slots.issue_late_max_ns = late;
             }
         }
     }
@@ -460,11 +476,11 @@ impl Core {
         }
         if (self.next_due as u64) < to {
             let late = to - (self.next_due as u64).max(from);
-            self.cur.issue_late_max_ns = self.cur.issue_late_max_ns.max(late);
+            self.cur.slots.issue_late_max_ns = self.cur.slots.issue_late_max_ns.max(late);
         }
         while (self.next_due as u64) < to {
             if self.next_due as u64 >= from {
-                self.cur.due_missed_ops += 1;
+                self.cur.slots.due_missed_ops += 1;
             }
             self.advance_due();
         }
@@ -512,8 +528,8 @@ impl Core {
         let end = now.min(self.tl.end);
         if end > seg_start {
             let (busy, idle) = carry(seg_start.max(self.tl.measure_start), end);
-            self.cur.in_flight_ns += busy;
-            self.cur.slot_idle_ns += idle;
+            self.cur.slots.in_flight_ns += busy;
+            self.cur.slots.idle_ns += idle;
             self.send_interval(end);
         }
         let _ = self.tx.send(Msg::Done(self.id));
