@@ -9,7 +9,7 @@ mod common;
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::{
@@ -447,14 +447,21 @@ fn a_second_loop_over_a_mounted_loops_file_is_refused() {
     );
 }
 
+/// A marked 64 MiB image in `dir` with one partition, a loop device over it with its
+/// partitions scanned, and that partition: (image, loop, partition).
+fn partitioned_loop(dir: &Path) -> (PathBuf, Loop, PathBuf) {
+    let file = marked_image(dir, "disk.img", 64 * MIB);
+    partition_image(&file);
+    let lo = Loop::attach(&file, &["--partscan"]);
+    let p1 = lo.partition(1);
+    (file, lo, p1)
+}
+
 #[test]
 fn a_second_loop_over_an_image_whose_partition_is_mounted_is_refused() {
     need_root();
     let dir = common::shm_dir("dp-alias-");
-    let file = marked_image(dir.path(), "disk.img", 64 * MIB);
-    partition_image(&file);
-    let lo = Loop::attach(&file, &["--partscan"]);
-    let p1 = lo.partition(1);
+    let (file, lo, p1) = partitioned_loop(dir.path());
     common::mkfs_ext4(&p1);
     let _m = Mount::new(&p1, &dir.path().join("mnt"));
     sync();
@@ -474,10 +481,7 @@ fn a_second_loop_over_an_image_whose_partition_is_mounted_is_refused() {
 fn a_claimed_partition_of_a_loop_alias_is_found_by_the_kernel() {
     need_root();
     let dir = common::shm_dir("dp-alias-");
-    let file = marked_image(dir.path(), "disk.img", 64 * MIB);
-    partition_image(&file);
-    let lo = Loop::attach(&file, &["--partscan"]);
-    let p1 = lo.partition(1);
+    let (file, _lo, p1) = partitioned_loop(dir.path());
     let mut holder = std::process::Command::new("/usr/bin/python3")
         .args([
             "-c",
