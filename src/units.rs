@@ -128,9 +128,22 @@ pub fn format_size(bytes: u64) -> String {
     bytes.to_string()
 }
 
+/// A count with its noun, singular for one: `1 drive`, `2 drives`, `1 pass` (`many` is the
+/// plural, for nouns that do not just take an `s`).
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_agree_with_their_nouns() {
+        assert_eq!(count(0, "drive", "drives"), "0 drives");
+        assert_eq!(count(1, "drive", "drives"), "1 drive");
+        assert_eq!(count(2, "pass", "passes"), "2 passes");
+    }
 
     #[test]
     fn sizes() {

@@ -1,7 +1,7 @@
 //! `driveprobe report`: the HTML page from suite result documents. The two fixtures in
 //! tests/fixtures/results/ are made by the generator below (realistic figures after
-//! PROTOCOL.md: an SSD800MM-like SAS drive and a read-intensive SATA drive); regenerate
-//! them with `UPDATE_FIXTURES=1 cargo test --test report_html`.
+//! the published reviews in docs/protocol.md: an SSD800MM-like SAS drive and a
+//! read-intensive SATA drive); regenerate them with `UPDATE_FIXTURES=1 cargo test --test report_html`.
 //!
 //! The page is checked as text (a chart per series, a marker per data point, escaping, no
 //! network references), through the CLI, and in headless Chromium (Debian's `chromium`):
@@ -157,14 +157,19 @@ fn steady_phase(
     let mut rounds = Vec::new();
     let mut steady_round = None;
     for k in 0..max_rounds {
-        let fresh = (-f64::from(k) / decay).exp();
+        // Round 1 also holds the workers' start-up (a little lower); round 2 is the burst.
+        let fresh = (-f64::from(k.saturating_sub(1)) / decay).exp();
         let iops = (steady_iops + (burst_iops - steady_iops) * fresh)
-            * if k == 0 { 1.0 } else { rng.jitter(0.012) };
+            * match k {
+                0 => 0.94,
+                1 => 1.0,
+                _ => rng.jitter(0.012),
+            };
         let mean = inflight / iops * 1e9;
         let sd = mean * (0.55 - 0.2 * fresh) * rng.jitter(0.05);
         let max = (steady_max_ms + (burst_max_ms - steady_max_ms) * fresh)
             * 1e6
-            * if k == 0 { 1.0 } else { rng.jitter(0.3) };
+            * if k <= 1 { 1.0 } else { rng.jitter(0.3) };
         let end = f64::from(k + 1) * secs + rng.unit() * 0.05;
         rounds.push(round(k, end, secs, &w, iops, mean, sd, max));
         if rounds.len() >= window {
@@ -191,7 +196,7 @@ fn steady_phase(
             window_range_ratio: range,
             window_slope_excursion_ratio: exc,
         },
-        burst: rounds[0].clone(),
+        burst: rounds[1].clone(),
         steady_figures: Round::average(last),
         rounds,
     };
@@ -1087,4 +1092,282 @@ fn chromium_renders_the_charts() {
         let n = img.rgb.iter().filter(|&&p| near(p, hex(c), 24)).count();
         assert!(n > 2000, "document {i}'s colour {c}: {n} pixels");
     }
+}
+
+// ------------------------------------------------------------------ issue 17: truth on the page
+
+/// The `<section>` of the page whose id is `id`.
+fn section<'a>(html: &'a str, id: &str) -> &'a str {
+    let at = html
+        .find(&format!(r#"<section class="card" id="{id}""#))
+        .unwrap_or_else(|| panic!("no section {id}"));
+    let end = at + html[at..].find("</section>").unwrap();
+    &html[at..end]
+}
+
+/// The summary table's row named `name`, if any.
+fn summary_row<'a>(html: &'a str, name: &str) -> Option<&'a str> {
+    let s = section(html, "summary");
+    let at = s.find(&format!(r#"<tr><th class="l">{name}</th>"#))?;
+    let end = at + s[at..].find("</tr>").unwrap();
+    Some(&s[at..end])
+}
+
+/// A whole number as the page writes IOPS: `98,024`.
+fn grouped(v: f64) -> String {
+    let t = format!("{:.0}", v);
+    let mut out = String::new();
+    for (i, c) in t.chars().enumerate() {
+        if i > 0 && (t.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn first_steady(doc: &mut SuiteResult) -> (&mut SteadyState, &mut Vec<Round>, &mut Round) {
+    doc.phases
+        .iter_mut()
+        .find_map(|p| match p {
+            Phase::SteadyState {
+                steady,
+                rounds,
+                burst,
+                ..
+            } => Some((steady, rounds, burst)),
+            _ => None,
+        })
+        .expect("a steady-state phase")
+}
+
+#[test]
+fn burst_is_the_first_full_round_after_the_start() {
+    let mut doc = sas_drive();
+    {
+        let (_, rounds, _) = first_steady(&mut doc);
+        for (r, iops) in rounds.iter_mut().zip([111_111.0, 222_222.0]) {
+            r.iops = iops;
+            r.read.iops = iops;
+            r.write.iops = 0.0;
+        }
+    }
+    let name = match &doc.phases[2] {
+        Phase::SteadyState { workload, .. } => workload.name.clone(),
+        _ => panic!("phase 2 is not a steady state"),
+    };
+    // An older document recorded round 1 (with the threads' start-up) as the burst; a
+    // newer one records round 2. Both are drawn with round 2 as the burst.
+    for recorded in [0, 1] {
+        let mut d = doc.clone();
+        let (_, rounds, burst) = first_steady(&mut d);
+        *burst = rounds[recorded].clone();
+        let html = report::render(&[("d".into(), d)]);
+        let sec = section(&html, &format!("steady-{name}"));
+        let table = &sec[sec.find(r#"<table class="steady">"#).unwrap()..];
+        assert!(table.contains(&grouped(222_222.0)), "{table}");
+        assert!(!table.contains(&grouped(111_111.0)), "{table}");
+        assert!(sec.contains("the first full round after the workers started"));
+        // The burst's ring sits on round 2's point of the IOPS chart.
+        let svg = chart(&html, &format!("chart-steady-{name}-iops"));
+        let centre = |from: &str| {
+            let cx = from
+                .split("cx=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            let cy = from
+                .split("cy=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            (cx.to_string(), cy.to_string())
+        };
+        let pts: Vec<_> = svg
+            .split(r#"<circle class="pt s0""#)
+            .skip(1)
+            .map(centre)
+            .collect();
+        let ring = centre(svg.split(r#"<circle class="mark s0""#).nth(1).unwrap());
+        assert_eq!(ring, pts[1], "the burst ring is not on round 2");
+    }
+    // The generator records what the suite records: round 2.
+    let mut g = sas_drive();
+    let (_, rounds, burst) = first_steady(&mut g);
+    assert_eq!(*burst, rounds[1]);
+}
+
+#[test]
+fn sweep_subtitle_names_the_sweep() {
+    let html = report::render(&fixtures());
+    let sec = section(&html, "sweep-8k-70-30");
+    let meta = &sec[sec.find(r#"<p class="meta">"#).unwrap()..];
+    let meta = &meta[..meta.find("</p>").unwrap()];
+    assert!(meta.contains("sweep 2T2Q..16T16Q"), "{meta}");
+    assert!(meta.contains("2, 4, 8, 16 workers"), "{meta}");
+    assert!(meta.contains("16 points"), "{meta}");
+    assert!(!meta.contains("16 workers × 16 queue depth"), "{meta}");
+}
+
+#[test]
+fn a_phase_not_steady_says_what_it_averages() {
+    let docs = fixtures();
+    let html = report::render(&docs);
+    // The SATA drive's 4K random write never got steady in its 8 rounds.
+    let sec = section(&html, "steady-4k-randwrite");
+    let not_steady = sec
+        .split("<li>")
+        .find(|li| li.contains("not steady"))
+        .expect("a document not steady");
+    assert!(
+        !not_steady.contains("the last 5 rounds average"),
+        "{not_steady}"
+    );
+    assert!(
+        not_steady.contains("steady state was not reached in 8 rounds"),
+        "{not_steady}"
+    );
+    assert!(not_steady.contains("average of rounds 4-8"), "{not_steady}");
+    // A steady one names its window's rounds.
+    let steady = sec
+        .split("<li>")
+        .find(|li| li.contains(r#"class="ok">steady"#))
+        .expect("a steady document");
+    assert!(steady.contains("(the steady window) average"), "{steady}");
+}
+
+#[test]
+fn sizes_are_in_the_units_given() {
+    let mut doc = sas_drive();
+    doc.target_bytes = 256 << 20;
+    doc.drive = None;
+    for p in &mut doc.phases {
+        if let Phase::Precondition { bytes, .. } = p {
+            *bytes = 512 << 20;
+        }
+    }
+    let html = report::render(&[("quick.json".into(), doc)]);
+    let target = summary_row(&html, "Target").unwrap();
+    assert!(target.contains("256 MiB"), "{target}");
+    assert!(!html.contains("268 MB"));
+    assert!(html.contains("2 passes of sequential writes, 512 MiB"));
+    // A datasheet capacity stays decimal.
+    let html = report::render(&fixtures());
+    let cap = summary_row(&html, "Capacity").unwrap();
+    assert!(cap.contains("400 GB"), "{cap}");
+}
+
+#[test]
+fn an_unknown_interface_has_one_spelling() {
+    let mut loop_dev = sas_drive();
+    loop_dev.drive.as_mut().unwrap().transport = Transport::Unknown;
+    let mut file = sas_drive();
+    file.drive = None;
+    let sas = sas_drive();
+    let html = report::render(&[
+        ("loop.json".into(), loop_dev),
+        ("file.json".into(), file),
+        ("sas.json".into(), sas),
+    ]);
+    let row = summary_row(&html, "Interface").unwrap();
+    assert!(!row.to_lowercase().contains("unknown"), "{row}");
+    assert_eq!(row.matches(r#"<td class="l">-</td>"#).count(), 2, "{row}");
+    assert!(row.contains(r#"<td class="l">sas</td>"#), "{row}");
+}
+
+#[test]
+fn counts_of_one_are_singular() {
+    let mut doc = sas_drive();
+    for p in &mut doc.phases {
+        match p {
+            Phase::Sweep { points, .. } => points.truncate(1),
+            Phase::RateCurve { points, .. } => points.truncate(1),
+            Phase::Precondition { passes, .. } => *passes = 1,
+            _ => {}
+        }
+    }
+    let html = report::render(&[("one.json".into(), doc)]);
+    let phases = summary_row(&html, "Phases").unwrap();
+    assert!(phases.contains(": 1 point<"), "{phases}");
+    assert!(!phases.contains(" 1 points"), "{phases}");
+    assert!(phases.contains("1 pass of"), "{phases}");
+}
+
+/// bench's JSON as a driveprobe before issue 17 printed it (kept as it was written).
+const OLD_BENCH: &str = "bench-0.1.0-randrw.json";
+
+#[test]
+fn bench_output_gets_a_one_phase_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = fixture_path(OLD_BENCH);
+    let doc = report::load(&old).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(doc.suite, "bench");
+    assert_eq!(doc.phases.len(), 1);
+    let Phase::Point { workload, round } = &doc.phases[0] else {
+        panic!("not a point: {:?}", doc.phases[0])
+    };
+    assert_eq!(workload.rw, "randrw");
+    assert_eq!((workload.workers, workload.depth), (1, 1));
+    assert!(round.read.lat_p99_ns > 0 && round.write.lat_p99_9_ns > 0);
+    assert!(round.read.ops > 0 && round.write.ops > 0);
+    assert!(doc.complete);
+
+    // A newer spelling: percentile keys with a `p`, and `rw` in the workload.
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&old).unwrap()).unwrap();
+    for d in ["read", "write", "total"] {
+        let p = v[d]["lat_ns"]["percentiles"].as_object().unwrap().clone();
+        let renamed: serde_json::Map<String, serde_json::Value> =
+            p.into_iter().map(|(k, x)| (format!("p{k}"), x)).collect();
+        v[d]["lat_ns"]["percentiles"] = renamed.into();
+    }
+    v["workload"]["rw"] = "randrw".into();
+    let newer = dir.path().join("newer.json");
+    std::fs::write(&newer, v.to_string()).unwrap();
+    let doc2 = report::load(&newer).unwrap();
+    assert_eq!(doc2.phases, doc.phases);
+
+    // Through the CLI, with a run made now.
+    let shm = common::shm_dir("report-bench");
+    let target = shm.path().join("t.dat");
+    let json = dir.path().join("bench.json");
+    let out = exe()
+        .arg("bench")
+        .arg(&target)
+        .args([
+            "--size",
+            "8m",
+            "--rw",
+            "randread",
+            "--bs",
+            "4k",
+            "--runtime",
+            "0.3s",
+        ])
+        .args(["--output-format", "json", "--output"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    common::assert_ok(&out, "driveprobe bench");
+    let html_path = dir.path().join("bench.html");
+    let out = exe()
+        .arg("report")
+        .arg(&json)
+        .arg(&old)
+        .arg("-o")
+        .arg(&html_path)
+        .output()
+        .unwrap();
+    common::assert_ok(&out, "driveprobe report");
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    let points = section(&html, "points");
+    assert!(points.contains("4k-randread"), "{points}");
+    assert!(points.contains("4k-randrw"), "{points}");
+    assert!(html.contains("bench suite"));
+    let ended = summary_row(&html, "Ended").unwrap();
+    assert!(!ended.contains("1970"), "{ended}");
 }

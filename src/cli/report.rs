@@ -12,7 +12,8 @@ use crate::report;
     after_help = "The page needs no network and no JavaScript: the charts are inline SVG. Several documents are overlaid in the same charts, one colour each, named by drive model and serial (or file name)."
 )]
 pub struct ReportArgs {
-    /// Result documents of suite runs (JSON, as a suite writes them).
+    /// Result documents of suite runs (JSON, as a suite writes them), or the JSON of
+    /// `bench --output-format json` (one run: a one-phase report).
     #[arg(value_name = "RESULT.json", required = true)]
     results: Vec<PathBuf>,
     /// The HTML file to write.

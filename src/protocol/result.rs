@@ -144,7 +144,9 @@ pub enum Phase {
         workload: WorkloadDesc,
         steady: SteadyState,
         rounds: Vec<Round>,
-        /// The first round (fresh drive).
+        /// The first full round after the workers started (fresh drive): the second
+        /// round, as the first also holds the threads' start-up; the first when it is the
+        /// only one.
         burst: Round,
         /// Averages over the steady window (or the last window when never steady).
         steady_figures: Round,
@@ -245,6 +247,13 @@ impl DirFigures {
     }
 }
 
+/// The burst of a steady-state phase's rounds: the first full round after the workers
+/// started. The first round also holds the threads' start-up (with 0.5 s rounds, a
+/// visible share of it), so it is the second round, or the first when it is the only one.
+pub fn burst_round(rounds: &[Round]) -> Option<&Round> {
+    rounds.get(1).or_else(|| rounds.first())
+}
+
 impl Round {
     /// A round from its two directions, combined as the reviews combine them.
     pub fn from_dirs(index: u32, end_seconds: f64, read: DirFigures, write: DirFigures) -> Round {
@@ -328,5 +337,21 @@ impl Round {
             in_flight_seconds: rounds.iter().map(|r| r.in_flight_seconds).sum::<f64>() / n,
             due_missed_ops: rounds.iter().map(|r| r.due_missed_ops).sum::<u64>() / n as u64,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn burst_is_the_first_full_round() {
+        let r = |i: u32| Round {
+            index: i,
+            ..Round::default()
+        };
+        assert_eq!(burst_round(&[]), None);
+        assert_eq!(burst_round(&[r(0)]).map(|r| r.index), Some(0));
+        assert_eq!(burst_round(&[r(0), r(1), r(2)]).map(|r| r.index), Some(1));
     }
 }

@@ -99,6 +99,33 @@ pub fn bytes(b: f64) -> String {
     format!("{} B", grouped(b, 0))
 }
 
+/// A size in the units it was most likely given in: binary (`256 MiB`, `1.50 GiB`) when it
+/// is a whole number of MiB (or of KiB, under 1 MiB), as `256m` or `1g` on the command
+/// line make it; decimal otherwise, as datasheets give capacities (`400 GB`).
+pub fn size(b: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    const KIB: u64 = 1 << 10;
+    let binary = b > 0 && (b % MIB == 0 || (b < MIB && b % KIB == 0));
+    if !binary {
+        return bytes(b as f64);
+    }
+    const UNITS: [(u64, &str); 5] = [
+        (1 << 50, "PiB"),
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (MIB, "MiB"),
+        (KIB, "KiB"),
+    ];
+    for (m, u) in UNITS {
+        if b >= m {
+            let v = b as f64 / m as f64;
+            let text = if b % m == 0 { grouped(v, 0) } else { sig3(v) };
+            return format!("{text} {u}");
+        }
+    }
+    format!("{b} B")
+}
+
 /// A rate in bytes per second, decimal: `2.59 GB/s`, `870 MB/s`.
 pub fn bandwidth(bps: f64) -> String {
     format!("{}/s", bytes(bps))
@@ -181,6 +208,15 @@ mod tests {
         assert_eq!(bytes(400e9), "400 GB");
         assert_eq!(bytes(1.2e12), "1.20 TB");
         assert_eq!(bytes(512.0), "512 B");
+        // Sizes as given: 256m is 256 MiB, not 268 MB; a datasheet capacity stays decimal.
+        assert_eq!(size(256 << 20), "256 MiB");
+        assert_eq!(size(1 << 30), "1 GiB");
+        assert_eq!(size(3 << 29), "1.50 GiB");
+        assert_eq!(size(4096), "4 KiB");
+        assert_eq!(size(400_000_000_000), "400 GB");
+        assert_eq!(size(480_103_981_056), "480 GB");
+        assert_eq!(size(512), "512 B");
+        assert_eq!(size(0), "0 B");
         assert_eq!(bandwidth(2.59e9), "2.59 GB/s");
         assert_eq!(bandwidth(870e6), "870 MB/s");
         assert_eq!(duration(12.5), "12.5 s");

@@ -4,7 +4,9 @@
 //! inline SVG. Several documents on one page are overlaid, one colour each.
 //!
 //! [`render`] is pure (documents in, HTML out); [`load`] reads and checks one document.
+//! The JSON of `bench --output-format json` is a document too: one run, one phase.
 
+mod bench;
 mod chart;
 pub(crate) mod fmt;
 mod page;
@@ -28,7 +30,7 @@ pub enum ReportError {
         path: String,
         source: serde_json::Error,
     },
-    #[error("{path}: not a driveprobe result document (no schema_version)")]
+    #[error("{path}: not a driveprobe result document (no schema_version) nor `bench --output-format json` output")]
     NotResult { path: String },
     #[error("{path}: schema_version {found} is not known (this driveprobe reads version {known}); use a driveprobe that wrote it")]
     Schema {
@@ -43,14 +45,28 @@ pub enum ReportError {
     },
 }
 
-/// Parses a result document; `name` (a file name) is only used in errors.
+/// Parses a result document, or bench's JSON output; `name` (a file name) is only used in
+/// errors.
 pub fn parse(bytes: &[u8], name: &str) -> Result<SuiteResult, ReportError> {
+    parse_written(bytes, name, None)
+}
+
+/// [`parse`], with the time the file was written (dates a bench output, which carries no
+/// clock time of its own).
+fn parse_written(
+    bytes: &[u8],
+    name: &str,
+    written_unix_seconds: Option<f64>,
+) -> Result<SuiteResult, ReportError> {
     let value: serde_json::Value =
         serde_json::from_slice(bytes).map_err(|source| ReportError::Json {
             path: name.to_string(),
             source,
         })?;
     match value.get("schema_version") {
+        None if bench::is_bench_output(&value) => {
+            return Ok(bench::to_result(&value, written_unix_seconds))
+        }
         None => {
             return Err(ReportError::NotResult {
                 path: name.to_string(),
@@ -78,7 +94,12 @@ pub fn load(path: &Path) -> Result<SuiteResult, ReportError> {
         path: name.clone(),
         source,
     })?;
-    parse(&bytes, &name)
+    let written = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_secs_f64());
+    parse_written(&bytes, &name, written)
 }
 
 /// How a document is named on the page: the drive's model and serial, else the file name.
@@ -175,7 +196,7 @@ mod tests {
         let e = parse(b"{}", "a.json").unwrap_err().to_string();
         assert_eq!(
             e,
-            "a.json: not a driveprobe result document (no schema_version)"
+            "a.json: not a driveprobe result document (no schema_version) nor `bench --output-format json` output"
         );
         let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
         v["schema_version"] = 99.into();

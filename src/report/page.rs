@@ -7,7 +7,8 @@ use std::fmt::Write;
 use super::chart::{color, Axis, Band, Chart, Mark, Pt, Quantity, Series, XAxis};
 use super::fmt::{self as f, esc};
 use crate::protocol::result::{
-    CurvePoint, DirFigures, Phase, Round, SteadyState, SuiteResult, SweepPoint, WorkloadDesc,
+    burst_round, CurvePoint, DirFigures, Phase, Round, SteadyState, SuiteResult, SweepPoint,
+    WorkloadDesc,
 };
 
 const STYLE: &str = r#"
@@ -245,6 +246,19 @@ fn doc_cell(d: &Doc) -> String {
 }
 
 fn workload_text(w: &WorkloadDesc) -> String {
+    workload_text_with(
+        w,
+        format!(
+            "{} workers × {} queue depth ({} in flight)",
+            w.workers,
+            w.depth,
+            u64::from(w.workers) * u64::from(w.depth)
+        ),
+    )
+}
+
+/// A workload's line with `load` for its workers and queue depth.
+fn workload_text_with(w: &WorkloadDesc, load: String) -> String {
     let mut parts = vec![format!("{} {}", w.bs, w.rw)];
     if matches!(w.rw.as_str(), "randrw" | "rw" | "readwrite") {
         parts.push(format!(
@@ -253,14 +267,39 @@ fn workload_text(w: &WorkloadDesc) -> String {
             100u32.saturating_sub(w.rwmixread)
         ));
     }
-    parts.push(format!(
-        "{} workers × {} queue depth ({} in flight)",
-        w.workers,
-        w.depth,
-        u64::from(w.workers) * u64::from(w.depth)
-    ));
+    parts.push(load);
     parts.push(format!("{} access", w.distribution));
     parts.join(" · ")
+}
+
+/// The load of a sweep: its corners and its grid, `sweep 2T2Q..16T16Q (2, 4, 8, 16
+/// workers × 2, 4, 8, 16 queue depth: 16 points)`.
+fn sweep_text(w: &WorkloadDesc, points: &[SweepPoint]) -> String {
+    let (Some(first), Some(last)) = (
+        points.iter().min_by_key(|p| (p.workers, p.depth)),
+        points.iter().max_by_key(|p| (p.workers, p.depth)),
+    ) else {
+        return workload_text_with(w, "sweep with no point measured".to_string());
+    };
+    let list = |mut v: Vec<u32>| {
+        v.sort_unstable();
+        v.dedup();
+        v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+    };
+    workload_text_with(
+        w,
+        format!(
+            "sweep {}T{}Q..{}T{}Q ({} workers × {} queue depth: {} point{})",
+            first.workers,
+            first.depth,
+            last.workers,
+            last.depth,
+            list(points.iter().map(|p| p.workers).collect()),
+            list(points.iter().map(|p| p.depth).collect()),
+            points.len(),
+            if points.len() == 1 { "" } else { "s" }
+        ),
+    )
 }
 
 /// The workload line of a section: one line, or one per document when they differ.
@@ -268,7 +307,10 @@ fn workload_meta(o: &mut String, g: &Group, docs: &[Doc]) {
     let texts: Vec<(usize, String)> = g
         .members
         .iter()
-        .filter_map(|(i, p)| workload(p).map(|(_, w)| (*i, workload_text(w))))
+        .filter_map(|(i, p)| match p {
+            Phase::Sweep { workload, points } => Some((*i, sweep_text(workload, points))),
+            p => workload(p).map(|(_, w)| (*i, workload_text(w))),
+        })
         .collect();
     if texts.iter().all(|(_, t)| *t == texts[0].1) {
         let _ = write!(o, r#"<p class="meta">{}</p>"#, esc(&texts[0].1));
@@ -286,6 +328,11 @@ fn workload_meta(o: &mut String, g: &Group, docs: &[Doc]) {
 
 // ---------------------------------------------------------------- summary
 
+/// `1 point`, `2 points`.
+fn count(n: usize, what: &str) -> String {
+    crate::units::count(n as u64, what, &format!("{what}s"))
+}
+
 fn phase_line(p: &Phase) -> String {
     match p {
         Phase::Purge { method, seconds } => {
@@ -298,15 +345,11 @@ fn phase_line(p: &Phase) -> String {
         } => format!(
             "precondition: {passes} pass{} of sequential writes, {} in {}",
             if *passes == 1 { "" } else { "es" },
-            f::bytes(*bytes as f64),
+            f::size(*bytes),
             f::duration(*seconds)
         ),
         Phase::Fill { bytes, seconds } => {
-            format!(
-                "fill: {} in {}",
-                f::bytes(*bytes as f64),
-                f::duration(*seconds)
-            )
+            format!("fill: {} in {}", f::size(*bytes), f::duration(*seconds))
         }
         Phase::SteadyState {
             workload,
@@ -314,10 +357,9 @@ fn phase_line(p: &Phase) -> String {
             rounds,
             ..
         } => format!(
-            "steady state {}: {} round{}, {}",
+            "steady state {}: {}, {}",
             workload.name,
-            rounds.len(),
-            if rounds.len() == 1 { "" } else { "s" },
+            count(rounds.len(), "round"),
             match (steady.attained, steady.steady_round) {
                 (true, Some(r)) => format!("steady at round {}", r + 1),
                 (true, None) => "steady".to_string(),
@@ -325,17 +367,21 @@ fn phase_line(p: &Phase) -> String {
             }
         ),
         Phase::Sweep { workload, points } => {
-            format!("sweep {}: {} points", workload.name, points.len())
+            format!("sweep {}: {}", workload.name, count(points.len(), "point"))
         }
         Phase::RateCurve {
             workload, points, ..
-        } => format!("rate curve {}: {} points", workload.name, points.len()),
+        } => format!(
+            "rate curve {}: {}",
+            workload.name,
+            count(points.len(), "point")
+        ),
         Phase::WriteSaturation {
             workload, rounds, ..
         } => format!(
-            "write saturation {}: {} rounds",
+            "write saturation {}: {}",
             workload.name,
-            rounds.len()
+            count(rounds.len(), "round")
         ),
         Phase::Point { workload, round } => {
             format!("point {}: {} IOPS", workload.name, f::iops(round.iops))
@@ -346,10 +392,10 @@ fn phase_line(p: &Phase) -> String {
                 .max_by(|a, b| a.ops_per_second.total_cmp(&b.ops_per_second));
             match best {
                 Some(b) if app == "oltp" => format!(
-                    "{app}: {} thread counts, peak {} TPS at {} threads",
-                    points.len(),
+                    "{app}: {}, peak {} TPS at {}",
+                    count(points.len(), "thread count"),
                     f::iops(b.ops_per_second),
-                    b.threads
+                    count(b.threads as usize, "thread")
                 ),
                 Some(_) => format!(
                     "{app}: {}",
@@ -414,8 +460,8 @@ fn app_io(ps: &[&crate::app::AppPoint]) -> Option<&'static str> {
 
 fn app_tip(p: &crate::app::AppPoint, unit: &str) -> String {
     let mut t = format!(
-        "{} threads: {} {unit}, average {}, p99 {}",
-        p.threads,
+        "{}: {} {unit}, average {}, p99 {}",
+        count(p.threads as usize, "thread"),
         f::iops(p.ops_per_second),
         f::latency(p.lat_mean_ns),
         f::latency(p.lat_p99_ns)
@@ -751,11 +797,16 @@ fn summary(o: &mut String, docs: &[Doc]) {
         o,
         "Suite",
         each(&|r| {
-            format!(
-                "{} <span class=\"dim\">({} scale)</span>",
-                esc(&r.suite),
-                esc(&r.scale)
-            )
+            if r.scale.is_empty() {
+                // A bench run has no scale: its own runtime.
+                esc(&r.suite)
+            } else {
+                format!(
+                    "{} <span class=\"dim\">({} scale)</span>",
+                    esc(&r.suite),
+                    esc(&r.scale)
+                )
+            }
         }),
     );
     row(
@@ -765,7 +816,7 @@ fn summary(o: &mut String, docs: &[Doc]) {
             format!(
                 "{} <span class=\"dim\">({})</span>",
                 esc(&r.target),
-                f::bytes(r.target_bytes as f64)
+                f::size(r.target_bytes)
             )
         }),
     );
@@ -778,10 +829,17 @@ fn summary(o: &mut String, docs: &[Doc]) {
     if let Some(c) = drive_field(&|d| d.firmware.clone()) {
         row(o, "Firmware", c);
     }
+    // An unknown interface is "-", as every unknown field here (not "unknown" beside "-").
     if let Some(c) = drive_field(&|d| {
-        let mut parts = vec![d.transport.name().to_string()];
+        (d.transport != crate::health::model::Transport::Unknown)
+            .then(|| d.transport.name().to_string())
+    }) {
+        row(o, "Interface", c);
+    }
+    if let Some(c) = drive_field(&|d| {
+        let mut parts = Vec::new();
         if let Some(b) = d.capacity_bytes {
-            parts.push(f::bytes(b as f64));
+            parts.push(f::size(b));
         }
         if let Some(l) = d.logical_block_size {
             parts.push(format!("{l} B sectors"));
@@ -791,9 +849,9 @@ fn summary(o: &mut String, docs: &[Doc]) {
             Some(rpm) => parts.push(format!("{rpm} rpm")),
             None => {}
         }
-        Some(parts.join(", "))
+        (!parts.is_empty()).then(|| parts.join(", "))
     }) {
-        row(o, "Interface", c);
+        row(o, "Capacity", c);
     }
     row(o, "Engine", each(&|r| esc(&r.engine)));
     row(o, "driveprobe", each(&|r| esc(&r.driveprobe_version)));
@@ -979,8 +1037,18 @@ fn steady_window(m: &SteadyMember) -> Option<(usize, usize)> {
     Some(((last + 1).saturating_sub(w), last))
 }
 
+/// Which rounds (1-based, first and last) the steady figures average.
+fn window_rounds_text(m: &SteadyMember) -> String {
+    match steady_window(m) {
+        Some((a, b)) if a == b => format!("round {}", a + 1),
+        Some((a, b)) => format!("rounds {}-{}", a + 1, b + 1),
+        None => "no round".to_string(),
+    }
+}
+
 fn steady_status(m: &SteadyMember) -> String {
     let s = m.steady;
+    let averaged = window_rounds_text(m);
     let rule = format!(
         "range {} (allowed {}), line excursion {} (allowed {})",
         f::percent(s.window_range_ratio),
@@ -990,17 +1058,17 @@ fn steady_status(m: &SteadyMember) -> String {
     );
     match (s.attained, s.steady_round) {
         (true, r) => format!(
-            "<span class=\"ok\">steady</span> at round {} of {}: the last {} rounds average {} with {rule}",
+            "<span class=\"ok\">steady</span> at round {} of {}: {averaged} (the steady window) average {} with {rule}",
             r.map_or_else(|| "?".to_string(), |r| (r + 1).to_string()),
             m.rounds.len(),
-            s.window_rounds,
             iops_text(s.window_mean_iops),
         ),
         (false, _) => format!(
-            "<span class=\"bad\">not steady</span> after {} rounds (limit {}): the last {} rounds average {} with {rule}; the figures below are of that last window",
+            "<span class=\"bad\">not steady</span>: steady state was not reached in {} round{} (limit {}); the steady figures below are the average of {averaged}, the last {} measured, which is not a steady state: {} with {rule}",
             m.rounds.len(),
+            if m.rounds.len() == 1 { "" } else { "s" },
             s.max_rounds,
-            s.window_rounds,
+            steady_window(m).map_or(0, |(a, b)| b + 1 - a),
             iops_text(s.window_mean_iops),
         ),
     }
@@ -1021,7 +1089,8 @@ fn steady_section(o: &mut String, g: &Group, docs: &[Doc]) {
                 doc: *i,
                 steady,
                 rounds,
-                burst,
+                // Documents before the burst was the first full round recorded round 1.
+                burst: burst_round(rounds).unwrap_or(burst),
                 figures: steady_figures,
             }),
             _ => None,
@@ -1034,6 +1103,15 @@ fn steady_section(o: &mut String, g: &Group, docs: &[Doc]) {
         esc(&g.name)
     );
     workload_meta(o, g, docs);
+    let burst_note = if members.iter().all(|m| m.rounds.len() >= 2) {
+        "round 2, as round 1 also holds their start-up"
+    } else {
+        "round 2, as round 1 also holds their start-up; round 1 where it is the only one"
+    };
+    let _ = write!(
+        o,
+        r#"<p class="meta">Burst: the first full round after the workers started ({burst_note}). Steady: the average of the steady window, or of the last rounds when steady state was not reached.</p>"#
+    );
     o.push_str(r#"<ul class="status">"#);
     for m in &members {
         let _ = write!(
@@ -1127,9 +1205,9 @@ fn steady_section(o: &mut String, g: &Group, docs: &[Doc]) {
                     dashed: !steady,
                 });
             }
-            // The burst: the first round, as recorded.
-            let burst_x = match m.rounds.first() {
-                Some(_) => x_of(m.rounds, 0),
+            // The burst: the first full round after the start.
+            let burst_x = match m.rounds.iter().position(|r| std::ptr::eq(r, m.burst)) {
+                Some(k) => x_of(m.rounds, k),
                 None if by_time => m.burst.end_seconds,
                 None => 1.0,
             };
@@ -1687,7 +1765,11 @@ mod tests {
         let html = render(&[("a".into(), doc(vec![steady(rounds, false)]))]);
         assert!(html.contains(">round<"), "x axis in rounds");
         assert!(html.contains("last window, not steady"));
-        assert!(html.contains("not steady</span> after 5 rounds (limit 10)"));
+        assert!(
+            html.contains("not steady</span>: steady state was not reached in 5 rounds (limit 10)")
+        );
+        // The window of this document is 3 rounds: what the figures average is named.
+        assert!(html.contains("the average of rounds 3-5, the last 3 measured"));
         assert_eq!(html.matches(r#"<circle class="pt s0""#).count(), 20);
     }
 
