@@ -822,7 +822,8 @@ fn refuses_a_bad_config_and_a_busy_port_in_one_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     let last = err.trim().lines().last().unwrap_or("");
     assert!(
-        last.starts_with("driveprobe: error: cannot listen on") && last.contains("[server] listen"),
+        last.starts_with("driveprobe: error: cannot listen on")
+            && last.contains("give `daemon --listen` a free address"),
         "{err}"
     );
 }

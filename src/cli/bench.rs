@@ -159,9 +159,12 @@ pub struct BenchArgs {
     /// I/O backend.
     #[arg(long, value_enum, default_value = "auto")]
     pub(super) ioengine: IoEngine,
-    /// Where the workers run: `split` gives each worker its own share of the CPUs the
-    /// process may use (one worker is never confined); `shared` lets every worker run
-    /// anywhere (fio's default).
+    /// Where the workers run. `split` confines each worker to its own CPUs among those the
+    /// process may use: one CPU each with as many workers as CPUs or at --iodepth 1, a
+    /// share each with fewer workers. Workers are not confined when they outnumber the
+    /// CPUs, when only one CPU is allowed, or when one worker has --iodepth above 1.
+    /// `shared` lets every worker run on any allowed CPU (fio's default). The `cpus:` line
+    /// of the output says where they ran.
     #[arg(
         long = "cpus-allowed-policy",
         alias = "cpus_allowed_policy",
@@ -219,7 +222,8 @@ pub struct BenchArgs {
     /// List the suites and what each runs.
     #[arg(long = "list-suites", help_heading = "Suites")]
     pub(super) list_suites: bool,
-    /// How long a suite takes: quick (a minute on a small file), standard or full (hours).
+    /// How long a suite takes: quick (enterprise: about 35 s on a 256 MiB file), standard
+    /// or full (hours).
     #[arg(
         long,
         default_value = "standard",

@@ -8,6 +8,7 @@ use clap::Args;
 use super::Failure;
 use crate::config::Config;
 use crate::http::WebConfig;
+use crate::units::count;
 
 #[derive(Debug, Args)]
 #[command(
@@ -31,11 +32,11 @@ pub fn run(args: CheckConfigArgs) -> Result<u8, Failure> {
     if let Some(file) = &args.file {
         let config = Config::load(file).map_err(Failure::usage)?;
         println!(
-            "{}: ok ({} drives, {} probes, {} schedules)",
+            "{}: ok ({}, {}, {})",
             file.display(),
-            config.drives.len(),
-            config.probes.len(),
-            config.schedules.len()
+            count(config.drives.len() as u64, "drive", "drives"),
+            count(config.probes.len() as u64, "probe", "probes"),
+            count(config.schedules.len() as u64, "schedule", "schedules")
         );
     }
     if let Some(web) = &args.web_config_file {

@@ -21,7 +21,7 @@ pub fn list() -> String {
             out.push_str(&format!("    - {step}\n"));
         }
     }
-    out.push_str("\nScales (--scale): quick (0.5 s rounds, at most 10: about a minute on a 256 MiB file), standard (10 s rounds, at most 25), full (60 s rounds, at most 25, as SNIA PTS).\n");
+    out.push_str("\nScales (--scale): quick (0.5 s rounds, at most 10: enterprise takes about 35 s on a 256 MiB file), standard (10 s rounds, at most 25), full (60 s rounds, at most 25, as SNIA PTS).\n");
     out
 }
 
@@ -246,7 +246,8 @@ pub fn summary(r: &SuiteResult) -> String {
             } => {
                 let _ = writeln!(
                     o,
-                    "  precondition: {passes} pass(es), {} written ({seconds:.1} s)",
+                    "  precondition: {}, {} written ({seconds:.1} s)",
+                    units::count(u64::from(*passes), "pass", "passes"),
                     units::format_size(*bytes)
                 );
             }
@@ -320,9 +321,9 @@ pub fn summary(r: &SuiteResult) -> String {
             } => {
                 let _ = writeln!(
                     o,
-                    "  write saturation {}: {} rounds, {} written, first {:.0} IOPS, last {:.0} IOPS",
+                    "  write saturation {}: {}, {} written, first {:.0} IOPS, last {:.0} IOPS",
                     workload.name,
-                    rounds.len(),
+                    units::count(rounds.len() as u64, "round", "rounds"),
                     units::format_size(bytes_written.last().copied().unwrap_or(0)),
                     rounds.first().map_or(0.0, |r| r.iops),
                     rounds.last().map_or(0.0, |r| r.iops)
@@ -353,7 +354,11 @@ pub fn summary(r: &SuiteResult) -> String {
                         ms(p.lat_p99_ns),
                         p.lat_p99_avg_ns.map_or_else(|| "-".to_string(), ms),
                         if p.errors + p.reconnects > 0 {
-                            format!("  ({} errors, {} reconnects)", p.errors, p.reconnects)
+                            format!(
+                                "  ({}, {})",
+                                units::count(p.errors, "error", "errors"),
+                                units::count(p.reconnects, "reconnect", "reconnects")
+                            )
                         } else {
                             String::new()
                         }

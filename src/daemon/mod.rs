@@ -48,15 +48,28 @@ pub enum DaemonError {
     },
     #[error("{0}; fix or remove the state file")]
     State(#[from] schedule::StateError),
-    #[error("cannot listen on {addr}: {source}; set [server] listen to a free address (or stop what holds the port)")]
+    #[error("cannot listen on {addr}: {source}; {}", listen_fix(*from_flag))]
     Listen {
         addr: SocketAddr,
         source: std::io::Error,
+        /// The address came from `daemon --listen` (else from the config or its default).
+        from_flag: bool,
     },
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
     #[error("{0}")]
     WebConfig(#[from] crate::http::WebConfigError),
+}
+
+/// What to do about an address that cannot be bound. Without `--listen` the address is
+/// the config's `[server] listen`, or the default when the config has no `[server]`
+/// section (the built-in config has none): both ways out are named.
+fn listen_fix(from_flag: bool) -> &'static str {
+    if from_flag {
+        "give `daemon --listen` a free address (or stop what holds the port)"
+    } else {
+        "give a free address with `daemon --listen ADDR` or with `listen` in the config's [server] section (or stop what holds the port)"
+    }
 }
 
 /// How the daemon was asked to run.
@@ -568,7 +581,14 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         .build()
         .map_err(DaemonError::Runtime)?;
     let addr = config.server.listen;
-    let (std_listener, bound) = bind(addr)?;
+    let (std_listener, bound) = bind(addr).map_err(|e| match e {
+        DaemonError::Listen { addr, source, .. } => DaemonError::Listen {
+            addr,
+            source,
+            from_flag: opts.listen.is_some(),
+        },
+        e => e,
+    })?;
 
     let runs = Arc::new(Runs::default());
     scheduler::recover(&store, now_unix() as i64);
@@ -822,6 +842,7 @@ impl Http {
             tokio::net::TcpListener::from_std(listener).map_err(|source| DaemonError::Listen {
                 addr: bound,
                 source,
+                from_flag: false,
             })?;
         let (shutdown, rx) = tokio::sync::watch::channel(false);
         let server = tokio::spawn(crate::http::serve_web(
@@ -900,7 +921,11 @@ fn announce(bound: SocketAddr, web: &crate::http::WebHandle) {
 
 /// A non-blocking listener on `addr`, and the address it got (the port, for port 0).
 fn bind(addr: SocketAddr) -> Result<(std::net::TcpListener, SocketAddr), DaemonError> {
-    let err = |source| DaemonError::Listen { addr, source };
+    let err = |source| DaemonError::Listen {
+        addr,
+        source,
+        from_flag: false,
+    };
     let listener = std::net::TcpListener::bind(addr).map_err(err)?;
     listener.set_nonblocking(true).map_err(err)?;
     let bound = listener.local_addr().map_err(err)?;

@@ -20,7 +20,8 @@ use super::job::CpuPolicy;
 /// and sleeps, the kernel does the I/O, the worker wakes. On one CPU that hand-off is a
 /// local wake-up; across CPUs it is an inter-processor interrupt and a wake from idle,
 /// which on a VM costs tens of microseconds and would be counted as the drive's latency.
-/// So a depth-1 worker always gets one CPU of its own (round robin).
+/// So a depth-1 worker gets one CPU of its own (round robin), unless the workers outnumber
+/// the CPUs.
 ///
 /// Round robin starts at CPU `start` (mod the count), so runs going on at the same time
 /// (a daemon with several drives) do not all begin on the first CPU.

@@ -59,10 +59,11 @@ footer{color:#6b7280;font-size:12px;margin:0 0 14px}
 pub fn render(status: &Status, now: f64) -> String {
     let mut h = String::with_capacity(16 * 1024 + status.drives.len() * 4096);
     let down = status.drives.values().filter(|d| !d.up).count();
+    let n_drives = crate::units::count(status.drives.len() as u64, "drive", "drives");
     let title = if down > 0 {
-        format!("driveprobe: {down} of {} drives down", status.drives.len())
+        format!("driveprobe: {down} of {n_drives} down")
     } else {
-        format!("driveprobe: {} drives", status.drives.len())
+        format!("driveprobe: {n_drives}")
     };
     let _ = write!(
         h,
