@@ -6,7 +6,7 @@
 //! Nothing here does I/O on a drive; the only I/O is reading `/proc/self` for the
 //! `process_*` families.
 //!
-//! Rules the families follow (DESIGN.md, "Metrics"):
+//! Rules the families follow (docs/decisions/0001-starting-design.md, "Metrics"):
 //! - the prefix `driveprobe_`, base units (seconds, bytes, celsius, ratios 0-1), counters
 //!   end in `_total`, identity on one `driveprobe_drive_info` series;
 //! - a series is emitted only when its value is known: a `None` in the status is no series,
@@ -20,8 +20,9 @@
 //!   threads and depth) keeps the last value, so the output never holds duplicate series.
 //!
 //! `driveprobe_probe_latency_quantile_seconds` is a gauge with a `quantile` label (the
-//! contract in DESIGN.md). promtool's linter says "non-summary metrics should not have
-//! "quantile" label" about it; that is the one lint the golden test allows.
+//! metrics contract in docs/decisions/0001-starting-design.md). promtool's linter says
+//! "non-summary metrics should not have "quantile" label" about it; that is the one lint
+//! the golden test allows.
 //!
 //! Process families: the standard `process_cpu_seconds_total` (from
 //! `CLOCK_PROCESS_CPUTIME_ID`), `process_resident_memory_bytes`,

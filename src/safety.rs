@@ -1,5 +1,6 @@
-//! The one gate for writes (DESIGN.md, Safety). A [`WritePermit`] can only be made here,
-//! and a target can only be opened for writing with one.
+//! The one gate for writes (docs/decisions/0001-starting-design.md, Safety). A
+//! [`WritePermit`] can only be made here, and a target can only be opened for writing
+//! with one.
 //!
 //! # Files
 //!

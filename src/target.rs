@@ -1,5 +1,6 @@
 //! What the engine does I/O on: a regular file or a block device, opened read-only unless
-//! a [`WritePermit`] for exactly that object is shown (DESIGN.md: one gate for writes).
+//! a [`WritePermit`] for exactly that object is shown (the one gate for writes is
+//! `crate::safety`).
 
 use std::fs::{File, OpenOptions};
 use std::io;

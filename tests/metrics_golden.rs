@@ -24,7 +24,7 @@ const NOW: f64 = 1_795_932_000.0;
 
 /// The lints promtool may report, each with why it stays. Everything else fails the test.
 const ALLOWED_LINTS: &[&str] = &[
-    // DESIGN.md's contract: exact window quantiles are a gauge with a `quantile` label.
+    // The metrics contract (docs/decisions/0001-starting-design.md): exact window quantiles are a gauge with a `quantile` label.
     "driveprobe_probe_latency_quantile_seconds non-summary metrics should not have \"quantile\" label",
 ];
 

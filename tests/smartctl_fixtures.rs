@@ -1,4 +1,4 @@
-//! smartctl JSON from real drives (tests/fixtures/smartctl, copied from shared/fixtures;
+//! smartctl JSON from real drives (tests/fixtures/smartctl, copied into this repository;
 //! see its README for where they come from and their licence) parsed into the health
 //! model, with every value read off the files by hand; and `read_device_with` against fake
 //! smartctl programs (shell scripts) for the time limit, standby, exit bits and errors.

@@ -1,6 +1,6 @@
 //! Endurance: how much of a drive's rated life is used, how fast it is going, and when it
-//! runs out. The relations are the ones drive datasheets use (PROTOCOL.md section 4):
-//! rated bytes = TBW, or DWPD x capacity x 365 x warranty years;
+//! runs out. The relations are the ones drive datasheets use (docs/protocol.md,
+//! "Datasheet figures"): rated bytes = TBW, or DWPD x capacity x 365 x warranty years;
 //! annual failure rate = 1 - exp(-8766 h / MTBF).
 
 use serde::{Deserialize, Serialize};

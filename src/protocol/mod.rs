@@ -1,4 +1,4 @@
-//! The drive test protocol (PROTOCOL.md) as suites built on the engine: purge,
+//! The drive test protocol (docs/protocol.md) as suites built on the engine: purge,
 //! preconditioning, steady state, thread/queue sweeps, rate curves, and their result
 //! document.
 

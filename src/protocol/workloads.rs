@@ -78,7 +78,8 @@ impl Workload {
 
 use Pattern::{Random, Sequential};
 
-// The review protocol's profiles at 16 threads x 16 outstanding I/Os (PROTOCOL.md 1).
+// The review protocol's profiles at 16 threads x 16 outstanding I/Os (docs/protocol.md,
+// "Synthetic workloads").
 pub const RAND_READ_4K: Workload = Workload::new("4k-randread", Random, "4k", 100, 16, 16);
 pub const RAND_WRITE_4K: Workload = Workload::new("4k-randwrite", Random, "4k", 0, 16, 16);
 pub const MIX_70_30_8K: Workload = Workload::new("8k-70-30", Random, "8k", 70, 16, 16);
@@ -87,7 +88,8 @@ pub const RAND_WRITE_8K: Workload = Workload::new("8k-randwrite", Random, "8k", 
 pub const SEQ_READ_128K: Workload = Workload::new("128k-seqread", Sequential, "128k", 100, 16, 16);
 pub const SEQ_WRITE_128K: Workload = Workload::new("128k-seqwrite", Sequential, "128k", 0, 16, 16);
 
-/// The vdbench-style curve workloads (PROTOCOL.md 2), outstanding I/Os as workers x depth.
+/// The vdbench-style curve workloads (docs/protocol.md, "Curve workloads"), outstanding
+/// I/Os as workers x depth.
 pub const CURVE_4K_READ: Workload = Workload::new("4k-randread", Random, "4k", 100, 8, 16);
 pub const CURVE_4K_WRITE: Workload = Workload::new("4k-randwrite", Random, "4k", 0, 4, 16);
 pub const CURVE_64K_READ: Workload = Workload::new("64k-seqread", Sequential, "64k", 100, 1, 16);
