@@ -171,10 +171,7 @@ impl Serialize for WindowQuantiles {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 let mut m = s.serialize_map(Some(WINDOW_QUANTILES.len()))?;
                 for ((_, pct), v) in WINDOW_QUANTILES.iter().zip(self.0) {
-                    m.serialize_entry(
-                        &crate::engine::stats::percentile_key(&pct.to_string()),
-                        v,
-                    )?;
+                    m.serialize_entry(&crate::engine::stats::percentile_key(&pct.to_string()), v)?;
                 }
                 m.end()
             }

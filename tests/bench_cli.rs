@@ -1333,7 +1333,11 @@ fn common_fio_command_lines_run_or_are_refused_by_name() {
             Runs { rw, substituted } => {
                 run.ok();
                 let first = run.stdout.lines().next().unwrap_or_default();
-                assert!(first.contains(&format!("rw={rw} ")), "{line}:\n{}", run.stdout);
+                assert!(
+                    first.contains(&format!("rw={rw} ")),
+                    "{line}:\n{}",
+                    run.stdout
+                );
                 assert_eq!(
                     run.stdout.contains("  substituted: --"),
                     *substituted,
@@ -1341,7 +1345,11 @@ fn common_fio_command_lines_run_or_are_refused_by_name() {
                     run.stdout
                 );
                 if line.contains("libaio") {
-                    assert!(run.stdout.contains("--ioengine=libaio ran as "), "{}", run.stdout);
+                    assert!(
+                        run.stdout.contains("--ioengine=libaio ran as "),
+                        "{}",
+                        run.stdout
+                    );
                 }
             }
             Json { rw } => {
@@ -1356,15 +1364,19 @@ fn common_fio_command_lines_run_or_are_refused_by_name() {
         }
     }
     // The doc lists every option bench refuses, and the reason the error gives.
-    let doc = fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/fio-options.md"),
-    )
-    .unwrap();
+    let doc = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/fio-options.md"))
+        .unwrap();
     for (names, why) in driveprobe::cli::bench::REFUSED_FIO_OPTIONS {
         for n in *names {
-            assert!(doc.contains(&format!("`--{n}`")), "docs/fio-options.md lacks --{n}");
+            assert!(
+                doc.contains(&format!("`--{n}`")),
+                "docs/fio-options.md lacks --{n}"
+            );
         }
-        assert!(doc.contains(why), "docs/fio-options.md lacks the reason {why:?}");
+        assert!(
+            doc.contains(why),
+            "docs/fio-options.md lacks the reason {why:?}"
+        );
     }
 }
 
@@ -1389,7 +1401,29 @@ fn libaio_substitution_and_randrepeat_in_the_json() {
     assert!(subs[0]["why"].as_str().unwrap().contains("no libaio"));
     let seed = |v: &Value| v["workload"]["seed"].as_u64().unwrap();
     assert_eq!(seed(&json(&[])), seed(&json(&["--randrepeat=1"])));
-    assert_ne!(seed(&json(&["--randrepeat=0"])), seed(&json(&["--randrepeat=0"])));
+    assert_ne!(
+        seed(&json(&["--randrepeat=0"])),
+        seed(&json(&["--randrepeat=0"]))
+    );
     bench(&[s(&f), "--randrepeat=2"]).usage_error(&["--randrepeat=2"]);
     bench(&[s(&f), "--time_based"]).usage_error(&["--time_based needs --runtime"]);
+}
+
+/// A rated bandwidth needs its unit, as a rated TBW does (issue 17): a bare number would
+/// be bytes per second. Refused before the target is touched.
+#[test]
+fn a_rated_bandwidth_without_a_unit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("never-created");
+    for flag in ["--rated-seq-read", "--rated-seq-write"] {
+        bench(&[s(&f), "--suite", "latency", "--size", "16m", flag, "3200"]).usage_error(&[
+            flag,
+            "'3200' has no unit",
+            "3.2GB",
+        ]);
+    }
+    assert!(
+        !f.exists(),
+        "the target was created before the flags were checked"
+    );
 }

@@ -843,5 +843,8 @@ fn check_config_refuses_a_rating_without_a_unit() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("rated.toml:4:"), "{err}");
-    assert!(err.contains("'600' has no unit") && err.contains("600TB"), "{err}");
+    assert!(
+        err.contains("'600' has no unit") && err.contains("600TB"),
+        "{err}"
+    );
 }

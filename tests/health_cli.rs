@@ -189,7 +189,10 @@ fn a_rating_without_a_unit_is_refused() {
         ]);
         one_line_error(&out, 2, "--rated-tbw");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("has no unit") && err.contains("600TB"), "{err}");
+        assert!(
+            err.contains("has no unit") && err.contains("600TB"),
+            "{err}"
+        );
         assert!(out.stdout.is_empty());
     }
 }
@@ -214,7 +217,10 @@ fn host_writes_past_the_rating_are_a_warning_with_a_past_date() {
         .lines()
         .find(|l| l.contains("projected wear-out"))
         .unwrap_or_else(|| panic!("{text}"));
-    assert!(wearout.contains("in the past: passed 75 days ago"), "{wearout}");
+    assert!(
+        wearout.contains("in the past: passed 75 days ago"),
+        "{wearout}"
+    );
     let mut json_args = args.to_vec();
     json_args.push("--json");
     let out = health(&json_args);
@@ -230,7 +236,10 @@ fn host_writes_past_the_rating_are_a_warning_with_a_past_date() {
         .unwrap()
         .as_secs_f64();
     // Passed after 25 of its 100 days: 75 days before now.
-    assert!((now - at - 75.0 * 86_400.0).abs() < 2.0 * 86_400.0, "{at} {now}");
+    assert!(
+        (now - at - 75.0 * 86_400.0).abs() < 2.0 * 86_400.0,
+        "{at} {now}"
+    );
     // A rating it has not reached yet is not a warning.
     let out = health(&[
         "--from-smartctl-json",
@@ -250,7 +259,10 @@ fn scan_output_says_what_to_run_instead() {
             "smartctl/scan-megaraid.json",
             "smartctl --json=c -x -d megaraid,0 /dev/bus/0",
         ),
-        ("smartctl/scan-open-sda.json", "smartctl --json=c -x /dev/sda"),
+        (
+            "smartctl/scan-open-sda.json",
+            "smartctl --json=c -x /dev/sda",
+        ),
     ] {
         let out = health(&["--from-smartctl-json", &fixture(file)]);
         one_line_error(&out, 1, "output of `smartctl --scan`");

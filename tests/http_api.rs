@@ -856,7 +856,11 @@ fn key_paths(v: &serde_json::Value, path: &str, out: &mut std::collections::BTre
     match v {
         serde_json::Value::Object(m) => {
             for (k, v) in m {
-                let k = if MAPS.contains(&last) { "*" } else { k.as_str() };
+                let k = if MAPS.contains(&last) {
+                    "*"
+                } else {
+                    k.as_str()
+                };
                 let p = if path.is_empty() {
                     k.to_string()
                 } else {
@@ -882,16 +886,21 @@ fn key_paths(v: &serde_json::Value, path: &str, out: &mut std::collections::BTre
 #[test]
 fn docs_api_md_matches_the_routes_and_the_live_json() {
     use std::collections::BTreeSet;
-    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md"))
-        .unwrap();
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md")).unwrap();
     // Sections: "## GET PATH" up to the next "## ".
     let mut sections: BTreeMap<String, String> = BTreeMap::new();
     let mut current: Option<String> = None;
     for line in doc.lines() {
         if let Some(h) = line.strip_prefix("## ") {
-            current = h.strip_prefix("GET ").map(|p| p.trim_matches('`').trim().to_string());
+            current = h
+                .strip_prefix("GET ")
+                .map(|p| p.trim_matches('`').trim().to_string());
             if let Some(p) = &current {
-                assert!(sections.insert(p.clone(), String::new()).is_none(), "{p} twice");
+                assert!(
+                    sections.insert(p.clone(), String::new()).is_none(),
+                    "{p} twice"
+                );
             }
         } else if let Some(p) = &current {
             let s = sections.get_mut(p).unwrap();
@@ -901,7 +910,10 @@ fn docs_api_md_matches_the_routes_and_the_live_json() {
     }
     let documented: BTreeSet<&str> = sections.keys().map(String::as_str).collect();
     let served: BTreeSet<&str> = driveprobe::http::routes::ROUTES.into_iter().collect();
-    assert_eq!(documented, served, "docs/api.md's routes against the server's");
+    assert_eq!(
+        documented, served,
+        "docs/api.md's routes against the server's"
+    );
 
     let srv = Server::start();
     {
@@ -920,8 +932,10 @@ fn docs_api_md_matches_the_routes_and_the_live_json() {
                 ..Default::default()
             },
         );
-        s.run_notes
-            .insert(RUN_NO_DOC.into(), "result pending: not saved: disk full".into());
+        s.run_notes.insert(
+            RUN_NO_DOC.into(),
+            "result pending: not saved: disk full".into(),
+        );
     }
     for (path, section) in &sections {
         let live = get(srv.addr, &path.replace("{id}", RUN_WITH_REPORT));
@@ -936,7 +950,10 @@ fn docs_api_md_matches_the_routes_and_the_live_json() {
             .nth(1)
             .and_then(|rest| rest.split("\n```").next())
         else {
-            assert_ne!(ct, "application/json", "{path}: a JSON route needs an example");
+            assert_ne!(
+                ct, "application/json",
+                "{path}: a JSON route needs an example"
+            );
             continue;
         };
         let example: serde_json::Value = serde_json::from_str(example)
@@ -958,5 +975,8 @@ fn docs_api_md_matches_the_routes_and_the_live_json() {
     let q = &v[0]["probes"]["canary-4k-read"]["read"]["window"]["quantiles"];
     let keys: Vec<&String> = q.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["p50", "p90", "p99", "p99_9"]);
-    assert!((q["p99"].as_f64().unwrap() - 95e-6 * 3.0).abs() < 1e-12, "{q}");
+    assert!(
+        (q["p99"].as_f64().unwrap() - 95e-6 * 3.0).abs() < 1e-12,
+        "{q}"
+    );
 }

@@ -43,8 +43,9 @@ pub enum IoEngine {
     IoUring,
     #[value(alias = "sync", alias = "pvsync")]
     Psync,
-    /// fio's Linux native AIO: driveprobe runs io_uring (or psync where io_uring is
-    /// unavailable) and says so in the output (`substitutions`).
+    // fio's Linux native AIO: driveprobe runs io_uring (or psync where io_uring is
+    // unavailable) and says so in the output (`substitutions`). (A doc comment here would
+    // turn `bench --help` into clap's long form.)
     Libaio,
 }
 

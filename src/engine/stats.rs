@@ -32,9 +32,13 @@ pub fn percentile_key(key: &str) -> String {
     format!("p{}", bare.replace('.', "_"))
 }
 
-fn percentile_map<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, u64>, D::Error> {
+fn percentile_map<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, u64>, D::Error> {
     let m = BTreeMap::<String, u64>::deserialize(d)?;
-    Ok(m.into_iter().map(|(k, v)| (percentile_key(&k), v)).collect())
+    Ok(m.into_iter()
+        .map(|(k, v)| (percentile_key(&k), v))
+        .collect())
 }
 
 /// Whether a failed I/O's errno says the device, or the path to it, failed it, as the
@@ -461,7 +465,11 @@ mod tests {
         d.record(1000, 4096);
         let t = serde_json::to_value(d.summary(1.0)).unwrap();
         let i = serde_json::to_value(d.interval_summary(1.0)).unwrap();
-        let total_keys: Vec<&String> = t["lat_ns"]["percentiles"].as_object().unwrap().keys().collect();
+        let total_keys: Vec<&String> = t["lat_ns"]["percentiles"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
         assert_eq!(total_keys, ["p50", "p90", "p99", "p99_9", "p99_99"]);
         for k in ["p50", "p99", "p99_9"] {
             assert!(t["lat_ns"]["percentiles"][k].is_u64(), "{t}");
@@ -473,10 +481,9 @@ mod tests {
         .unwrap();
         assert_eq!(old.percentiles["p99_9"], 2);
         assert_eq!(old.percentiles["p50"], 1);
-        let old: IntervalLatency = serde_json::from_str(
-            r#"{"mean":1.0,"stddev":0.0,"max":1,"p50":1,"p99":2,"p99.9":3}"#,
-        )
-        .unwrap();
+        let old: IntervalLatency =
+            serde_json::from_str(r#"{"mean":1.0,"stddev":0.0,"max":1,"p50":1,"p99":2,"p99.9":3}"#)
+                .unwrap();
         assert_eq!(old.p99_9, 3);
     }
 }

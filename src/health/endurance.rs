@@ -357,7 +357,13 @@ mod tests {
         // 150 TB in 10 days against 100 TB: passed 100% after 6.67 days, 3.33 days ago.
         let at = e.projected_wearout_unix_seconds.unwrap();
         assert!((at - (now - 10.0 / 3.0 * DAY)).abs() < 1.0, "{at}");
-        assert!(e.notes.iter().any(|n| n.contains("used up") && n.contains("3 days ago")), "{:?}", e.notes);
+        assert!(
+            e.notes
+                .iter()
+                .any(|n| n.contains("used up") && n.contains("3 days ago")),
+            "{:?}",
+            e.notes
+        );
         let e = estimate(&report(0.0, 0, 10.0), &rating, 5.0, &[], None);
         assert_eq!(e.days_left, None);
         assert_eq!(e.projected_wearout_unix_seconds, None);
@@ -382,7 +388,11 @@ mod tests {
         let mut a = ok();
         assess(&e, &mut a);
         assert_eq!(a.verdict, Verdict::Warning);
-        assert!(a.reasons[0].contains("150% of the rated endurance"), "{:?}", a.reasons);
+        assert!(
+            a.reasons[0].contains("150% of the rated endurance"),
+            "{:?}",
+            a.reasons
+        );
         let e = estimate(&report(85.0, 10, 10.0), &rating, 0.0, &[], None);
         let mut a = ok();
         assess(&e, &mut a);

@@ -71,6 +71,7 @@ pub const ROUTES: [&str; 6] = [
     "/runs/{id}/report",
 ];
 
+#[cfg(test)]
 impl Route<'_> {
     /// The route's entry in [`ROUTES`]. The match is exhaustive: a new route needs one.
     pub(crate) fn documented(&self) -> Option<&'static str> {
