@@ -1399,6 +1399,10 @@ fn libaio_substitution_and_randrepeat_in_the_json() {
     assert_eq!(subs[0]["given"], "libaio");
     assert_eq!(subs[0]["used"], v["engine"]);
     assert!(subs[0]["why"].as_str().unwrap().contains("no libaio"));
+    // Buffered, fio's libaio would have blocked in each submission: the why says so.
+    let v = json(&["--ioengine=libaio", "--buffered"]);
+    let why = v["substitutions"][0]["why"].as_str().unwrap();
+    assert!(why.contains("blocks in each submission"), "{why}");
     let seed = |v: &Value| v["workload"]["seed"].as_u64().unwrap();
     assert_eq!(seed(&json(&[])), seed(&json(&["--randrepeat=1"])));
     assert_ne!(

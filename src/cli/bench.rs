@@ -666,14 +666,18 @@ pub(super) struct Substitution {
 }
 
 /// The substitutions a run made, known once the engine has said which backend ran.
-fn substitutions(a: &BenchArgs, r: &RunResult) -> Vec<Substitution> {
+fn substitutions(a: &BenchArgs, r: &RunResult, direct: bool) -> Vec<Substitution> {
     let mut out = Vec::new();
     if a.ioengine == IoEngine::Libaio {
         out.push(Substitution {
             option: "ioengine",
             given: "libaio".into(),
             used: r.engine.name().to_string(),
-            why: "driveprobe has no libaio engine; io_uring is the kernel's other asynchronous interface and keeps the same queue depth per worker",
+            why: if direct {
+                "driveprobe has no libaio engine; io_uring is the kernel's other asynchronous interface and keeps the same queue depth per worker"
+            } else {
+                "driveprobe has no libaio engine; io_uring is the kernel's other asynchronous interface and keeps the same queue depth per worker (fio's libaio without O_DIRECT blocks in each submission, so fio would have measured less concurrency)"
+            },
         });
     }
     if let Some(kind) = a
@@ -826,7 +830,7 @@ pub fn run(a: BenchArgs) -> Result<u8, Failure> {
             rw: job.rw_name(),
             job: &job,
         },
-        substitutions: substitutions(&a, &result),
+        substitutions: substitutions(&a, &result, job.direct()),
         result: &result,
     };
     super::emit(
