@@ -150,13 +150,38 @@ pub struct OpStatus {
 
 /// Quantiles over a probe's sliding window, seconds (HDR precision: within 1% for the
 /// daemon's canaries, whose histograms keep 2 significant digits).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct WindowQuantiles {
     /// I/Os in the window.
     pub ops: u64,
     /// In the order of [`WINDOW_QUANTILES`].
     pub quantiles: [f64; 4],
     pub max: f64,
+}
+
+/// In JSON (`/api/v1/drives`) the quantiles are labelled, in the key style of the bench
+/// output and the result documents: `{"ops": N, "quantiles": {"p50": s, "p90": s,
+/// "p99": s, "p99_9": s}, "max": s}` (issue 17: a bare array said nothing of which was
+/// which).
+impl Serialize for WindowQuantiles {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeStruct};
+        struct Labelled<'a>(&'a [f64; 4]);
+        impl Serialize for Labelled<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(Some(WINDOW_QUANTILES.len()))?;
+                for ((_, pct), v) in WINDOW_QUANTILES.iter().zip(self.0) {
+                    m.serialize_entry(&crate::engine::stats::percentile_key(&pct.to_string()), v)?;
+                }
+                m.end()
+            }
+        }
+        let mut st = s.serialize_struct("WindowQuantiles", 3)?;
+        st.serialize_field("ops", &self.ops)?;
+        st.serialize_field("quantiles", &Labelled(&self.quantiles))?;
+        st.serialize_field("max", &self.max)?;
+        st.end()
+    }
 }
 
 /// Bytes driveprobe itself wrote to a drive, against its wear budget.

@@ -15,6 +15,19 @@ pub enum UnitError {
     Duration(String),
     #[error("'{0}' is not a percentage: write a number from 0 to 100 followed by %, such as 25%")]
     Percent(String),
+    #[error("'{0}' has no unit: a datasheet rating needs one, such as 600TB or 3.5PB written, or 3.2GB per second (TB, PB, GB, MB, KB are powers of 1000; TiB, PiB, GiB or t, p, g are powers of 1024; B is bytes)")]
+    NoUnit(String),
+}
+
+/// Parses a datasheet rating in bytes (rated TBW, a rated bandwidth per second): a size
+/// that must carry its unit. A bare `150` would be 150 bytes, which no datasheet means;
+/// the user meant TB (or TB/s) and would get a share used of billions of percent.
+pub fn parse_rated_size(text: &str) -> Result<u64, UnitError> {
+    let t = text.trim();
+    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(UnitError::NoUnit(t.to_string()));
+    }
+    parse_size(text)
 }
 
 /// Parses a size in bytes. Fractions are allowed with a unit (`1.5G`) and must come out
@@ -167,6 +180,18 @@ mod tests {
         ] {
             assert!(parse_size(bad).is_err(), "{bad} should be refused");
         }
+    }
+
+    #[test]
+    fn ratings_need_a_unit() {
+        assert_eq!(parse_rated_size("600TB").unwrap(), 600_000_000_000_000);
+        assert_eq!(parse_rated_size("1PiB").unwrap(), 1 << 50);
+        assert_eq!(parse_rated_size("3.5PB").unwrap(), 3_500_000_000_000_000);
+        for bare in ["150", "600", " 1.5 ", "0"] {
+            let e = parse_rated_size(bare).unwrap_err().to_string();
+            assert!(e.contains("has no unit") && e.contains("600TB"), "{e}");
+        }
+        assert!(matches!(parse_rated_size("5x"), Err(UnitError::Size(_))));
     }
 
     #[test]

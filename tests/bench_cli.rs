@@ -191,7 +191,7 @@ fn keys(v: &Value) -> Vec<&str> {
 }
 
 /// A direction of the totals: ops, bytes, iops, bw_bytes, lat_ns {min, mean, stddev, max,
-/// percentiles {50, 90, 99, 99.9, 99.99}}.
+/// percentiles {p50, p90, p99, p99_9, p99_99}} (the intervals' key style).
 fn check_total_dir(d: &Value, what: &str) {
     let ops = u64_of(&d["ops"], &format!("{what}.ops"));
     let bytes = u64_of(&d["bytes"], &format!("{what}.bytes"));
@@ -205,7 +205,7 @@ fn check_total_dir(d: &Value, what: &str) {
     let pct = &lat["percentiles"];
     assert_eq!(
         keys(pct),
-        ["50", "90", "99", "99.9", "99.99"],
+        ["p50", "p90", "p99", "p99_9", "p99_99"],
         "{what}.lat_ns.percentiles"
     );
     if ops > 0 {
@@ -215,7 +215,7 @@ fn check_total_dir(d: &Value, what: &str) {
             "{what}.lat_ns: {lat}"
         );
         let mut prev = 0;
-        for k in ["50", "90", "99", "99.9", "99.99"] {
+        for k in ["p50", "p90", "p99", "p99_9", "p99_99"] {
             let p = u64_of(&pct[k], &format!("{what}.lat_ns.percentiles.{k}"));
             // HDR buckets: a percentile is within 0.1% of the exact value.
             assert!(
@@ -228,14 +228,14 @@ fn check_total_dir(d: &Value, what: &str) {
 }
 
 /// A direction of an interval: ops, bytes, iops, bw_bytes, lat_ns {mean, stddev, max, p50,
-/// p99, p99.9}.
+/// p99, p99_9}.
 fn check_interval_dir(d: &Value, what: &str) -> u64 {
     let ops = u64_of(&d["ops"], &format!("{what}.ops"));
     u64_of(&d["bytes"], &format!("{what}.bytes"));
     f64_of(&d["iops"], &format!("{what}.iops"));
     f64_of(&d["bw_bytes"], &format!("{what}.bw_bytes"));
     let lat = &d["lat_ns"];
-    for k in ["mean", "stddev", "max", "p50", "p99", "p99.9"] {
+    for k in ["mean", "stddev", "max", "p50", "p99", "p99_9"] {
         f64_of(&lat[k], &format!("{what}.lat_ns.{k}"));
     }
     ops
@@ -297,7 +297,7 @@ fn unknown_flags_and_values_are_clap_usage_errors() {
     random_file(&f, MIB, 1);
     bench(&[s(&f), "--bogus"]).clap_error("--bogus");
     bench(&[s(&f), "--rw", "sideways"]).clap_error("sideways");
-    bench(&[s(&f), "--ioengine", "libaio"]).clap_error("libaio");
+    bench(&[s(&f), "--ioengine", "posixaio"]).clap_error("posixaio");
     bench(&[s(&f), "--output-format", "xml"]).clap_error("xml");
 }
 
@@ -1275,4 +1275,159 @@ fn help_lists_the_main_options() {
         assert!(r.stdout.contains(flag), "bench --help lacks {flag}");
     }
     assert_eq!(r.stderr, "");
+}
+
+// ---------------------------------------------------------------------------------------
+// fio habits (issue 17): common fio command lines, unchanged.
+
+/// What a fio command line must do in `bench`: run, or be refused naming the option.
+enum Expect {
+    /// Runs; the text output names this `rw`, and says it substituted when asked.
+    Runs { rw: &'static str, substituted: bool },
+    /// Runs with --output-format=json.
+    Json { rw: &'static str },
+    /// Refused before any I/O, in one line naming the option.
+    Refused(&'static str),
+}
+
+/// Common fio command lines (runtime 1 s and a 16 MiB file instead of minutes and
+/// gigabytes), run through `bench` unchanged on a file in a temp dir: each runs, or is
+/// refused in one line naming the option; none has an option silently ignored. And
+/// docs/fio-options.md lists every option bench refuses.
+#[test]
+fn common_fio_command_lines_run_or_are_refused_by_name() {
+    use Expect::*;
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("fio-target");
+    let lines: [(&str, Expect); 24] = [
+        ("--name=randread-4k-qd32 --filename={F} --size=16m --rw=randread --bs=4k --direct=1 --ioengine=libaio --iodepth=32 --numjobs=4 --runtime=1 --time_based --group_reporting", Runs { rw: "randread", substituted: true }),
+        ("--name=randwrite-4k --filename={F} --size=16m --rw=randwrite --bs=4k --direct=1 --ioengine=libaio --iodepth=32 --numjobs=2 --runtime=1 --time_based --group_reporting", Runs { rw: "randwrite", substituted: true }),
+        ("--name=oltp-70-30 --filename={F} --size=16m --rw=randrw --rwmixread=70 --bs=4k --direct=1 --ioengine=libaio --iodepth=16 --numjobs=2 --runtime=1 --time_based --group_reporting", Runs { rw: "randrw", substituted: true }),
+        ("--name=seqwrite --filename={F} --size=16m --rw=write --bs=128k --direct=1 --ioengine=libaio --iodepth=8 --numjobs=1 --runtime=1 --time_based", Runs { rw: "write", substituted: true }),
+        ("--name=seqread --filename={F} --rw=read --bs=1M --direct=1 --ioengine=io_uring --iodepth=4 --runtime=1 --time_based", Runs { rw: "read", substituted: false }),
+        ("--name=onepass --filename={F} --rw=randread --bs=4k --size=8m --direct=1", Runs { rw: "randread", substituted: false }),
+        ("--name=rated --filename={F} --rw=randread --bs=4k --rate_iops=500 --runtime=1 --time_based --direct=1", Runs { rw: "randread", substituted: false }),
+        ("--name=norandommap --filename={F} --rw=randwrite --bs=4k --norandommap --randrepeat=0 --size=16m --runtime=1 --time_based --direct=1 --ioengine=libaio --iodepth=8", Runs { rw: "randwrite", substituted: true }),
+        ("--name=json --filename={F} --rw=randread --bs=4k --iodepth=8 --runtime=1 --time_based --output-format=json", Json { rw: "randread" }),
+        ("--name=psync --filename={F} --rw=randread --bs=4k --ioengine=psync --runtime=1 --time_based --direct=1", Runs { rw: "randread", substituted: false }),
+        ("--name=ramp --filename={F} --rw=randread --bs=4k --ramp_time=1 --runtime=1 --time_based --direct=1 --thread --eta=never", Runs { rw: "randread", substituted: false }),
+        ("--name=mix --filename={F} --rw=randrw --rwmixwrite=30 --bssplit=4k/50:64k/50 --iodepth=4 --runtime=1 --time_based --direct=1", Runs { rw: "randrw", substituted: false }),
+        ("--name=part --filename={F} --rw=read --bs=64k --offset=25% --size=50% --runtime=1 --time_based", Runs { rw: "read", substituted: false }),
+        ("--name=verify --filename={F} --rw=randwrite --bs=4k --verify=crc32c --size=8m --direct=1", Runs { rw: "randwrite", substituted: true }),
+        ("--name=fsync --filename={F} --rw=randwrite --bs=4k --fsync=1 --runtime=1 --time_based", Refused("--fsync")),
+        ("--name=end-fsync --filename={F} --rw=write --bs=1m --end_fsync=1 --size=16m", Refused("--end_fsync")),
+        ("--name=ratebw --filename={F} --rw=read --bs=128k --rate=50m --runtime=1", Refused("--rate")),
+        ("--name=batch --filename={F} --rw=randread --bs=4k --iodepth=64 --iodepth_batch_submit=16 --iodepth_batch_complete_max=16 --ioengine=libaio --runtime=1", Refused("--iodepth_batch_submit")),
+        ("--name=pct --filename={F} --rw=randread --bs=4k --percentile_list=99:99.9:99.99 --runtime=1", Refused("--percentile_list")),
+        ("--name=zeros --filename={F} --rw=write --bs=128k --zero_buffers --runtime=1", Refused("--zero_buffers")),
+        ("--name=latlog --filename={F} --rw=randread --bs=4k --write_lat_log=lat --log_avg_msec=1000 --runtime=1", Refused("--write_lat_log")),
+        ("--name=pinned --filename={F} --rw=randread --bs=4k --cpus_allowed=0 --runtime=1", Refused("--cpus_allowed")),
+        ("--name=polled --filename={F} --rw=randread --bs=4k --ioengine=io_uring --hipri --runtime=1", Refused("--hipri")),
+        ("--name=zipf --filename={F} --rw=randread --bs=4k --random_distribution=zipf:1.2 --runtime=1", Refused("--random-distribution")),
+    ];
+    for (line, expect) in &lines {
+        let line = line.replace("{F}", s(&f));
+        let args: Vec<&str> = line.split(' ').collect();
+        let run = bench(&args);
+        match expect {
+            Runs { rw, substituted } => {
+                run.ok();
+                let first = run.stdout.lines().next().unwrap_or_default();
+                assert!(
+                    first.contains(&format!("rw={rw} ")),
+                    "{line}:\n{}",
+                    run.stdout
+                );
+                assert_eq!(
+                    run.stdout.contains("  substituted: --"),
+                    *substituted,
+                    "{line}:\n{}",
+                    run.stdout
+                );
+                if line.contains("libaio") {
+                    assert!(
+                        run.stdout.contains("--ioengine=libaio ran as "),
+                        "{}",
+                        run.stdout
+                    );
+                }
+            }
+            Json { rw } => {
+                let v = run.ok().json();
+                assert_eq!(v["workload"]["rw"], *rw, "{line}");
+                assert_eq!(v["substitutions"], serde_json::json!([]), "{line}");
+            }
+            Refused(option) => {
+                let e = run.usage_error(&[option]);
+                assert!(!e.contains("panicked"), "{e}");
+            }
+        }
+    }
+    // The doc lists every option bench refuses, and the reason the error gives.
+    let doc = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/fio-options.md"))
+        .unwrap();
+    for (names, why) in driveprobe::cli::bench::REFUSED_FIO_OPTIONS {
+        for n in *names {
+            assert!(
+                doc.contains(&format!("`--{n}`")),
+                "docs/fio-options.md lacks --{n}"
+            );
+        }
+        assert!(
+            doc.contains(why),
+            "docs/fio-options.md lacks the reason {why:?}"
+        );
+    }
+}
+
+/// The substitutions are in the JSON too, and `rw` is in the workload; `--randrepeat=0`
+/// draws a new seed each run, while by default (fio's randrepeat=1) runs repeat theirs.
+#[test]
+fn libaio_substitution_and_randrepeat_in_the_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("f");
+    let json = |extra: &[&str]| {
+        let mut args = vec![s(&f), "--size=4m", "--io_size=256k", "--output-format=json"];
+        args.extend_from_slice(extra);
+        bench(&args).ok().json()
+    };
+    let v = json(&["--ioengine=libaio", "--rw=randrw", "--rwmixread=70"]);
+    assert_eq!(v["workload"]["rw"], "randrw");
+    let subs = v["substitutions"].as_array().unwrap();
+    assert_eq!(subs.len(), 1, "{subs:?}");
+    assert_eq!(subs[0]["option"], "ioengine");
+    assert_eq!(subs[0]["given"], "libaio");
+    assert_eq!(subs[0]["used"], v["engine"]);
+    assert!(subs[0]["why"].as_str().unwrap().contains("no libaio"));
+    // Buffered, fio's libaio would have blocked in each submission: the why says so.
+    let v = json(&["--ioengine=libaio", "--buffered"]);
+    let why = v["substitutions"][0]["why"].as_str().unwrap();
+    assert!(why.contains("blocks in each submission"), "{why}");
+    let seed = |v: &Value| v["workload"]["seed"].as_u64().unwrap();
+    assert_eq!(seed(&json(&[])), seed(&json(&["--randrepeat=1"])));
+    assert_ne!(
+        seed(&json(&["--randrepeat=0"])),
+        seed(&json(&["--randrepeat=0"]))
+    );
+    bench(&[s(&f), "--randrepeat=2"]).usage_error(&["--randrepeat=2"]);
+    bench(&[s(&f), "--time_based"]).usage_error(&["--time_based needs --runtime"]);
+}
+
+/// A rated bandwidth needs its unit, as a rated TBW does (issue 17): a bare number would
+/// be bytes per second. Refused before the target is touched.
+#[test]
+fn a_rated_bandwidth_without_a_unit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("never-created");
+    for flag in ["--rated-seq-read", "--rated-seq-write"] {
+        bench(&[s(&f), "--suite", "latency", "--size", "16m", flag, "3200"]).usage_error(&[
+            flag,
+            "'3200' has no unit",
+            "3.2GB",
+        ]);
+    }
+    assert!(
+        !f.exists(),
+        "the target was created before the flags were checked"
+    );
 }

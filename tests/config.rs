@@ -558,6 +558,12 @@ fn every_duration_rate_and_size_has_a_sane_range() {
         (rated("rated_tbw_bytes = \"1024PiB\""), None),
         (rated("rated_tbw_bytes = \"1025PiB\""), Some("rated_tbw_bytes '1025PiB' is too large; give at most \"1024PiB\"")),
         (rated("rated_seq_read_bw = \"1025PiB\""), Some("is too large")),
+        // A rating needs its unit (issue 17): "600" is not 600 bytes.
+        (rated("rated_tbw_bytes = \"600\""), Some("rated_tbw_bytes: '600' has no unit")),
+        (rated("rated_tbw_bytes = \"3.5\""), Some("has no unit")),
+        (rated("rated_seq_write_bw = \"4000\""), Some("rated_seq_write_bw: '4000' has no unit")),
+        (rated("rated_tbw_bytes = \"600TB\""), None),
+        (rated("rated_tbw_bytes = \"600TiB\""), None),
         (rated("rated_dwpd = 1000\nwarranty_years = 100"), None),
         (rated("rated_dwpd = 1001\nwarranty_years = 5"), Some("rated_dwpd 1001 must be a number more than 0 and at most 1000")),
         (rated("warranty_years = 101"), Some("warranty_years 101 must be")),
@@ -819,4 +825,26 @@ fn a_special_file_is_never_a_file_target() {
         assert!(stderr.contains(&says), "wanted {says:?}: {stderr}");
         assert!(!stderr.contains("remove"), "{stderr}");
     }
+}
+
+/// `rated_tbw_bytes = "600"` passed check-config as 600 bytes (issue 17): refused in one
+/// line at the value, naming the units a rating takes.
+#[test]
+fn check_config_refuses_a_rating_without_a_unit() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("rated.toml");
+    std::fs::write(
+        &f,
+        "[[drive]]\nname = \"d\"\nfile_target = { path = \"/srv/d.dat\", size = \"1GiB\" }\nrated_tbw_bytes = \"600\"\n",
+    )
+    .unwrap();
+    let out = check_config(&f);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("rated.toml:4:"), "{err}");
+    assert!(
+        err.contains("'600' has no unit") && err.contains("600TB"),
+        "{err}"
+    );
 }

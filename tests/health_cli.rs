@@ -175,3 +175,143 @@ fn empty_smartctl_document_is_unknown_not_made_up() {
     assert_eq!(v["health"]["temperature_celsius"], Value::Null);
     assert_eq!(v["health"]["host_written_bytes"], Value::Null);
 }
+
+/// Issue 17: a rating without a unit is refused, not read as bytes ("--rated-tbw 150"
+/// gave "used 357435705002.7%", verdict OK).
+#[test]
+fn a_rating_without_a_unit_is_refused() {
+    for flag in ["150", "600", "3.5"] {
+        let out = health(&[
+            "--from-smartctl-json",
+            &fixture("smartctl/smart-nvme.json"),
+            "--rated-tbw",
+            flag,
+        ]);
+        one_line_error(&out, 2, "--rated-tbw");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("has no unit") && err.contains("600TB"),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty());
+    }
+}
+
+/// Host writes past the rating: a warning (exit 3) with the reason, and the wear-out date
+/// shown as past, not as a date to come.
+#[test]
+fn host_writes_past_the_rating_are_a_warning_with_a_past_date() {
+    // The 660p fixture has written 3.98 TB in 100 days.
+    let args = [
+        "--from-smartctl-json",
+        &fixture("smartctl/smart-nvme.json"),
+        "--rated-tbw",
+        "1TB",
+    ];
+    let out = health(&args);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("verdict: WARNING"), "{text}");
+    assert!(text.contains("past its rated life"), "{text}");
+    let wearout = text
+        .lines()
+        .find(|l| l.contains("projected wear-out"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        wearout.contains("in the past: passed 75 days ago"),
+        "{wearout}"
+    );
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let out = health(&json_args);
+    assert_eq!(out.status.code(), Some(3));
+    let v = json(&out);
+    assert_eq!(v["assessment"]["verdict"], "warning");
+    let e = &v["endurance"];
+    assert!(e["used_ratio"].as_f64().unwrap() > 3.9);
+    assert_eq!(e["days_left"], 0.0);
+    let at = e["projected_wearout_unix_seconds"].as_f64().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    // Passed after 25 of its 100 days: 75 days before now.
+    assert!(
+        (now - at - 75.0 * 86_400.0).abs() < 2.0 * 86_400.0,
+        "{at} {now}"
+    );
+    // A rating it has not reached yet is not a warning.
+    let out = health(&[
+        "--from-smartctl-json",
+        &fixture("smartctl/smart-nvme.json"),
+        "--rated-tbw",
+        "600TB",
+    ]);
+    common::assert_ok(&out, "driveprobe health");
+}
+
+/// `smartctl --scan` and `--scan-open` output is named as such, with the command to run.
+#[test]
+fn scan_output_says_what_to_run_instead() {
+    for (file, run) in [
+        ("smartctl/scan-nvme.json", "smartctl --json=c -x /dev/nvme0"),
+        (
+            "smartctl/scan-megaraid.json",
+            "smartctl --json=c -x -d megaraid,0 /dev/bus/0",
+        ),
+        (
+            "smartctl/scan-open-sda.json",
+            "smartctl --json=c -x /dev/sda",
+        ),
+    ] {
+        let out = health(&["--from-smartctl-json", &fixture(file)]);
+        one_line_error(&out, 1, "output of `smartctl --scan`");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(run), "{err}");
+        assert!(!err.contains("no health data"), "{err}");
+    }
+}
+
+/// The reader's notes print under the SMART data they are about, the estimate's under
+/// endurance.
+#[test]
+fn notes_print_under_their_own_section() {
+    // 56 grown defects: a warning.
+    let out = health(&["--from-smartctl-json", &fixture("smartctl/smart-scsi.json")]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    let endurance = lines.iter().position(|l| *l == "endurance:").unwrap();
+    let smart_note = lines
+        .iter()
+        .position(|l| l.contains("note: SAS host bytes"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let rating_note = lines
+        .iter()
+        .position(|l| l.contains("note: no rating"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(smart_note < endurance && endurance < rating_note, "{text}");
+}
+
+/// `--json` prints a JSON error object on stdout when there is no reading (stdout was
+/// empty), beside the one line on stderr and the exit status.
+#[test]
+fn json_error_object_when_the_drive_cannot_be_read() {
+    let scan = fixture("smartctl/scan-nvme.json");
+    for (args, status, needle) in [
+        (vec!["/nonexistent/dev", "--json"], 1, "/nonexistent/dev"),
+        (
+            vec!["--from-smartctl-json", scan.as_str(), "--json"],
+            1,
+            "smartctl --scan",
+        ),
+    ] {
+        let out = health(&args);
+        one_line_error(&out, status, needle);
+        let v = json(&out);
+        assert!(v["error"].as_str().unwrap().contains(needle), "{v}");
+        assert_eq!(v["exit_status"], status);
+        assert!(v["device"].is_string(), "{v}");
+        assert!(v.get("health").is_none());
+    }
+}

@@ -845,3 +845,138 @@ fn chromium_shows_the_drive_table() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+// ------------------------------------------------------------------ docs/api.md
+
+/// Every key path of a JSON value: `a.b`, `a[].c`; the keys of objects that are maps by
+/// name (drives' probes, collectors, last runs; the scheduler's due times and runs) are `*`.
+fn key_paths(v: &serde_json::Value, path: &str, out: &mut std::collections::BTreeSet<String>) {
+    const MAPS: [&str; 5] = ["probes", "collectors", "last_runs", "next_due", "running"];
+    let last = path.rsplit(['.', ']']).next().unwrap_or("");
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                let k = if MAPS.contains(&last) {
+                    "*"
+                } else {
+                    k.as_str()
+                };
+                let p = if path.is_empty() {
+                    k.to_string()
+                } else {
+                    format!("{path}.{k}")
+                };
+                out.insert(p.clone());
+                key_paths(v, &p, out);
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for v in a {
+                key_paths(v, &format!("{path}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// docs/api.md documents every route the server serves and no other (`## GET PATH`
+/// headings against `routes::ROUTES`, which a unit test holds to the router), each with
+/// the content type the server answers with, and the keys of its JSON examples are the
+/// keys of a live response (issue 17: the API was undocumented, its quantiles unlabelled).
+#[test]
+fn docs_api_md_matches_the_routes_and_the_live_json() {
+    use std::collections::BTreeSet;
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md")).unwrap();
+    // Sections: "## GET PATH" up to the next "## ".
+    let mut sections: BTreeMap<String, String> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in doc.lines() {
+        if let Some(h) = line.strip_prefix("## ") {
+            current = h
+                .strip_prefix("GET ")
+                .map(|p| p.trim_matches('`').trim().to_string());
+            if let Some(p) = &current {
+                assert!(
+                    sections.insert(p.clone(), String::new()).is_none(),
+                    "{p} twice"
+                );
+            }
+        } else if let Some(p) = &current {
+            let s = sections.get_mut(p).unwrap();
+            s.push_str(line);
+            s.push('\n');
+        }
+    }
+    let documented: BTreeSet<&str> = sections.keys().map(String::as_str).collect();
+    let served: BTreeSet<&str> = driveprobe::http::routes::ROUTES.into_iter().collect();
+    assert_eq!(
+        documented, served,
+        "docs/api.md's routes against the server's"
+    );
+
+    let srv = Server::start();
+    {
+        // Parts the fixture leaves empty, so every documented key is live: a run's last
+        // summary with a point of each kind, and a run's note.
+        let mut s = srv.shared.lock();
+        let d = s.drives.get_mut("db1").unwrap();
+        d.last_runs.insert(
+            "enterprise".into(),
+            driveprobe::status::RunSummary {
+                id: RUN_WITH_REPORT.into(),
+                suite: "enterprise".into(),
+                status: "passed".into(),
+                points: vec![driveprobe::status::RunPoint::default()],
+                app_points: vec![driveprobe::status::AppRunPoint::default()],
+                ..Default::default()
+            },
+        );
+        s.run_notes.insert(
+            RUN_NO_DOC.into(),
+            "result pending: not saved: disk full".into(),
+        );
+    }
+    for (path, section) in &sections {
+        let live = get(srv.addr, &path.replace("{id}", RUN_WITH_REPORT));
+        assert_eq!(live.status, 200, "{path}");
+        let ct = live.content_type().to_string();
+        assert!(
+            section.contains(&format!("`{ct}`")),
+            "docs/api.md's {path} does not give its content type `{ct}`"
+        );
+        let Some(example) = section
+            .split("```json\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n```").next())
+        else {
+            assert_ne!(
+                ct, "application/json",
+                "{path}: a JSON route needs an example"
+            );
+            continue;
+        };
+        let example: serde_json::Value = serde_json::from_str(example)
+            .unwrap_or_else(|e| panic!("docs/api.md's {path} example is not JSON: {e}"));
+        let live: serde_json::Value = serde_json::from_slice(&live.body).unwrap();
+        let (mut want, mut got) = (BTreeSet::new(), BTreeSet::new());
+        key_paths(&example, "", &mut want);
+        key_paths(&live, "", &mut got);
+        let undocumented: Vec<_> = got.difference(&want).collect();
+        let not_served: Vec<_> = want.difference(&got).collect();
+        assert!(
+            undocumented.is_empty() && not_served.is_empty(),
+            "docs/api.md's {path} example against a live response:\n  keys served but not in the example: {undocumented:?}\n  keys in the example but not served: {not_served:?}"
+        );
+    }
+    // The window quantiles are labelled.
+    let v: serde_json::Value =
+        serde_json::from_slice(&get(srv.addr, "/api/v1/drives").body).unwrap();
+    let q = &v[0]["probes"]["canary-4k-read"]["read"]["window"]["quantiles"];
+    let keys: Vec<&String> = q.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["p50", "p90", "p99", "p99_9"]);
+    assert!(
+        (q["p99"].as_f64().unwrap() - 95e-6 * 3.0).abs() < 1e-12,
+        "{q}"
+    );
+}

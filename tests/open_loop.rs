@@ -44,7 +44,7 @@ fn a_stall_shows_in_open_loop_latency() {
     let read = &v["read"];
     let ops = read["ops"].as_u64().unwrap();
     let max = read["lat_ns"]["max"].as_u64().unwrap();
-    let p99 = read["lat_ns"]["percentiles"]["99"].as_u64().unwrap();
+    let p99 = read["lat_ns"]["percentiles"]["p99"].as_u64().unwrap();
     // The schedule catches up after the stall: 3000 I/Os due in 3 s all the same, each
     // counted or (issued too late to complete in the run, when the host stalled it near
     // the end too) counted as missed.

@@ -1561,11 +1561,12 @@ fn window_quantiles_match(
     failures: &mut Vec<String>,
     compared: &mut Vec<String>,
 ) {
-    const QUANTILES: [(&str, Option<usize>); 5] = [
-        ("0.5", Some(0)),
-        ("0.9", Some(1)),
-        ("0.99", Some(2)),
-        ("0.999", Some(3)),
+    // The Prometheus label, and the key of /api/v1/drives' labelled window quantiles.
+    const QUANTILES: [(&str, Option<&str>); 5] = [
+        ("0.5", Some("p50")),
+        ("0.9", Some("p90")),
+        ("0.99", Some("p99")),
+        ("0.999", Some("p99_9")),
         ("1", None),
     ];
     // The status page every 50 ms for 5 s: (time, [p50, p90, p99, p99.9, max]).
@@ -1575,7 +1576,7 @@ fn window_quantiles_match(
         let j = drive_json(d, FULL);
         let t = now_unix();
         let w = &j["probes"]["rd"]["read"]["window"];
-        if let Some(q) = w["quantiles"].as_array() {
+        if let Some(q) = w["quantiles"].as_object() {
             let mut v = [f64::NAN; 5];
             for (i, (_, idx)) in QUANTILES.iter().enumerate() {
                 v[i] = match idx {

@@ -43,6 +43,10 @@ pub enum IoEngine {
     IoUring,
     #[value(alias = "sync", alias = "pvsync")]
     Psync,
+    // fio's Linux native AIO: driveprobe runs io_uring (or psync where io_uring is
+    // unavailable) and says so in the output (`substitutions`). (A doc comment here would
+    // turn `bench --help` into clap's long form.)
+    Libaio,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -63,6 +67,7 @@ pub enum RateProcess {
 A file that does not exist is created and filled to --size; an existing file is never truncated.\n\
 Writes to a block device need --allow-destructive and --expect-serial (or --expect-wwn), and are refused when the device or a partition of it is mounted, used as swap or held by md/dm/LVM.\n\
 Writes to an existing file that driveprobe did not create (a file it creates carries its user.driveprobe.owner mark) need --allow-destructive too; no symbolic link on the file's path is followed for a write.\n\
+fio options: fio's names are taken (--rw, --bs, --iodepth, --numjobs, --runtime, --time_based, --size, --rwmixread, --rate_iops, --direct, --group_reporting, --norandommap, --randrepeat, ...); --ioengine=libaio runs io_uring and says so. fio options that would change what is measured and that driveprobe does not do (--fsync, --rate, --thinktime, --iodepth_batch*, --zero_buffers, --percentile_list, --loops, --nrfiles, --cpus_allowed, --write_lat_log, ...) are refused, naming the option and why: see docs/fio-options.md.\n\
 Exit status: 0 when the run completed without I/O errors or verify mismatches, 1 when it did not, 2 for bad usage."
 )]
 pub struct BenchArgs {
@@ -102,8 +107,41 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DURATION")]
     pub(super) runtime: Option<String>,
     /// Accepted for fio compatibility: with --runtime the run is always time based.
-    #[arg(long = "time-based", alias = "time_based", hide = true)]
-    _time_based: bool,
+    #[arg(
+        long = "time-based",
+        alias = "time_based",
+        hide = true,
+        num_args = 0..=1,
+        default_missing_value = "1",
+        value_name = "0|1"
+    )]
+    time_based: Option<u8>,
+    /// Accepted for fio compatibility: the workers' results are always reported as one
+    /// group (per direction and in total).
+    #[arg(
+        long = "group-reporting",
+        alias = "group_reporting",
+        hide = true,
+        num_args = 0..=1,
+        default_missing_value = "1",
+        value_name = "0|1"
+    )]
+    group_reporting: Option<u8>,
+    /// Accepted for fio compatibility: driveprobe's random offsets are always drawn
+    /// independently (fio's norandommap); it keeps no map of blocks done.
+    #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "1", value_name = "0|1")]
+    norandommap: Option<u8>,
+    /// fio's randrepeat: 1 (the default) repeats the same offsets run after run (the
+    /// fixed --seed); 0 draws a new seed for each run.
+    #[arg(long, hide = true, value_name = "0|1")]
+    randrepeat: Option<u8>,
+    /// Accepted for fio compatibility: workers are always threads.
+    #[arg(long, hide = true)]
+    thread: bool,
+    /// Accepted for fio compatibility: the progress bar is drawn only when stderr is a
+    /// terminal.
+    #[arg(long, hide = true, value_name = "WHEN")]
+    eta: Option<String>,
     /// Time run before measuring starts (not counted).
     #[arg(long = "ramp-time", alias = "ramp_time", value_name = "DURATION")]
     ramp_time: Option<String>,
@@ -205,7 +243,7 @@ pub struct BenchArgs {
     #[arg(long = "expect-wwn", value_name = "WWN")]
     pub(super) expect_wwn: Option<String>,
     /// Seed of the offset and data generators (runs with the same seed issue the same I/O).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", alias = "randseed")]
     pub(super) seed: Option<u64>,
     /// Run a named suite of the drive test protocol instead of one workload.
     #[arg(long, value_name = "NAME", help_heading = "Suites")]
@@ -263,6 +301,116 @@ pub struct BenchArgs {
     /// Job name, shown in the output (fio habit).
     #[arg(long, value_name = "NAME")]
     pub(super) name: Option<String>,
+}
+
+/// fio options `bench` refuses, each with the reason: every one would change what is
+/// measured, and driveprobe does not do what it asks, so it is refused rather than
+/// ignored. (Options that are neither driveprobe's nor listed here are refused by the
+/// argument parser, which names them.) docs/fio-options.md holds the same table, and a
+/// test keeps the two in step.
+pub const REFUSED_FIO_OPTIONS: &[(&[&str], &str)] = &[
+    (
+        &["fsync", "fdatasync", "end_fsync", "fsync_on_close", "sync"],
+        "driveprobe issues no flushes and no O_SYNC writes, so it would not measure their cost; measure with fio, or use --direct=1 for writes that bypass the page cache",
+    ),
+    (
+        &["rate", "rate_min", "ratemin"],
+        "a bandwidth cap is not supported; use --rate_iops (open loop, latency from the scheduled time)",
+    ),
+    (
+        &["thinktime", "thinktime_blocks", "thinktime_spin"],
+        "no think time between I/Os; use --rate_iops for an offered load",
+    ),
+    (
+        &[
+            "iodepth_batch",
+            "iodepth_batch_submit",
+            "iodepth_batch_complete",
+            "iodepth_batch_complete_min",
+            "iodepth_batch_complete_max",
+            "iodepth_low",
+        ],
+        "driveprobe refills each worker's queue as completions arrive, its own way; fio's batching would queue differently",
+    ),
+    (
+        &["hipri", "fixedbufs", "registerfiles", "sqthread_poll", "sqthread_poll_cpu"],
+        "io_uring's setup (polled completions, registered buffers and files, a kernel submission thread) is not configurable in driveprobe",
+    ),
+    (
+        &[
+            "zero_buffers",
+            "buffer_compress_percentage",
+            "buffer_compress_chunk",
+            "dedupe_percentage",
+            "buffer_pattern",
+        ],
+        "driveprobe writes incompressible random data; other data would measure a drive's compression or deduplication",
+    ),
+    (
+        &["percentile_list", "clat_percentiles", "slat_percentiles"],
+        "the latency is always from submission to completion (fio's lat), with fixed percentiles: p50 p90 p99 p99.9 p99.99 in totals, p50 p99 p99.9 per interval",
+    ),
+    (
+        &["loops", "startdelay", "stonewall", "new_group", "wait_for"],
+        "a bench run is one job, run once: give a longer --runtime or --io_size, or use --fio-job for several jobs",
+    ),
+    (
+        &["nrfiles", "filesize", "openfiles", "file_service_type", "directory"],
+        "a bench run has one target, given by --filename (or TARGET) and --size",
+    ),
+    (
+        &["cpus_allowed", "cpumask", "numa_cpu_nodes", "numa_mem_policy"],
+        "workers run on the CPUs the process may use: start driveprobe under taskset or numactl, and see --cpus-allowed-policy",
+    ),
+    (
+        &["bsrange", "blocksize_range", "bs_unaligned", "blockalign", "ba"],
+        "sizes come from --bs or --bssplit, aligned to themselves; use --bssplit for a mix",
+    ),
+    (
+        &[
+            "write_lat_log",
+            "write_bw_log",
+            "write_iops_log",
+            "write_hist_log",
+            "log_avg_msec",
+        ],
+        "no log files: --output-format=json holds one record per --interval (status-interval) with IOPS, bandwidth and latency",
+    ),
+    (
+        &["invalidate", "pre_read"],
+        "driveprobe does not drop or prime the page cache: use --direct=1 (the default) to measure the drive",
+    ),
+    (
+        &["do_verify", "verify_only", "verify_fatal", "verify_backlog", "verify_interval"],
+        "--verify checks its own header on every read of a block a --verify run wrote; fio's verify phases are not supported",
+    ),
+    (
+        &["unified_rw_reporting", "minimal", "terse_version"],
+        "the output is driveprobe's: per direction and in total, as text or --output-format=json",
+    ),
+];
+
+/// Refuses the fio options of [`REFUSED_FIO_OPTIONS`] before the arguments are parsed,
+/// in one line naming the option and why (`--fsync=1`, `--fsync 1`, `--end-fsync`).
+pub fn refuse_fio_options(args: &[std::ffi::OsString]) -> Result<(), Failure> {
+    for arg in args {
+        let Some(arg) = arg.to_str() else { continue };
+        if arg == "--" {
+            break;
+        }
+        let Some(opt) = arg.strip_prefix("--") else {
+            continue;
+        };
+        let name = opt.split('=').next().unwrap_or(opt).replace('-', "_");
+        for (names, why) in REFUSED_FIO_OPTIONS {
+            if names.contains(&name.as_str()) {
+                return Err(Failure::usage(format!(
+                    "--{name}: fio's option is not supported by driveprobe bench: {why} (see docs/fio-options.md)"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Size or percentage, as fio's --size and --offset take.
@@ -422,7 +570,7 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
         interval: duration("interval", &a.interval)?,
         error_limit: a.error_limit,
         backend: match a.ioengine {
-            IoEngine::Auto => BackendChoice::Auto,
+            IoEngine::Auto | IoEngine::Libaio => BackendChoice::Auto,
             IoEngine::IoUring => BackendChoice::IoUring,
             IoEngine::Psync => BackendChoice::Psync,
         },
@@ -432,8 +580,36 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
         },
         ..JobSpec::default()
     };
-    if let Some(seed) = a.seed {
-        spec.seed = seed;
+    match (a.seed, a.randrepeat) {
+        (Some(seed), _) => spec.seed = seed,
+        (None, Some(0)) => {
+            // fio's randrepeat=0: a different sequence each run.
+            spec.seed = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+                ^ u64::from(std::process::id()) << 32;
+        }
+        (None, Some(1)) | (None, None) => {}
+        (None, Some(v)) => {
+            return Err(Failure::usage(format!(
+                "--randrepeat={v}: give 1 (repeat the same offsets) or 0 (a new seed each run)"
+            )))
+        }
+    }
+    for (flag, v) in [
+        ("time_based", a.time_based),
+        ("group_reporting", a.group_reporting),
+        ("norandommap", a.norandommap),
+    ] {
+        if let Some(v) = v.filter(|&v| v > 1) {
+            return Err(Failure::usage(format!("--{flag}={v}: give 1 or 0")));
+        }
+    }
+    if a.time_based == Some(1) && a.runtime.is_none() {
+        return Err(Failure::usage(
+            "--time_based needs --runtime: give how long to run, such as --runtime=60",
+        ));
     }
     Ok((spec.validate().map_err(usage)?, size, offset))
 }
@@ -469,9 +645,58 @@ struct BenchReport<'a> {
     name: Option<&'a str>,
     target: String,
     target_info: TargetInfo<'a>,
-    workload: &'a Job,
+    workload: Workload<'a>,
+    /// fio options given that driveprobe carried out another way (empty when none).
+    substitutions: Vec<Substitution>,
     #[serde(flatten)]
     result: &'a RunResult,
+}
+
+/// The job as run, with fio's `rw` name for its pattern and read share.
+#[derive(Serialize)]
+struct Workload<'a> {
+    rw: &'static str,
+    #[serde(flatten)]
+    job: &'a Job,
+}
+
+/// An option given in fio's terms that ran another way: what was asked, what ran, why.
+#[derive(Debug, Serialize)]
+pub(super) struct Substitution {
+    pub option: &'static str,
+    pub given: String,
+    pub used: String,
+    pub why: &'static str,
+}
+
+/// The substitutions a run made, known once the engine has said which backend ran.
+fn substitutions(a: &BenchArgs, r: &RunResult, direct: bool) -> Vec<Substitution> {
+    let mut out = Vec::new();
+    if a.ioengine == IoEngine::Libaio {
+        out.push(Substitution {
+            option: "ioengine",
+            given: "libaio".into(),
+            used: r.engine.name().to_string(),
+            why: if direct {
+                "driveprobe has no libaio engine; io_uring is the kernel's other asynchronous interface and keeps the same queue depth per worker"
+            } else {
+                "driveprobe has no libaio engine; io_uring is the kernel's other asynchronous interface and keeps the same queue depth per worker (fio's libaio without O_DIRECT blocks in each submission, so fio would have measured less concurrency)"
+            },
+        });
+    }
+    if let Some(kind) = a
+        .verify
+        .as_deref()
+        .filter(|v| !matches!(*v, "0" | "1" | "none" | "driveprobe"))
+    {
+        out.push(Substitution {
+            option: "verify",
+            given: kind.to_string(),
+            used: "driveprobe".into(),
+            why: "driveprobe checks its own block header (offset, sequence number, xxh3 checksum) whatever the kind asked",
+        });
+    }
+    out
 }
 
 #[derive(Serialize)]
@@ -605,14 +830,26 @@ pub fn run(a: BenchArgs) -> Result<u8, Failure> {
             writable: target.writable(),
             alignment_bytes: target.align(),
         },
-        workload: &job,
+        workload: Workload {
+            rw: job.rw_name(),
+            job: &job,
+        },
+        substitutions: substitutions(&a, &result, job.direct()),
         result: &result,
     };
     super::emit(
         &report,
         a.output.as_deref(),
         a.output_format == OutputFormat::Json,
-        || text_report(&target, &job, &result, a.name.as_deref()),
+        || {
+            text_report(
+                &target,
+                &job,
+                &result,
+                a.name.as_deref(),
+                &report.substitutions,
+            )
+        },
     )?;
     let clean = result.errors.count == 0 && result.verify.mismatches == 0;
     if !clean {
@@ -747,12 +984,18 @@ fn dir_text(out: &mut String, name: &str, d: &DirSummary, secs: f64) {
     let pct: Vec<String> = l
         .percentiles
         .iter()
-        .map(|(k, v)| format!("p{k}={}", human_ns(*v as f64)))
+        .map(|(k, v)| format!("{}={}", k.replace('_', "."), human_ns(*v as f64)))
         .collect();
     let _ = writeln!(out, "    percentiles: {}", pct.join(" "));
 }
 
-fn text_report(target: &Target, job: &Job, r: &RunResult, name: Option<&str>) -> String {
+fn text_report(
+    target: &Target,
+    job: &Job,
+    r: &RunResult,
+    name: Option<&str>,
+    subs: &[Substitution],
+) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let _ = writeln!(
@@ -782,6 +1025,13 @@ fn text_report(target: &Target, job: &Job, r: &RunResult, name: Option<&str>) ->
             .map(|n| format!(" ({n})"))
             .unwrap_or_default()
     );
+    for s in subs {
+        let _ = writeln!(
+            out,
+            "  substituted: --{}={} ran as {} ({})",
+            s.option, s.given, s.used, s.why
+        );
+    }
     let _ = writeln!(
         out,
         "  cpus: {}",

@@ -35,7 +35,7 @@ pub struct HealthArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
-    /// Rated endurance in bytes written (3.5PB, 600TB).
+    /// Rated endurance in bytes written, with its unit (3.5PB, 600TB, 1PiB).
     #[arg(long, value_name = "SIZE")]
     rated_tbw: Option<String>,
     /// Rated drive writes per day (with --warranty-years).
@@ -77,13 +77,45 @@ fn read_file(p: &PathBuf) -> Result<Vec<u8>, Failure> {
     std::fs::read(p).map_err(|e| Failure::runtime(format!("{}: {e}", p.display())))
 }
 
+/// What `health --json` prints when there is no reading: the device and the error.
+#[derive(Serialize)]
+struct HealthError<'a> {
+    device: Option<String>,
+    error: &'a str,
+    exit_status: u8,
+}
+
 pub fn run(a: HealthArgs) -> Result<u8, Failure> {
+    let json = a.json;
+    let device = a
+        .device
+        .as_ref()
+        .or(a.from_smartctl_json.as_ref())
+        .or(a.from_nvme_log.as_ref())
+        .map(|p| p.display().to_string());
+    let result = read_and_print(a);
+    if let (true, Err(f)) = (json, &result) {
+        // A script reading stdout gets a JSON object either way (and the one line on
+        // stderr, and the exit status, as always).
+        let out = HealthError {
+            device,
+            error: &f.message,
+            exit_status: f.status,
+        };
+        if let Ok(j) = serde_json::to_string_pretty(&out) {
+            println!("{j}");
+        }
+    }
+    result
+}
+
+fn read_and_print(a: HealthArgs) -> Result<u8, Failure> {
     let rating = Rating {
         tbw_bytes: a
             .rated_tbw
             .as_deref()
             .map(|t| {
-                units::parse_size(t)
+                units::parse_rated_size(t)
                     .map(|b| b as f64)
                     .map_err(|e| Failure::usage(format!("--rated-tbw: {e}")))
             })
@@ -146,12 +178,13 @@ pub fn run(a: HealthArgs) -> Result<u8, Failure> {
         let r = health::read(&dev, &opts).map_err(Failure::runtime)?;
         (dev.display().to_string(), r)
     };
-    let assessment = assess(&report);
+    let mut assessment = assess(&report);
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
     let endurance = endurance::estimate(&report, &rating, now, &[], None);
+    endurance::assess(&endurance, &mut assessment);
     if a.json {
         let out = HealthOutput {
             device: device.clone(),
@@ -303,6 +336,10 @@ fn text(device: &str, r: &HealthReport, a: &Assessment, e: &Endurance, now: f64)
         "unsafe shutdowns",
         r.unsafe_shutdowns.map(|v| v.to_string()),
     );
+    // The reader's notes belong to the SMART data above, the estimate's to endurance.
+    for n in &r.notes {
+        let _ = writeln!(o, "  note: {n}");
+    }
     let _ = writeln!(o, "endurance:");
     let mut eline = |k: &str, v: Option<String>| {
         if let Some(v) = v {
@@ -338,11 +375,19 @@ fn text(device: &str, r: &HealthReport, a: &Assessment, e: &Endurance, now: f64)
     eline(
         "projected wear-out",
         e.projected_wearout_unix_seconds.map(|t| {
-            format!(
-                "{} ({:.0} days)",
-                date(t),
-                e.days_left.unwrap_or((t - now) / 86_400.0)
-            )
+            if t < now {
+                format!(
+                    "{} (in the past: passed {:.0} days ago)",
+                    date(t),
+                    (now - t) / 86_400.0
+                )
+            } else {
+                format!(
+                    "{} ({:.0} days left)",
+                    date(t),
+                    e.days_left.unwrap_or((t - now) / 86_400.0)
+                )
+            }
         }),
     );
     eline(
@@ -353,7 +398,7 @@ fn text(device: &str, r: &HealthReport, a: &Assessment, e: &Endurance, now: f64)
         "annual failure rate",
         e.annual_failure_rate.map(|f| format!("{:.2}%", f * 100.0)),
     );
-    for n in r.notes.iter().chain(e.notes.iter()) {
+    for n in &e.notes {
         let _ = writeln!(o, "  note: {n}");
     }
     o

@@ -1,7 +1,7 @@
 //! The command line: parses arguments, calls the library, prints results. Every failure
 //! is one line on stderr and a non-zero exit status (2 for bad usage, 1 for the rest).
 
-mod bench;
+pub mod bench;
 mod check_config;
 mod daemon;
 mod health;
@@ -97,6 +97,15 @@ pub(crate) fn emit<T: serde::Serialize>(
 
 pub fn main() -> ExitCode {
     // A bare `driveprobe` (and `cargo run --release`) runs the daemon on the built-in config.
+    // fio options `bench` refuses are named with the reason, before clap would call
+    // them merely unknown.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "bench") {
+        if let Err(f) = bench::refuse_fio_options(&args[2..]) {
+            eprintln!("driveprobe: error: {}", f.message);
+            return ExitCode::from(f.status);
+        }
+    }
     let parsed = if std::env::args_os().len() <= 1 {
         Ok(Cli {
             command: Command::Daemon(daemon::DaemonArgs::default()),

@@ -375,9 +375,17 @@ impl Cx<'_> {
                 )),
             }
         };
+        // A rating needs its unit: a bare "600" would be 600 bytes.
         let size_f = |s: &Option<S<String>>, key: &str| -> R<Option<f64>> {
             s.as_ref()
-                .map(|s| self.size_at_most(s, key, MAX_RATED_BYTES).map(|v| v as f64))
+                .map(|s| {
+                    if let Err(e @ units::UnitError::NoUnit(_)) =
+                        units::parse_rated_size(s.get_ref())
+                    {
+                        return Err(self.err(s.span(), format!("{key}: {e}")));
+                    }
+                    self.size_at_most(s, key, MAX_RATED_BYTES).map(|v| v as f64)
+                })
                 .transpose()
         };
         let rating = Rating {

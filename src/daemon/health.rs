@@ -156,13 +156,15 @@ fn poll_once(ctx: &Ctx, drive: &DriveCtl, name: &str, opts: &ReadOptions, mark: 
                     a.verdict = Verdict::Warning;
                 }
                 a.reasons.extend(canary.host);
-                d.endurance = Some(endurance::estimate(
+                let e = endurance::estimate(
                     &report,
                     &drive.cfg.rating,
                     now,
                     &history,
                     Some(self_written),
-                ));
+                );
+                endurance::assess(&e, &mut a);
+                d.endurance = Some(e);
                 d.health = Some(HealthStatus {
                     verdict: a.verdict,
                     reasons: a.reasons,

@@ -13,14 +13,33 @@ use serde::{Deserialize, Serialize};
 pub const MAX_TRACKED_NS: u64 = 3_600_000_000_000;
 const SIGFIGS: u8 = 3;
 
-/// The percentiles of totals, as the JSON contract names them.
+/// The percentiles of totals, as the JSON contract names them: one key style everywhere
+/// (totals, intervals, result documents' `lat_p99_9_ns`, the API's window quantiles):
+/// `p` and the percentile, `_` for its decimal point.
 pub const TOTAL_PERCENTILES: [(&str, f64); 5] = [
-    ("50", 50.0),
-    ("90", 90.0),
-    ("99", 99.0),
-    ("99.9", 99.9),
-    ("99.99", 99.99),
+    ("p50", 50.0),
+    ("p90", 90.0),
+    ("p99", 99.0),
+    ("p99_9", 99.9),
+    ("p99_99", 99.99),
 ];
+
+/// The key of a percentile in [`TOTAL_PERCENTILES`]' style, from that style or from the
+/// bare numbers (`"99.9"`) that bench output used before (issue 17), so older output
+/// still reads.
+pub fn percentile_key(key: &str) -> String {
+    let bare = key.strip_prefix('p').unwrap_or(key);
+    format!("p{}", bare.replace('.', "_"))
+}
+
+fn percentile_map<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, u64>, D::Error> {
+    let m = BTreeMap::<String, u64>::deserialize(d)?;
+    Ok(m.into_iter()
+        .map(|(k, v)| (percentile_key(&k), v))
+        .collect())
+}
 
 /// Whether a failed I/O's errno says the device, or the path to it, failed it, as the
 /// block layer reports a device's failures (`blk_status_to_errno`): an I/O error, a
@@ -261,7 +280,9 @@ pub struct LatencySummary {
     pub mean: f64,
     pub stddev: f64,
     pub max: u64,
-    /// Keys "50", "90", "99", "99.9", "99.99".
+    /// Keys "p50", "p90", "p99", "p99_9", "p99_99" (older output's "50", "99.9"... are
+    /// read as those).
+    #[serde(deserialize_with = "percentile_map")]
     pub percentiles: BTreeMap<String, u64>,
 }
 
@@ -283,7 +304,7 @@ pub struct IntervalLatency {
     pub max: u64,
     pub p50: u64,
     pub p99: u64,
-    #[serde(rename = "p99.9")]
+    #[serde(alias = "p99.9")]
     pub p99_9: u64,
 }
 
@@ -434,5 +455,35 @@ mod tests {
         s.record(MAX_TRACKED_NS * 2, 512);
         assert_eq!(s.max_ns(), MAX_TRACKED_NS * 2);
         assert!(s.percentile_ns(50.0) >= MAX_TRACKED_NS);
+    }
+
+    /// One key style for totals and intervals (issue 17: totals said "99.9", intervals
+    /// "p99.9"); older bench output still reads.
+    #[test]
+    fn percentile_keys_are_one_style() {
+        let mut d = DirStats::new();
+        d.record(1000, 4096);
+        let t = serde_json::to_value(d.summary(1.0)).unwrap();
+        let i = serde_json::to_value(d.interval_summary(1.0)).unwrap();
+        let total_keys: Vec<&String> = t["lat_ns"]["percentiles"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(total_keys, ["p50", "p90", "p99", "p99_9", "p99_99"]);
+        for k in ["p50", "p99", "p99_9"] {
+            assert!(t["lat_ns"]["percentiles"][k].is_u64(), "{t}");
+            assert!(i["lat_ns"][k].is_u64(), "{i}");
+        }
+        let old: LatencySummary = serde_json::from_str(
+            r#"{"min":1,"mean":1.0,"stddev":0.0,"max":1,"percentiles":{"50":1,"99.9":2}}"#,
+        )
+        .unwrap();
+        assert_eq!(old.percentiles["p99_9"], 2);
+        assert_eq!(old.percentiles["p50"], 1);
+        let old: IntervalLatency =
+            serde_json::from_str(r#"{"mean":1.0,"stddev":0.0,"max":1,"p50":1,"p99":2,"p99.9":3}"#)
+                .unwrap();
+        assert_eq!(old.p99_9, 3);
     }
 }

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::model::HealthReport;
+use super::model::{Assessment, HealthReport, Verdict};
 
 pub const HOURS_PER_YEAR: f64 = 8766.0;
 const DAY: f64 = 86_400.0;
@@ -178,8 +178,15 @@ pub fn estimate(
     if let (Some(used), Some(rate)) = (e.used_ratio, rate) {
         if used >= 1.0 {
             e.days_left = Some(0.0);
-            e.projected_wearout_unix_seconds = Some(now_unix);
-            e.notes.push("rated endurance is used up".into());
+            // The date it was passed, at the same rate: in the past, and said so.
+            let ago_days = if rate > 0.0 { (used - 1.0) / rate } else { 0.0 };
+            let when = now_unix - ago_days * DAY;
+            e.projected_wearout_unix_seconds = Some(when);
+            e.notes.push(format!(
+                "rated endurance is used up: {:.0}% used, passed about {:.0} days ago at the observed rate",
+                used * 100.0,
+                ago_days
+            ));
         } else if rate > 0.0 {
             let days = (1.0 - used) / rate;
             e.days_left = Some(days);
@@ -205,6 +212,38 @@ pub fn estimate(
         }
     }
     e
+}
+
+/// What the estimate adds to the verdict of the report alone ([`super::model::assess`]):
+/// host writes at or past the rated endurance are a warning (the vendor's own figure is
+/// already judged there), as is passing [`super::model::WEAR_WARNING_RATIO`] of it.
+pub fn assess(e: &Endurance, a: &mut Assessment) {
+    let (Some(h), Some(rated)) = (e.host_written_ratio, e.rated_bytes) else {
+        return;
+    };
+    let reason = if h >= 1.0 {
+        format!(
+            "host writes are {:.0}% of the rated endurance ({:.0} TB): past its rated life",
+            h * 100.0,
+            rated / 1e12
+        )
+    } else if h >= super::model::WEAR_WARNING_RATIO {
+        format!(
+            "host writes are {:.0}% of the rated endurance ({:.0} TB)",
+            h * 100.0,
+            rated / 1e12
+        )
+    } else {
+        return;
+    };
+    if a.verdict != Verdict::Failing {
+        if a.verdict != Verdict::Warning {
+            // "Unknown"/"ok" reasons (no health data, standby) no longer explain the verdict.
+            a.reasons.clear();
+        }
+        a.verdict = Verdict::Warning;
+    }
+    a.reasons.push(reason);
 }
 
 #[cfg(test)]
@@ -311,14 +350,64 @@ mod tests {
             tbw_bytes: Some(100.0 * TB),
             ..Default::default()
         };
-        let e = estimate(&report(150.0, 100, 10.0), &rating, 5.0, &[], None);
+        let now = 1000.0 * DAY;
+        let e = estimate(&report(150.0, 100, 10.0), &rating, now, &[], None);
         assert_eq!(e.days_left, Some(0.0));
         assert_eq!(e.remaining_bytes, Some(0.0));
+        // 150 TB in 10 days against 100 TB: passed 100% after 6.67 days, 3.33 days ago.
+        let at = e.projected_wearout_unix_seconds.unwrap();
+        assert!((at - (now - 10.0 / 3.0 * DAY)).abs() < 1.0, "{at}");
+        assert!(
+            e.notes
+                .iter()
+                .any(|n| n.contains("used up") && n.contains("3 days ago")),
+            "{:?}",
+            e.notes
+        );
         let e = estimate(&report(0.0, 0, 10.0), &rating, 5.0, &[], None);
         assert_eq!(e.days_left, None);
         assert_eq!(e.projected_wearout_unix_seconds, None);
         let blank = estimate(&HealthReport::default(), &rating, 0.0, &[], None);
         assert_eq!(blank.used_ratio, None);
         assert_eq!(blank.drive_writes_per_day, None);
+    }
+
+    /// Host writes past the rating are at least a warning, whatever the SMART data says
+    /// (issue 17: "used 357435705002.7%", verdict OK).
+    #[test]
+    fn used_up_is_a_warning() {
+        let rating = Rating {
+            tbw_bytes: Some(100.0 * TB),
+            ..Default::default()
+        };
+        let ok = || Assessment {
+            verdict: Verdict::Ok,
+            reasons: Vec::new(),
+        };
+        let e = estimate(&report(150.0, 10, 10.0), &rating, 0.0, &[], None);
+        let mut a = ok();
+        assess(&e, &mut a);
+        assert_eq!(a.verdict, Verdict::Warning);
+        assert!(
+            a.reasons[0].contains("150% of the rated endurance"),
+            "{:?}",
+            a.reasons
+        );
+        let e = estimate(&report(85.0, 10, 10.0), &rating, 0.0, &[], None);
+        let mut a = ok();
+        assess(&e, &mut a);
+        assert_eq!(a.verdict, Verdict::Warning);
+        let e = estimate(&report(50.0, 10, 10.0), &rating, 0.0, &[], None);
+        let mut a = ok();
+        assess(&e, &mut a);
+        assert_eq!(a, ok());
+        let mut a = Assessment {
+            verdict: Verdict::Failing,
+            reasons: vec!["SMART FAILED".into()],
+        };
+        let e = estimate(&report(150.0, 10, 10.0), &rating, 0.0, &[], None);
+        assess(&e, &mut a);
+        assert_eq!(a.verdict, Verdict::Failing);
+        assert_eq!(a.reasons.len(), 2);
     }
 }

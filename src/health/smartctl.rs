@@ -91,6 +91,12 @@ pub enum SmartctlError {
         "smartctl output is a JSON {found}, not an object: give the output of `smartctl --json`"
     )]
     NotAnObject { found: &'static str },
+    #[error("this is the output of `smartctl --scan` (a list of {count} device(s): {names}), not one drive's data: run `smartctl --json=c -x {first}` and give its output")]
+    ScanOutput {
+        count: usize,
+        names: String,
+        first: String,
+    },
     #[error("smartctl is not installed: install smartmontools (apt-get install smartmontools)")]
     NotInstalled,
     #[error("cannot run {program}: {source}; check that it is an executable smartctl")]
@@ -422,10 +428,64 @@ pub fn parse(json_text: &str) -> Result<HealthReport, SmartctlError> {
     parse_value(&root)
 }
 
+/// `smartctl --scan` / `--scan-open` output: a `devices` list and no one device's data
+/// (no `device` object), or an argv that says so. Without this it would read as a drive
+/// with nothing known ("no health data").
+fn scan_output(root: &Value) -> Option<SmartctlError> {
+    let devices = root.get("devices")?.as_array()?;
+    let scan_argv = at(root, &["smartctl", "argv"])
+        .and_then(Value::as_array)
+        .is_some_and(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .any(|s| s == "--scan" || s == "--scan-open")
+        });
+    if root.get("device").is_some() && !scan_argv {
+        return None;
+    }
+    let names: Vec<&str> = devices
+        .iter()
+        .filter_map(|d| d.get("name").and_then(Value::as_str))
+        .collect();
+    const SHOWN: usize = 4;
+    let mut list = names
+        .iter()
+        .take(SHOWN)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        list += &format!(", and {} more", names.len() - SHOWN);
+    }
+    if list.is_empty() {
+        list = "none".into();
+    }
+    Some(SmartctlError::ScanOutput {
+        count: devices.len(),
+        names: list,
+        // A device behind a RAID controller needs its type (`-d megaraid,0`), as --scan
+        // prints it; others are better read with smartctl's own choice (a SATA disk
+        // scans as `scsi`, and `-d scsi` would hide its ATA attributes).
+        first: devices
+            .first()
+            .and_then(|d| {
+                let name = d.get("name")?.as_str()?;
+                Some(match d.get("type").and_then(Value::as_str) {
+                    Some(t) if t.contains(',') => format!("-d {t} {name}"),
+                    _ => name.to_string(),
+                })
+            })
+            .unwrap_or_else(|| "/dev/sdX".to_string()),
+    })
+}
+
 /// [`parse`] on an already parsed JSON value.
 pub fn parse_value(root: &Value) -> Result<HealthReport, SmartctlError> {
     if !root.is_object() {
         return Err(SmartctlError::NotAnObject { found: kind(root) });
+    }
+    if let Some(e) = scan_output(root) {
+        return Err(e);
     }
     let mut cx = Cx::default();
     let mut r = HealthReport {

@@ -322,6 +322,10 @@ fn drive_row(h: &mut String, d: &DriveStatus, now: f64) {
         Some(e) => {
             let used = e.used_ratio.map_or(NONE.to_string(), f::percent);
             let wearout = match e.projected_wearout_unix_seconds {
+                // A date already passed (the rating used up) says so.
+                Some(t) if t < now => {
+                    format!("{} <span class=\"dim small\">(passed)</span>", f::date(t))
+                }
                 Some(t) => {
                     let left = e
                         .days_left
@@ -568,6 +572,33 @@ fn schedules(h: &mut String, s: &Status, now: f64) {
 mod tests {
     use super::*;
     use crate::status::{CollectorStatus, WindowQuantiles};
+
+    /// A wear-out date already passed is shown as passed, not as a date to come.
+    #[test]
+    fn a_passed_wearout_date_says_passed() {
+        let now = 1.8e9;
+        let mut s = Status::default();
+        for (name, at, left) in [
+            ("worn", now - 30.0 * 86_400.0, 0.0),
+            ("fresh", now + 400.0 * 86_400.0, 400.0),
+        ] {
+            s.drives.insert(
+                name.into(),
+                DriveStatus {
+                    name: name.into(),
+                    endurance: Some(crate::health::endurance::Endurance {
+                        projected_wearout_unix_seconds: Some(at),
+                        days_left: Some(left),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            );
+        }
+        let html = render(&s, now);
+        assert_eq!(html.matches("(passed)").count(), 1, "{html}");
+        assert!(html.contains("(400 days)"), "{html}");
+    }
 
     #[test]
     fn empty_status_renders() {

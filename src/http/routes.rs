@@ -60,6 +60,34 @@ pub(crate) enum Route<'a> {
     NotFound,
 }
 
+/// Every route the server serves, as docs/api.md names them (`{id}`: a run id). A test
+/// holds docs/api.md to this list and this list to the server.
+pub const ROUTES: [&str; 6] = [
+    "/",
+    "/metrics",
+    "/healthz",
+    "/api/v1/drives",
+    "/api/v1/runs",
+    "/runs/{id}/report",
+];
+
+#[cfg(test)]
+impl Route<'_> {
+    /// The route's entry in [`ROUTES`]. The match is exhaustive: a new route needs one.
+    pub(crate) fn documented(&self) -> Option<&'static str> {
+        let i = match self {
+            Route::Page => 0,
+            Route::Metrics => 1,
+            Route::Healthz => 2,
+            Route::Drives => 3,
+            Route::Runs => 4,
+            Route::Report(_) => 5,
+            Route::NotFound => return None,
+        };
+        Some(ROUTES[i])
+    }
+}
+
 pub(crate) fn route(path: &str) -> Route<'_> {
     match path {
         "/" => Route::Page,
@@ -426,6 +454,16 @@ fn report_page(id: &str, path: &Path) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each of [`ROUTES`] is served, and is the documented path of what serves it.
+    #[test]
+    fn the_route_list_is_what_route_serves() {
+        for p in ROUTES {
+            let concrete = p.replace("{id}", "r-1");
+            assert_eq!(route(&concrete).documented(), Some(p), "{p}");
+        }
+        assert_eq!(route("/nope").documented(), None);
+    }
 
     #[test]
     fn routes_and_run_ids() {

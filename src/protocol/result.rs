@@ -232,7 +232,13 @@ fn dir(d: &crate::engine::IntervalDir) -> DirFigures {
 impl DirFigures {
     /// One direction of a whole run's totals.
     pub fn from_summary(d: &crate::engine::DirSummary) -> DirFigures {
-        let p = |k: &str| d.lat_ns.percentiles.get(k).copied().unwrap_or(0);
+        let p = |k: &str| {
+            d.lat_ns
+                .percentiles
+                .get(&crate::engine::stats::percentile_key(k))
+                .copied()
+                .unwrap_or(0)
+        };
         DirFigures {
             ops: d.ops,
             iops: d.iops,
@@ -240,9 +246,9 @@ impl DirFigures {
             lat_mean_ns: d.lat_ns.mean,
             lat_stddev_ns: d.lat_ns.stddev,
             lat_max_ns: d.lat_ns.max,
-            lat_p50_ns: p("50"),
-            lat_p99_ns: p("99"),
-            lat_p99_9_ns: p("99.9"),
+            lat_p50_ns: p("p50"),
+            lat_p99_ns: p("p99"),
+            lat_p99_9_ns: p("p99_9"),
         }
     }
 }
