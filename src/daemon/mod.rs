@@ -14,6 +14,7 @@
 //! running and the failure is exported.
 
 pub mod canary;
+pub mod condlog;
 pub mod health;
 pub mod identity;
 pub mod scheduler;
@@ -255,11 +256,6 @@ impl Ctx {
             }
             let r = d.resolved();
             let (budget, today, lifetime) = self.wear(d);
-            let paused = d.paused().or_else(|| {
-                (today as f64 >= budget && d.cfg.writable()).then(|| {
-                    "wear budget for today spent (writing probes and runs hold)".to_string()
-                })
-            });
             self.shared.drive(&d.cfg.name, |s| {
                 s.up = r.is_ok();
                 s.down_reason = r.as_ref().err().cloned();
@@ -282,7 +278,6 @@ impl Ctx {
                             id.logical_block_size.or(Some(info.logical_block_size));
                     }
                 }
-                s.canary_paused = paused.clone();
                 s.wear = WearStatus {
                     self_written_bytes_total: lifetime,
                     written_today_bytes: today,
