@@ -426,3 +426,68 @@ impl Shared {
         f(d)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_health_reads_count_in_a_row_from_their_first() {
+        let f = HealthState::NotReadYet.failed("a".into(), 10.0);
+        let f = f.failed("b".into(), 20.0).failed("c".into(), 30.0);
+        assert_eq!(
+            f,
+            HealthState::Failed {
+                reason: "c".into(),
+                attempts: 3,
+                since_unix: 10.0
+            }
+        );
+        // A reading in between starts the count again.
+        let f = HealthState::Read { read_unix: 40.0 }.failed("d".into(), 50.0);
+        assert_eq!(
+            f,
+            HealthState::Failed {
+                reason: "d".into(),
+                attempts: 1,
+                since_unix: 50.0
+            }
+        );
+    }
+
+    #[test]
+    fn states_serialize_with_their_kind_and_reason() {
+        let v = serde_json::to_value(ProbeState::Paused {
+            reason: "scheduled run r (latency)".into(),
+        })
+        .unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"kind": "paused", "reason": "scheduled run r (latency)"})
+        );
+        assert_eq!(
+            serde_json::to_value(ProbeState::Running).unwrap(),
+            serde_json::json!({"kind": "running"})
+        );
+        for s in [
+            ProbeState::Starting,
+            ProbeState::Running,
+            ProbeState::Stopped,
+            ProbeState::Paused { reason: "".into() },
+            ProbeState::DriveDown { reason: "".into() },
+            ProbeState::Failing { reason: "".into() },
+        ] {
+            let v = serde_json::to_value(&s).unwrap();
+            assert_eq!(v["kind"], s.name());
+            assert!(ProbeState::NAMES.contains(&s.name()));
+        }
+        let v = serde_json::to_value(HealthState::NotApplicable {
+            reason: "tmpfs".into(),
+        })
+        .unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"kind": "not_applicable", "reason": "tmpfs"})
+        );
+    }
+}

@@ -863,6 +863,50 @@ fn a_canary_that_cannot_start_is_logged_once_then_its_end_with_the_count() {
     d.terminate(Duration::from_secs(5));
 }
 
+/// Issue 17: health showed "not read yet" beside "health failed: smartctl refused ...",
+/// and "no readings yet" after nine attempts. A drive whose reads fail says failed, with
+/// the reason and the count, the same on every surface, and the log says it once.
+#[test]
+fn a_health_read_that_keeps_failing_says_failed_with_its_reason_everywhere() {
+    common::need_root();
+    let shm = common::shm_dir("dp-daemon-");
+    // ext4 on a loop device: the file target has a drive under it, which has no SMART.
+    let fs = common::LoopExt4::new(shm.path(), 64 << 20);
+    let cfg = shm.path().join("d.toml");
+    write(
+        &cfg,
+        &format!(
+            "{}{}",
+            header(shm.path()),
+            file_drive("a", &fs.dir().join("a.dat"), "4MiB"),
+        ),
+    );
+    let d = Daemon::start(&cfg, &[]);
+    let t0 = Instant::now();
+    let state = loop {
+        let (_, _, api) = d.get("/api/v1/drives");
+        let v: serde_json::Value = serde_json::from_str(&api).unwrap();
+        let hs = v[0]["health_state"].clone();
+        if hs["kind"] == "failed" && hs["attempts"].as_u64().unwrap_or(0) >= 3 {
+            break hs;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "{v}\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let reason = state["reason"].as_str().unwrap();
+    assert!(reason.contains("smartctl refused"), "{state}");
+    let log = d.log();
+    assert_eq!(log.matches("health read of").count(), 1, "{log}");
+    surfaces_agree(&d);
+    let (_, _, page) = d.get("/");
+    assert!(
+        !page.contains("not read yet") && !page.contains("no readings yet"),
+        "{page}"
+    );
+    assert!(page.contains("1 read failed"), "{page}");
+    d.terminate(Duration::from_secs(5));
+}
+
 #[test]
 fn speaks_the_systemd_notify_protocol() {
     let dir = common::shm_dir("dp-daemon-");

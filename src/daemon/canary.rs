@@ -110,6 +110,7 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
                 continue;
             }
         };
+        log.ends("fail:job");
         let threads = job.workers.max(1);
         set_collector(&ctx, &name, &collector, true, setup.elapsed(), None);
         let control = RunControl::new().discarding_intervals();

@@ -604,6 +604,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
             .unwrap_or(Duration::from_secs(5));
         let mut tick = tokio::time::interval(period.min(Duration::from_secs(5)));
         let mut reload: Option<Reload> = None;
+        let mut conditions = condlog::CondLog::new("daemon");
         loop {
             tokio::select! {
                 _ = tick.tick() => {
@@ -622,12 +623,18 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                     }
                     let stale = generation.stale(Duration::from_secs(15));
                     if stale.is_empty() {
+                        conditions.ends("watchdog");
                         if watchdog.is_some() {
                             notify(&[sd_notify::NotifyState::Watchdog]);
                         }
                         notify(&[sd_notify::NotifyState::Status(&summary_line(&shared))]);
                     } else {
-                        tracing::error!(threads = ?stale, "threads stopped beating; withholding the watchdog");
+                        // Said once while it lasts (and when it ends), not every tick.
+                        conditions.holds(
+                            "watchdog",
+                            condlog::Level::Error,
+                            format!("threads stopped beating; withholding the watchdog: {stale:?}"),
+                        );
                     }
                 }
                 _ = hup.recv() => {

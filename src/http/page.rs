@@ -745,4 +745,140 @@ mod tests {
         // An id that is not URL-safe gets no report link.
         assert!(!html.contains("/runs/&lt;"));
     }
+
+    fn drive_with(health: HealthState, reading: bool) -> Status {
+        let mut s = Status::default();
+        let mut d = DriveStatus {
+            name: "a".into(),
+            up: true,
+            health_state: health,
+            ..Default::default()
+        };
+        if reading {
+            d.health = Some(crate::status::HealthStatus {
+                report: Default::default(),
+                verdict: Verdict::Ok,
+                reasons: vec![],
+                read_unix: 1000.0,
+            });
+        }
+        s.drives.insert("a".into(), d);
+        s
+    }
+
+    #[test]
+    fn each_health_state_reads_plainly() {
+        let now = 2000.0;
+        let na = render(
+            &drive_with(
+                HealthState::NotApplicable {
+                    reason: "no drive under the file target".into(),
+                },
+                false,
+            ),
+            now,
+        );
+        assert!(na.contains("data-health=\"not_applicable\""));
+        assert!(na.contains("no drive under the file target"));
+        assert!(!na.contains("not read yet"), "{na}");
+        assert!(na.contains("1 not applicable"));
+
+        let never = render(&drive_with(HealthState::NotReadYet, false), now);
+        assert!(never.contains("not read yet"));
+        assert!(never.contains("1 not read yet"));
+
+        let failed = HealthState::NotReadYet.failed("smartctl refused /dev/vda".into(), 1100.0);
+        let failed = (1..9).fold(failed, |f, _| {
+            f.failed("smartctl refused /dev/vda".into(), now)
+        });
+        let f = render(&drive_with(failed.clone(), false), now);
+        assert!(f.contains("health read failed"), "{f}");
+        assert!(f.contains("9 attempts since"), "{f}");
+        assert!(f.contains("smartctl refused /dev/vda"));
+        assert!(
+            !f.contains("not read yet") && !f.contains("no readings yet"),
+            "{f}"
+        );
+        assert!(f.contains("1 read failed"));
+        // With an older reading that succeeded: both, the failure first.
+        let f = render(&drive_with(failed, true), now);
+        let (fail_at, last_at) = (
+            f.find("health read failed").unwrap(),
+            f.find("last reading:").unwrap(),
+        );
+        assert!(fail_at < last_at, "{f}");
+
+        let read = render(
+            &drive_with(HealthState::Read { read_unix: 1000.0 }, true),
+            now,
+        );
+        assert!(read.contains("data-health=\"read\""));
+        assert!(read.contains("1 ok"));
+        assert!(!read.contains("not read yet") && !read.contains("health read failed"));
+    }
+
+    #[test]
+    fn each_probe_state_is_said_on_its_own_row() {
+        let states = [
+            (ProbeState::Starting, "(starting)"),
+            (ProbeState::Running, "(running)"),
+            (
+                ProbeState::Paused {
+                    reason: "scheduled run r (latency)".into(),
+                },
+                "(paused: scheduled run r (latency))",
+            ),
+            (
+                ProbeState::DriveDown {
+                    reason: "absent".into(),
+                },
+                "(drive down: absent)",
+            ),
+            (
+                ProbeState::Failing {
+                    reason: "EROFS".into(),
+                },
+                "(failing: EROFS)",
+            ),
+            (ProbeState::Stopped, "(stopped)"),
+        ];
+        for (st, text) in states {
+            let mut s = drive_with(HealthState::NotReadYet, false);
+            let d = s.drives.get_mut("a").unwrap();
+            d.probes.insert(
+                "rd".into(),
+                ProbeStatus {
+                    state: st.clone(),
+                    ..Default::default()
+                },
+            );
+            let html = render(&s, 2000.0);
+            assert!(html.contains(text), "{st:?}: {html}");
+            assert!(html.contains(&format!("data-probe=\"rd\" data-state=\"{}\"", st.name())));
+        }
+    }
+
+    #[test]
+    fn the_host_is_named_when_the_probe_waited_for_a_cpu() {
+        for (ratio, busy) in [(None, false), (Some(0.003), false), (Some(0.41), true)] {
+            let mut s = drive_with(HealthState::NotReadYet, false);
+            s.drives.get_mut("a").unwrap().probes.insert(
+                "rd".into(),
+                ProbeStatus {
+                    state: ProbeState::Running,
+                    cpu_wait: crate::status::CpuWait {
+                        seconds_total: 1.0,
+                        window_max_ratio: ratio,
+                    },
+                    ..Default::default()
+                },
+            );
+            let html = render(&s, 2000.0);
+            assert_eq!(
+                html.contains("host CPU busy: the probe waited 41% of an interval for a CPU"),
+                busy,
+                "{ratio:?}"
+            );
+        }
+    }
 }
