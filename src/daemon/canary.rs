@@ -133,7 +133,7 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
             win.w.add(t, d.write);
             let wall = (s.end_seconds - interval_start).max(0.0) * f64::from(threads);
             interval_start = s.end_seconds;
-            win.cpu.add(t, s.run_delay_seconds, wall);
+            win.cpu.add(t, s.run_delay_seconds, wall, threads);
             if d.write.bytes > 0 {
                 let bytes = d.write.bytes as u128;
                 ctx.store
@@ -298,11 +298,15 @@ impl CpuWaitWindow {
     }
 
     /// One interval ending at `t`: `wait` seconds waited for a CPU over `wall` seconds of
-    /// thread time (the interval's length times the threads).
-    pub fn add(&mut self, t: f64, wait: f64, wall: f64) {
+    /// thread time (the interval's length times `threads`).
+    ///
+    /// The wait always counts into the total; the share only for intervals of at least
+    /// half a second per thread: the partial interval a segment ends on (stopped for a
+    /// hold) lasts milliseconds, and one wake-up's wait in it would read as most of it.
+    pub fn add(&mut self, t: f64, wait: f64, wall: f64, threads: u32) {
         let wait = if wait.is_finite() { wait.max(0.0) } else { 0.0 };
         self.seconds_total += wait;
-        if wall > 0.0 {
+        if wall >= 0.5 * f64::from(threads.max(1)) {
             self.ratios.push_back((t, (wait / wall).min(1.0)));
         }
         self.expire(t);
@@ -477,14 +481,19 @@ mod tests {
     fn the_cpu_wait_of_the_window_is_its_worst_interval() {
         let mut w = CpuWaitWindow::new(60.0);
         assert_eq!(w.status().window_max_ratio, None);
-        w.add(1.0, 0.001, 1.0);
-        w.add(2.0, 0.41, 1.0);
+        w.add(1.0, 0.001, 1.0, 1);
+        w.add(2.0, 0.41, 1.0, 1);
         // Two threads: 0.2 s of waiting over 2 s of thread time.
-        w.add(3.0, 0.2, 2.0);
+        w.add(3.0, 0.2, 2.0, 2);
         let s = w.status();
         assert_eq!(s.window_max_ratio, Some(0.41));
         assert!((s.seconds_total - 0.611).abs() < 1e-9);
         assert!(s.host_busy());
+        // The few milliseconds a stopped segment ends on: their wait is counted, their
+        // share is not.
+        w.add(3.01, 0.008, 0.01, 1);
+        assert_eq!(w.status().window_max_ratio, Some(0.41));
+        assert!((w.status().seconds_total - 0.619).abs() < 1e-9);
         let sentence = s.sentence().unwrap();
         assert!(
             sentence.starts_with("host CPU busy: the probe waited 41% of an interval for a CPU"),
@@ -495,7 +504,7 @@ mod tests {
         assert_eq!(w.status().window_max_ratio, Some(0.1));
         w.expire(64.0);
         assert_eq!(w.status().window_max_ratio, None);
-        assert!((w.status().seconds_total - 0.611).abs() < 1e-9);
+        assert!((w.status().seconds_total - 0.619).abs() < 1e-9);
     }
 
     #[test]
@@ -510,8 +519,8 @@ mod tests {
         assert!(!CpuWait::default().host_busy());
         // A figure out of range (a clock step) is clamped, never more than the interval.
         let mut w = CpuWaitWindow::new(10.0);
-        w.add(1.0, 5.0, 1.0);
-        w.add(2.0, f64::NAN, 1.0);
+        w.add(1.0, 5.0, 1.0, 1);
+        w.add(2.0, f64::NAN, 1.0, 1);
         assert_eq!(w.status().window_max_ratio, Some(1.0));
     }
 
@@ -564,7 +573,7 @@ mod tests {
             let mut start = 0.0;
             let control = RunControl::new().discarding_intervals();
             engine::run_observed(&job, &target, &control, &mut |s, _| {
-                win.add(s.end_seconds, s.run_delay_seconds, s.end_seconds - start);
+                win.add(s.end_seconds, s.run_delay_seconds, s.end_seconds - start, 1);
                 start = s.end_seconds;
             })
             .unwrap();
