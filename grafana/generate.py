@@ -1136,15 +1136,17 @@ def drive():
                 value_map([(0, "not running", "orange"), (1, "running", "green")]),
                 [target("driveprobe_probe_running{%s}" % SEL, "{{probe}}")],
                 "Whether each canary is issuing I/O (it pauses for scheduled runs, a spent "
-                "wear budget, a drive that is down, or while it fails).",
+                "wear budget if it writes, a drive that is down, or while it fails; "
+                "driveprobe_probe_state says which).",
                 w=6,
                 h=4,
             ),
             state_timeline(
                 "Probes paused",
                 value_map([(0, "active", "green"), (1, "paused", "orange")]),
-                [target("driveprobe_probe_paused{%s}" % SEL, "paused")],
-                "1 while a scheduled run holds the drive or the wear budget is spent.",
+                [target("driveprobe_probe_paused{%s}" % SEL, "{{probe}}")],
+                "1 while the canary is held on purpose: a scheduled run holds the drive, or "
+                "(a canary that writes) the wear budget is spent. Never 1 while it runs.",
                 w=6,
                 h=4,
             ),

@@ -42,7 +42,8 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::health::model::Verdict;
 use crate::status::{
-    DriveStatus, OpStatus, ProbeStatus, RunSummary, Status, LATENCY_BUCKETS, WINDOW_QUANTILES,
+    DriveStatus, HealthState, OpStatus, ProbeState, ProbeStatus, RunSummary, Status,
+    LATENCY_BUCKETS, WINDOW_QUANTILES,
 };
 
 /// The label that names a window quantile on `driveprobe_probe_latency_quantile_seconds`.
@@ -353,12 +354,14 @@ impl Snapshot {
             drive(),
             bool01(d.up),
         );
-        self.gauge(
-            "driveprobe_probe_paused",
-            "1 while the drive's canary probes are paused (a scheduled run holds the drive, or the wear budget is spent), else 0.",
-            drive(),
-            bool01(d.canary_paused.is_some()),
-        );
+        for state in HealthState::NAMES {
+            self.gauge(
+                "driveprobe_health_state",
+                "Where health reading of the drive stands, 1 for the current state, 0 for the others: read (the latest attempt succeeded; its figures are the driveprobe_health_* series), failed (the latest attempts failed: see the status page for why; the series keep the last reading), not_read_yet (no attempt yet), not_applicable (a file target with no drive under it, such as tmpfs: nothing to read).",
+                vec![("drive", name.to_string()), ("state", state.to_string())],
+                bool01(d.health_state.name() == state),
+            );
+        }
         for (probe, p) in &d.probes {
             self.probe(name, probe, p);
         }
@@ -447,11 +450,42 @@ impl Snapshot {
     }
 
     fn probe(&mut self, drive: &str, probe: &str, p: &ProbeStatus) {
+        let l = || vec![("drive", drive.to_string()), ("probe", probe.to_string())];
+        // All three from the probe's one state: running and paused are never both 1.
         self.gauge(
             "driveprobe_probe_running",
-            "1 while the canary probe is issuing I/O to the drive, 0 while it is paused, the drive is down or the probe is failing.",
-            vec![("drive", drive.to_string()), ("probe", probe.to_string())],
-            bool01(p.running),
+            "1 while the canary probe is issuing I/O to the drive, else 0 (driveprobe_probe_state says why not).",
+            l(),
+            bool01(p.state.is_running()),
+        );
+        self.gauge(
+            "driveprobe_probe_paused",
+            "1 while the canary probe is held on purpose (a scheduled run holds the drive, or, for a probe that writes, the drive's wear budget is spent), else 0. Never 1 with driveprobe_probe_running.",
+            l(),
+            bool01(p.state.is_paused()),
+        );
+        for state in ProbeState::NAMES {
+            let mut sl = l();
+            sl.push(("state", state.to_string()));
+            self.gauge(
+                "driveprobe_probe_state",
+                "The canary probe's state, 1 for the current one, 0 for the others: starting, running, paused (held on purpose), drive_down, failing (its target cannot be opened or its run failed; retried), stopped.",
+                sl,
+                bool01(p.state.name() == state),
+            );
+        }
+        self.add(
+            "driveprobe_probe_cpu_wait_seconds_total",
+            Kind::Counter,
+            "Seconds the canary probe's threads spent runnable but waiting for a CPU (from /proc/thread-self/schedstat), summed over its threads. Its rate is the share of the time the host's CPUs kept the probe waiting; that wait counts into the probe's latency.",
+            l(),
+            Value::CounterF(p.cpu_wait.seconds_total),
+        );
+        self.gauge_opt(
+            "driveprobe_probe_cpu_wait_ratio",
+            "The highest share of an interval (1 s) that the canary probe's threads spent waiting for a CPU, over the intervals in its latency window, 0-1. From 0.02 on, the status page says the latency figures are likely the host's, not the drive's.",
+            &l(),
+            p.cpu_wait.window_max_ratio,
         );
         self.op(drive, probe, "read", &p.read);
         if p.writes {
@@ -996,12 +1030,24 @@ mod tests {
             t.contains("driveprobe_drive_up{drive=\"gone\"} 0.0\n"),
             "{t}"
         );
+        // Health was never read: it says so, and has no figures.
         assert!(
-            t.contains("driveprobe_probe_paused{drive=\"gone\"} 0.0\n"),
+            t.contains("driveprobe_health_state{drive=\"gone\",state=\"not_read_yet\"} 1.0\n"),
             "{t}"
         );
-        // Nothing known: no health, endurance, run or probe series.
-        for absent in ["health_", "endurance_", "run_", "latency", "collector_"] {
+        assert!(
+            t.contains("driveprobe_health_state{drive=\"gone\",state=\"read\"} 0.0\n"),
+            "{t}"
+        );
+        // Nothing known: no health figures, endurance, run or probe series.
+        for absent in [
+            "health_temp",
+            "endurance_",
+            "run_",
+            "latency",
+            "collector_",
+            "driveprobe_probe_",
+        ] {
             assert!(!t.contains(absent), "{absent} in\n{t}");
         }
     }
@@ -1027,10 +1073,99 @@ mod tests {
         ProbeStatus {
             writes: false,
             window_seconds: 60.0,
-            running: true,
+            state: ProbeState::Running,
             read,
             write: OpStatus::default(),
+            cpu_wait: Default::default(),
         }
+    }
+
+    #[test]
+    fn running_and_paused_come_from_the_one_state_and_are_never_both_1() {
+        let states = [
+            ProbeState::Starting,
+            ProbeState::Running,
+            ProbeState::Paused {
+                reason: "scheduled run r1 (latency)".into(),
+            },
+            ProbeState::DriveDown {
+                reason: "absent".into(),
+            },
+            ProbeState::Failing {
+                reason: "ENOSPC".into(),
+            },
+            ProbeState::Stopped,
+        ];
+        for st in states {
+            let mut s = Status::default();
+            let mut p = probe_status();
+            p.state = st.clone();
+            drive(&mut s, "d").probes.insert("c".into(), p);
+            let t = render_opts(&s, Format::Text004, false);
+            let value = |series: &str| -> f64 {
+                let line = t
+                    .lines()
+                    .find(|l| l.starts_with(series))
+                    .unwrap_or_else(|| panic!("no {series} in\n{t}"));
+                line.rsplit(' ').next().unwrap().parse().unwrap()
+            };
+            let l = "{drive=\"d\",probe=\"c\"";
+            let running = value(&format!("driveprobe_probe_running{l}}}"));
+            let paused = value(&format!("driveprobe_probe_paused{l}}}"));
+            assert!(running + paused <= 1.0, "{st:?}:\n{t}");
+            assert_eq!(running == 1.0, st == ProbeState::Running, "{st:?}");
+            assert_eq!(paused == 1.0, st.is_paused(), "{st:?}");
+            // Exactly one state series is 1, the probe's.
+            for name in ProbeState::NAMES {
+                let v = value(&format!(
+                    "driveprobe_probe_state{{drive=\"d\",probe=\"c\",state=\"{name}\"}}"
+                ));
+                assert_eq!(v == 1.0, name == st.name(), "{st:?} {name}");
+            }
+        }
+    }
+
+    #[test]
+    fn health_state_is_one_hot() {
+        let cases = [
+            HealthState::NotReadYet,
+            HealthState::NotApplicable {
+                reason: "tmpfs".into(),
+            },
+            HealthState::NotReadYet.failed("smartctl refused /dev/vda".into(), 5.0),
+            HealthState::Read { read_unix: 3.0 },
+        ];
+        for st in cases {
+            let mut s = Status::default();
+            drive(&mut s, "d").health_state = st.clone();
+            let t = render_opts(&s, Format::Text004, false);
+            for name in HealthState::NAMES {
+                let want = if name == st.name() { "1.0" } else { "0.0" };
+                let line =
+                    format!("driveprobe_health_state{{drive=\"d\",state=\"{name}\"}} {want}\n");
+                assert!(t.contains(&line), "{st:?}: no {line} in\n{t}");
+            }
+        }
+    }
+
+    #[test]
+    fn cpu_wait_is_exported_when_known() {
+        let mut s = Status::default();
+        let mut p = probe_status();
+        p.cpu_wait = crate::status::CpuWait {
+            seconds_total: 2.5,
+            window_max_ratio: Some(0.41),
+        };
+        drive(&mut s, "d").probes.insert("c".into(), p);
+        let t = render_opts(&s, Format::Text004, false);
+        assert!(
+            t.contains("driveprobe_probe_cpu_wait_seconds_total{drive=\"d\",probe=\"c\"} 2.5\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("driveprobe_probe_cpu_wait_ratio{drive=\"d\",probe=\"c\"} 0.41\n"),
+            "{t}"
+        );
     }
 
     #[test]

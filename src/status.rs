@@ -84,17 +84,75 @@ pub struct DriveStatus {
     pub target: Option<PathBuf>,
     /// Model, serial, firmware, transport, capacity (from the health reader or sysfs).
     pub identity: Identity,
+    /// The last health reading that succeeded (kept while later reads fail).
     pub health: Option<HealthStatus>,
+    /// Where health reading stands now: what the status page, /api/v1/drives and the
+    /// `driveprobe_health_state` gauges all say.
+    pub health_state: HealthState,
     pub endurance: Option<Endurance>,
     /// Per collector name (`identity`, `health`, `canary`, `run`...).
     pub collectors: BTreeMap<String, CollectorStatus>,
     /// Per probe name.
     pub probes: BTreeMap<String, ProbeStatus>,
-    /// Why this drive's canaries are paused now (a scheduled run, the wear budget), if they are.
-    pub canary_paused: Option<String>,
     pub wear: WearStatus,
     /// The last finished run of each suite on this drive, by suite name.
     pub last_runs: BTreeMap<String, RunSummary>,
+}
+
+/// Where health reading of one drive stands. Set by the drive's health thread only.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum HealthState {
+    /// No attempt yet (the daemon just started, or the drive has been down since).
+    #[default]
+    NotReadYet,
+    /// There is no drive to read: a file target on a filesystem with no block device
+    /// under it (tmpfs, overlay...).
+    NotApplicable { reason: String },
+    /// The latest attempts failed (`attempts` in a row since `since_unix`); the last
+    /// reading that succeeded, if any, stays in `DriveStatus::health`.
+    Failed {
+        reason: String,
+        attempts: u64,
+        since_unix: f64,
+    },
+    /// The latest attempt succeeded; the reading shown is of `read_unix`.
+    Read { read_unix: f64 },
+}
+
+impl HealthState {
+    /// Every state's name, in the order of the `state` label values.
+    pub const NAMES: [&'static str; 4] = ["not_applicable", "not_read_yet", "failed", "read"];
+
+    /// The `state` label value (and the JSON `kind`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            HealthState::NotApplicable { .. } => "not_applicable",
+            HealthState::NotReadYet => "not_read_yet",
+            HealthState::Failed { .. } => "failed",
+            HealthState::Read { .. } => "read",
+        }
+    }
+
+    /// One attempt failed, for `reason`: counts it into a failure that goes on.
+    pub fn failed(&self, reason: String, now: f64) -> HealthState {
+        match self {
+            HealthState::Failed {
+                attempts,
+                since_unix,
+                ..
+            } => HealthState::Failed {
+                reason,
+                attempts: attempts + 1,
+                since_unix: *since_unix,
+            },
+            _ => HealthState::Failed {
+                reason,
+                attempts: 1,
+                since_unix: now,
+            },
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -115,6 +173,68 @@ pub struct CollectorStatus {
     pub error: Option<String>,
 }
 
+/// Where one canary probe stands. Set by the probe's own thread where the transition
+/// happens (and by nothing else), so every surface that renders it agrees.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ProbeState {
+    /// The thread has not decided yet (the daemon or the drive just started).
+    #[default]
+    Starting,
+    /// Issuing I/O to the drive.
+    Running,
+    /// Held on purpose: a scheduled run holds the drive, or (a probe that writes) the
+    /// drive's wear budget is spent.
+    Paused { reason: String },
+    /// The drive is absent or another drive is at its path.
+    DriveDown { reason: String },
+    /// It cannot run: its target cannot be opened, or its run failed. Retried.
+    Failing { reason: String },
+    /// The daemon (or this drive's threads) stopped it.
+    Stopped,
+}
+
+impl ProbeState {
+    /// Every state's name, in the order of the `state` label values.
+    pub const NAMES: [&'static str; 6] = [
+        "starting",
+        "running",
+        "paused",
+        "drive_down",
+        "failing",
+        "stopped",
+    ];
+
+    /// The `state` label value (and the JSON `kind`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            ProbeState::Starting => "starting",
+            ProbeState::Running => "running",
+            ProbeState::Paused { .. } => "paused",
+            ProbeState::DriveDown { .. } => "drive_down",
+            ProbeState::Failing { .. } => "failing",
+            ProbeState::Stopped => "stopped",
+        }
+    }
+
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            ProbeState::Paused { reason }
+            | ProbeState::DriveDown { reason }
+            | ProbeState::Failing { reason } => Some(reason),
+            _ => None,
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        *self == ProbeState::Running
+    }
+
+    pub fn is_paused(&self) -> bool {
+        matches!(self, ProbeState::Paused { .. })
+    }
+}
+
 /// One canary probe on one drive.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ProbeStatus {
@@ -122,10 +242,53 @@ pub struct ProbeStatus {
     pub writes: bool,
     /// Length of the sliding window of the quantiles, in seconds.
     pub window_seconds: f64,
-    /// Running now (false while paused, down or failing).
-    pub running: bool,
+    /// Where the probe stands: the one state every surface renders.
+    pub state: ProbeState,
     pub read: OpStatus,
     pub write: OpStatus,
+    /// How long the probe's threads waited for a CPU (the host's part of its latency).
+    pub cpu_wait: CpuWait,
+}
+
+/// From this share of an interval spent waiting for a CPU on, the probe's latency figures
+/// are said to be likely the host's doing, not the drive's.
+///
+/// Why 2%: a canary is a rate-limited QD1 thread that sleeps between I/Os, and its latency
+/// is counted from when each I/O was meant to start, so every millisecond it waits
+/// runnable lands in some I/O's latency. 2% of a 1 s interval is 20 ms of waiting: a
+/// hundred times an SSD's read, several HDD seeks. Measured on a 2-CPU VM: a canary alone
+/// (other compiles running) waits 0.3-0.4% of its time; beside two CPU-bound threads on
+/// its CPU, about 3% (canary::tests::a_cpu_hog_on_the_canary_s_cpu_raises_its_cpu_wait).
+/// The threshold sits between the two, several times above the idle figure.
+pub const CPU_WAIT_HOST_BUSY_RATIO: f64 = 0.02;
+
+/// The time a probe's threads spent runnable but waiting for a CPU
+/// (`/proc/thread-self/schedstat`, the engine's `run_delay_seconds`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CpuWait {
+    /// Since the daemon started, summed over the probe's threads.
+    pub seconds_total: f64,
+    /// The highest share of an interval's thread time spent waiting, over the intervals
+    /// in the latency window (0-1). None before any interval in the window.
+    pub window_max_ratio: Option<f64>,
+}
+
+impl CpuWait {
+    /// The window's latency figures are likely the host's doing (a busy CPU), not the
+    /// drive's.
+    pub fn host_busy(&self) -> bool {
+        self.window_max_ratio
+            .is_some_and(|r| r >= CPU_WAIT_HOST_BUSY_RATIO)
+    }
+
+    /// The plain sentence the status page shows when the host is busy.
+    pub fn sentence(&self) -> Option<String> {
+        let r = self.window_max_ratio.filter(|_| self.host_busy())?;
+        Some(format!(
+            "host CPU busy: the probe waited {:.0}% of an interval for a CPU, so its latency figures are likely the host's, not the drive's",
+            r * 100.0
+        ))
+    }
 }
 
 /// Counters and latency of one direction (`op` label) of one probe.
@@ -286,5 +449,70 @@ impl Shared {
                 ..Default::default()
             });
         f(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_health_reads_count_in_a_row_from_their_first() {
+        let f = HealthState::NotReadYet.failed("a".into(), 10.0);
+        let f = f.failed("b".into(), 20.0).failed("c".into(), 30.0);
+        assert_eq!(
+            f,
+            HealthState::Failed {
+                reason: "c".into(),
+                attempts: 3,
+                since_unix: 10.0
+            }
+        );
+        // A reading in between starts the count again.
+        let f = HealthState::Read { read_unix: 40.0 }.failed("d".into(), 50.0);
+        assert_eq!(
+            f,
+            HealthState::Failed {
+                reason: "d".into(),
+                attempts: 1,
+                since_unix: 50.0
+            }
+        );
+    }
+
+    #[test]
+    fn states_serialize_with_their_kind_and_reason() {
+        let v = serde_json::to_value(ProbeState::Paused {
+            reason: "scheduled run r (latency)".into(),
+        })
+        .unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"kind": "paused", "reason": "scheduled run r (latency)"})
+        );
+        assert_eq!(
+            serde_json::to_value(ProbeState::Running).unwrap(),
+            serde_json::json!({"kind": "running"})
+        );
+        for s in [
+            ProbeState::Starting,
+            ProbeState::Running,
+            ProbeState::Stopped,
+            ProbeState::Paused { reason: "".into() },
+            ProbeState::DriveDown { reason: "".into() },
+            ProbeState::Failing { reason: "".into() },
+        ] {
+            let v = serde_json::to_value(&s).unwrap();
+            assert_eq!(v["kind"], s.name());
+            assert!(ProbeState::NAMES.contains(&s.name()));
+        }
+        let v = serde_json::to_value(HealthState::NotApplicable {
+            reason: "tmpfs".into(),
+        })
+        .unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"kind": "not_applicable", "reason": "tmpfs"})
+        );
     }
 }

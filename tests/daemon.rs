@@ -710,6 +710,203 @@ fn the_wear_budget_pauses_writing_probes_and_says_so() {
     d.terminate(Duration::from_secs(5));
 }
 
+/// The status page, /api/v1/drives and /metrics of a live daemon, checked to agree.
+fn surfaces_agree(d: &Daemon) -> Vec<(String, String, String)> {
+    let (code, _, page) = d.get("/");
+    assert_eq!(code, 200);
+    let (code, _, api) = d.get("/api/v1/drives");
+    assert_eq!(code, 200);
+    let drives: serde_json::Value = serde_json::from_str(&api).unwrap();
+    common::surfaces::assert_agree(&page, &drives, &d.scrape(), true)
+}
+
+/// Issue 17: with the wear budget spent, `driveprobe_probe_paused 1` (the drive's) stood
+/// beside `driveprobe_probe_running 1` of a read-only probe whose ops kept rising, and the
+/// page showed "paused" over it. The budget holds only probes that write; each probe's
+/// one state says which is held.
+#[test]
+fn a_read_probe_is_never_shown_paused_while_a_writing_probe_beside_it_is() {
+    let dir = common::shm_dir("dp-daemon-");
+    let cfg = dir.path().join("d.toml");
+    write(
+        &cfg,
+        &format!(
+            "{}[wear_budget]\nunrated_bytes_per_day = \"1MiB\"\n\n{}\
+[[probe]]\nname = \"wr\"\ndrives = [\"a\"]\nworkload = {{ read_pct = 0, rate_iops = 300 }}\n\n\
+[[probe]]\nname = \"rd\"\ndrives = [\"a\"]\nworkload = {{ rate_iops = 100 }}\n",
+            header(dir.path()),
+            file_drive("a", &dir.path().join("a.dat"), "8MiB"),
+        ),
+    );
+    let d = Daemon::start(&cfg, &[]);
+    let rd = [("drive", "a"), ("probe", "rd")];
+    let e = d.wait_for("the writing probe held", Duration::from_secs(30), |e| {
+        e.value("driveprobe_wear_budget_exceeded", &[("drive", "a")]) == Some(1.0)
+            && e.value(
+                "driveprobe_probe_running",
+                &[("drive", "a"), ("probe", "wr")],
+            ) == Some(0.0)
+    });
+    let ops = counter(
+        &e,
+        "driveprobe_probe_ops_total",
+        &[("drive", "a"), ("op", "read"), ("probe", "rd")],
+    );
+    let e = d.wait_for("the read probe going on", Duration::from_secs(10), |e| {
+        e.value(
+            "driveprobe_probe_ops_total",
+            &[("drive", "a"), ("op", "read"), ("probe", "rd")],
+        )
+        .is_some_and(|v| v > ops)
+    });
+    // Its I/O goes on: it runs, and no paused series that covers it says otherwise.
+    assert_eq!(
+        counter(&e, "driveprobe_probe_running", &rd),
+        1.0,
+        "{}",
+        e.text
+    );
+    let paused_over_rd: Vec<_> = e
+        .find("driveprobe_probe_paused", &[("drive", "a")])
+        .into_iter()
+        .filter(|s| s.labels.get("probe").is_none_or(|p| p == "rd") && s.value == 1.0)
+        .collect();
+    assert!(
+        paused_over_rd.is_empty(),
+        "paused and running at once: {paused_over_rd:?}"
+    );
+    assert_eq!(
+        counter(
+            &e,
+            "driveprobe_probe_paused",
+            &[("drive", "a"), ("probe", "wr")]
+        ),
+        1.0
+    );
+    let seen = surfaces_agree(&d);
+    let states: Vec<(&str, &str)> = seen
+        .iter()
+        .map(|(_, p, k)| (p.as_str(), k.as_str()))
+        .collect();
+    assert_eq!(states, [("rd", "running"), ("wr", "paused")]);
+    // A file target on tmpfs has no drive under it: health is not applicable, not "not read
+    // yet" forever.
+    let (_, _, page) = d.get("/");
+    let a = common::surfaces::drive_section(&page, "a");
+    assert!(a.contains("data-health=\"not_applicable\""), "{a}");
+    // The hold is logged when it starts, not every second.
+    let log = d.log();
+    assert_eq!(log.matches("probe wr: canary paused").count(), 1, "{log}");
+    d.terminate(Duration::from_secs(5));
+}
+
+/// Issue 17: a condition seen on every attempt is logged once when it starts and once when
+/// it ends, with the count.
+#[test]
+fn a_canary_that_cannot_start_is_logged_once_then_its_end_with_the_count() {
+    let dir = common::shm_dir("dp-daemon-");
+    let cfg = dir.path().join("d.toml");
+    let target = dir.path().join("a.dat");
+    write(
+        &cfg,
+        &format!(
+            "{}{}[[probe]]\nname = \"rd\"\ndrives = [\"a\"]\nworkload = {{ rate_iops = 50 }}\n",
+            header(dir.path()),
+            file_drive("a", &target, "4MiB"),
+        ),
+    );
+    let d = Daemon::start(&cfg, &[]);
+    let running = |e: &Exposition| {
+        e.value(
+            "driveprobe_probe_running",
+            &[("drive", "a"), ("probe", "rd")],
+        ) == Some(1.0)
+    };
+    d.wait_for("the probe running", Duration::from_secs(30), running);
+    // Replaced by a file driveprobe did not create: refused, untouched, on every attempt.
+    std::fs::remove_file(&target).unwrap();
+    write(&target, "not driveprobe's");
+    // Three attempts, seen as three distinct times of the canary's collector.
+    let mut attempts = std::collections::BTreeSet::new();
+    let t0 = Instant::now();
+    while attempts.len() < 3 {
+        let (_, _, api) = d.get("/api/v1/drives");
+        let v: serde_json::Value = serde_json::from_str(&api).unwrap();
+        let c = &v[0]["collectors"]["canary:rd"];
+        if c["success"] == false {
+            attempts.insert(c["last_unix"].to_string());
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "{v}\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = d.log();
+    assert_eq!(log.matches("canary cannot start").count(), 1, "{log}");
+    let seen = surfaces_agree(&d);
+    assert_eq!(seen[0].2, "failing");
+    // The operator removes the file: the daemon makes its own, the probe runs, and the
+    // end of the condition is logged with how often it was seen.
+    std::fs::remove_file(&target).unwrap();
+    d.wait_for("the probe running again", Duration::from_secs(60), running);
+    let log = d.log();
+    let ended = log
+        .lines()
+        .find(|l| l.contains("ended: canary cannot start"))
+        .unwrap_or_else(|| panic!("no end logged:\n{log}"));
+    let n: u64 = ended
+        .split("repeated ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {ended}"));
+    assert!(n >= 3, "{ended}");
+    assert_eq!(log.matches("canary cannot start").count(), 2, "{log}");
+    d.terminate(Duration::from_secs(5));
+}
+
+/// Issue 17: health showed "not read yet" beside "health failed: smartctl refused ...",
+/// and "no readings yet" after nine attempts. A drive whose reads fail says failed, with
+/// the reason and the count, the same on every surface, and the log says it once.
+#[test]
+fn a_health_read_that_keeps_failing_says_failed_with_its_reason_everywhere() {
+    common::need_root();
+    let shm = common::shm_dir("dp-daemon-");
+    // ext4 on a loop device: the file target has a drive under it, which has no SMART.
+    let fs = common::LoopExt4::new(shm.path(), 64 << 20);
+    let cfg = shm.path().join("d.toml");
+    write(
+        &cfg,
+        &format!(
+            "{}{}",
+            header(shm.path()),
+            file_drive("a", &fs.dir().join("a.dat"), "4MiB"),
+        ),
+    );
+    let d = Daemon::start(&cfg, &[]);
+    let t0 = Instant::now();
+    let state = loop {
+        let (_, _, api) = d.get("/api/v1/drives");
+        let v: serde_json::Value = serde_json::from_str(&api).unwrap();
+        let hs = v[0]["health_state"].clone();
+        if hs["kind"] == "failed" && hs["attempts"].as_u64().unwrap_or(0) >= 3 {
+            break hs;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "{v}\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let reason = state["reason"].as_str().unwrap();
+    assert!(reason.contains("smartctl refused"), "{state}");
+    let log = d.log();
+    assert_eq!(log.matches("health read of").count(), 1, "{log}");
+    surfaces_agree(&d);
+    let (_, _, page) = d.get("/");
+    assert!(
+        !page.contains("not read yet") && !page.contains("no readings yet"),
+        "{page}"
+    );
+    assert!(page.contains("1 read failed"), "{page}");
+    d.terminate(Duration::from_secs(5));
+}
+
 #[test]
 fn speaks_the_systemd_notify_protocol() {
     let dir = common::shm_dir("dp-daemon-");

@@ -23,8 +23,8 @@ use driveprobe::health::endurance::{Basis, Endurance};
 use driveprobe::health::model::{HealthReport, Identity, Transport, Verdict};
 use driveprobe::schedule::{RunRecord, RunStatus};
 use driveprobe::status::{
-    CollectorStatus, ConfigStatus, DriveStatus, HealthStatus, OpStatus, ProbeStatus,
-    SchedulerStatus, Shared, Status, WearStatus, WindowQuantiles,
+    CollectorStatus, ConfigStatus, CpuWait, DriveStatus, HealthState, HealthStatus, OpStatus,
+    ProbeState, ProbeStatus, SchedulerStatus, Shared, Status, WearStatus, WindowQuantiles,
 };
 use tokio::sync::watch;
 
@@ -88,9 +88,13 @@ fn status(bad_doc: &Path) -> Status {
         ProbeStatus {
             writes: false,
             window_seconds: 60.0,
-            running: true,
+            state: ProbeState::Running,
             read: op(1_234_567, 2, 95e-6),
             write: OpStatus::default(),
+            cpu_wait: CpuWait {
+                seconds_total: 0.3,
+                window_max_ratio: Some(0.002),
+            },
         },
     );
     probes.insert(
@@ -98,9 +102,15 @@ fn status(bad_doc: &Path) -> Status {
         ProbeStatus {
             writes: true,
             window_seconds: 60.0,
-            running: true,
+            state: ProbeState::Paused {
+                reason: "the drive's wear budget for today is spent".into(),
+            },
             read: op(50_000, 0, 110e-6),
             write: op(50_000, 0, 30e-6),
+            cpu_wait: CpuWait {
+                seconds_total: 12.5,
+                window_max_ratio: Some(0.41),
+            },
         },
     );
     let mut collectors = BTreeMap::new();
@@ -149,7 +159,9 @@ fn status(bad_doc: &Path) -> Status {
             }),
             collectors,
             probes,
-            canary_paused: None,
+            health_state: HealthState::Read {
+                read_unix: t - 60.0,
+            },
             wear: WearStatus {
                 self_written_bytes_total: 9_000_000_000,
                 written_today_bytes: 300_000_000,
@@ -180,7 +192,11 @@ fn status(bad_doc: &Path) -> Status {
                 ..Default::default()
             },
             collectors,
-            canary_paused: Some("drive is down".into()),
+            health_state: HealthState::Failed {
+                reason: "smartctl refused /dev/<sdz>".into(),
+                attempts: 9,
+                since_unix: t - 540.0,
+            },
             ..Default::default()
         },
     );
@@ -978,5 +994,38 @@ fn docs_api_md_matches_the_routes_and_the_live_json() {
     assert!(
         (q["p99"].as_f64().unwrap() - 95e-6 * 3.0).abs() < 1e-12,
         "{q}"
+    );
+}
+
+// ------------------------------------------------------------------ agreement
+
+#[test]
+fn the_page_the_api_and_the_metrics_say_the_same_states() {
+    let srv = Server::start();
+    let page = get(srv.addr, "/").text();
+    let drives: serde_json::Value =
+        serde_json::from_slice(&get(srv.addr, "/api/v1/drives").body).unwrap();
+    let e = common::daemon::Exposition::parse(&get(srv.addr, "/metrics").text());
+    let seen = common::surfaces::assert_agree(&page, &drives, &e, false);
+    let kinds: Vec<&str> = seen.iter().map(|(_, _, k)| k.as_str()).collect();
+    assert_eq!(kinds, ["running", "paused"], "the fixture's probes");
+    // The paused probe is paused on its own row, not the drive's: the running one beside
+    // it says running.
+    let db1 = common::surfaces::drive_section(&page, "db1");
+    assert!(db1.contains("data-probe=\"canary-4k-read\" data-state=\"running\""));
+    assert!(db1.contains("(paused: the drive&#39;s wear budget for today is spent)"));
+    // The probe that waited 41% of an interval for a CPU says the host is the likely cause.
+    assert!(
+        db1.contains("host CPU busy: the probe waited 41% of an interval for a CPU"),
+        "{db1}"
+    );
+    // The failed health read is said with its reason and count, never "not read yet".
+    let evil = common::surfaces::drive_section(&page, EVIL);
+    assert!(evil.contains("health read failed"), "{evil}");
+    assert!(evil.contains("9 attempts"), "{evil}");
+    assert!(!page.contains("no readings yet"));
+    assert!(
+        page.contains("1 warning") && page.contains("1 read failed"),
+        "overview"
     );
 }

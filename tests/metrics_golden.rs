@@ -14,9 +14,9 @@ use driveprobe::health::model::{
 };
 use driveprobe::metrics::{render, render_opts, Format};
 use driveprobe::status::{
-    AppRunPoint, CollectorStatus, ConfigStatus, DriveStatus, HealthStatus, OpStatus, ProbeStatus,
-    RunLatency, RunPoint, RunSummary, SchedulerStatus, Status, WearStatus, WindowQuantiles,
-    LATENCY_BUCKETS,
+    AppRunPoint, CollectorStatus, ConfigStatus, CpuWait, DriveStatus, HealthState, HealthStatus,
+    OpStatus, ProbeState, ProbeStatus, RunLatency, RunPoint, RunSummary, SchedulerStatus, Status,
+    WearStatus, WindowQuantiles, LATENCY_BUCKETS,
 };
 
 /// Unix seconds of 2026-11-30T06:00:00Z: "now" in the fixed status.
@@ -138,9 +138,13 @@ fn nvme() -> DriveStatus {
         ProbeStatus {
             writes: false,
             window_seconds: 60.0,
-            running: true,
+            state: ProbeState::Running,
             read: op(216_000, 4096, 0, 2, 68e-6),
             write: OpStatus::default(),
+            cpu_wait: CpuWait {
+                seconds_total: 0.125,
+                window_max_ratio: Some(0.002),
+            },
         },
     );
     probes.insert(
@@ -148,9 +152,13 @@ fn nvme() -> DriveStatus {
         ProbeStatus {
             writes: true,
             window_seconds: 60.0,
-            running: true,
+            state: ProbeState::Running,
             read: op(54_000, 4096, 1, 2, 75e-6),
             write: op(54_000, 4096, 0, 1, 24e-6),
+            cpu_wait: CpuWait {
+                seconds_total: 31.5,
+                window_max_ratio: Some(0.41),
+            },
         },
     );
     let mut last_runs = BTreeMap::new();
@@ -253,7 +261,9 @@ fn nvme() -> DriveStatus {
             ("run:enterprise", true, 0.0),
         ]),
         probes,
-        canary_paused: None,
+        health_state: HealthState::Read {
+            read_unix: NOW - 42.0,
+        },
         wear: WearStatus {
             self_written_bytes_total: 91_268_055_040,
             written_today_bytes: 113_246_208,
@@ -265,7 +275,7 @@ fn nvme() -> DriveStatus {
 }
 
 /// A SATA disk with warnings: reallocated and pending sectors, CRC errors, hot; its canary
-/// paused by the wear budget; an odd model string; the health collector slow.
+/// paused by a scheduled run; an odd model string; the health collector slow.
 fn sata() -> DriveStatus {
     let identity = Identity {
         model: Some("WDC WD40EFRX-68N32N0 \"Red\" \\ refurb".into()),
@@ -301,9 +311,12 @@ fn sata() -> DriveStatus {
         ProbeStatus {
             writes: false,
             window_seconds: 300.0,
-            running: false,
+            state: ProbeState::Paused {
+                reason: "scheduled run 20261130T050000Z-archive1-latency (latency)".into(),
+            },
             read,
             write: OpStatus::default(),
+            cpu_wait: CpuWait::default(),
         },
     );
     DriveStatus {
@@ -330,7 +343,9 @@ fn sata() -> DriveStatus {
         }),
         collectors: collectors(&[("health", true, 1.75)]),
         probes,
-        canary_paused: Some("the wear budget for today is spent".into()),
+        health_state: HealthState::Read {
+            read_unix: NOW - 300.0,
+        },
         wear: WearStatus {
             self_written_bytes_total: 5_368_709_120,
             written_today_bytes: 1_073_807_360,
@@ -621,7 +636,11 @@ fn absent_and_down_drive() {
             "driveprobe_collector_success",
             "driveprobe_drive_info",
             "driveprobe_drive_up",
-            "driveprobe_probe_paused",
+            // One per state: never read (the drive has been down since the start).
+            "driveprobe_health_state",
+            "driveprobe_health_state",
+            "driveprobe_health_state",
+            "driveprobe_health_state",
             "driveprobe_self_written_bytes_total",
             "driveprobe_wear_budget_bytes",
             "driveprobe_wear_budget_exceeded",
@@ -631,4 +650,5 @@ fn absent_and_down_drive() {
         down.join("\n")
     );
     assert!(text.contains("driveprobe_drive_up{drive=\"spare3\"} 0.0\n"));
+    assert!(text.contains("driveprobe_health_state{drive=\"spare3\",state=\"not_read_yet\"} 1.0\n"));
 }

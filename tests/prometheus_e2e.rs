@@ -1215,9 +1215,9 @@ fn status_page_matches_prometheus(d: &Daemon, prom: &Prometheus, failures: &mut 
         prom,
         &mut compared,
         "canary rd running",
-        j["probes"]["rd"]["running"]
-            .as_bool()
-            .map(|b| if b { 1.0 } else { 0.0 }),
+        j["probes"]["rd"]["state"]["kind"]
+            .as_str()
+            .map(|k| if k == "running" { 1.0 } else { 0.0 }),
         sel("driveprobe_probe_running", ", probe=\"rd\""),
         failures,
     );

@@ -8,6 +8,7 @@
 //! heartbeat, and stops the segment as soon as one of those conditions stops holding, so
 //! a pause takes effect within an interval.
 
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -16,9 +17,10 @@ use std::time::{Duration, Instant};
 use crate::config::Probe;
 use crate::engine::{self, IntervalDetail, IntervalSummary, RunControl, Stop};
 use crate::safety::{self, WriteRequest};
-use crate::status::CollectorStatus;
+use crate::status::{CollectorStatus, CpuWait, ProbeState};
 use crate::target::Target;
 
+use super::condlog::{CondLog, Level};
 use super::window::OpWindow;
 use super::{now_unix, Ctx, DriveCtl};
 
@@ -33,26 +35,43 @@ pub fn collector_name(probe: &str) -> String {
 }
 
 /// The canary thread's body. Returns when the daemon (or this drive's workers) stop.
+///
+/// The probe's [`ProbeState`] is this thread's alone: it is set here, where each
+/// transition happens (a hold seen before or during a segment, a segment started, a
+/// failure), and every surface renders it. Nothing else decides whether a probe runs.
 pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::Beat>) {
     let window = probe.window.as_secs_f64();
-    let mut win_r = OpWindow::new(window);
-    let mut win_w = OpWindow::new(window);
+    let mut win = Windows {
+        r: OpWindow::new(window),
+        w: OpWindow::new(window),
+        cpu: CpuWaitWindow::new(window),
+    };
     let clock = Instant::now();
     let mut backoff = Duration::from_secs(1);
     let name = drive.cfg.name.clone();
     let collector = collector_name(&probe.name);
-    publish(&ctx, &name, &probe, &win_r, &win_w, false);
+    let mut log = CondLog::new(format!("drive {name}, probe {}", probe.name));
+    let mut state = ProbeState::Starting;
+    publish(&ctx, &name, &probe, &win, &state);
     while !drive.stopped() {
         beat.beat();
         let now = clock.elapsed().as_secs_f64();
-        win_r.expire(now);
-        win_w.expire(now);
-        if let Some(reason) = hold_reason(&ctx, &drive, &probe) {
-            publish(&ctx, &name, &probe, &win_r, &win_w, false);
-            tracing::trace!(drive = %name, probe = %probe.name, %reason, "canary holds");
+        win.expire(now);
+        if let Some(hold) = hold_reason(&ctx, &drive, &probe) {
+            state = hold.state();
+            publish(&ctx, &name, &probe, &win, &state);
+            log.ends_all("fail:");
+            if let Some(why) = state.reason() {
+                log.holds(
+                    "hold",
+                    Level::Info,
+                    format!("canary {}: {why}", state.name()),
+                );
+            }
             drive.sleep(Duration::from_secs(1));
             continue;
         }
+        log.ends("hold");
         let setup = Instant::now();
         let target = match open_target(&drive, &probe) {
             Ok(t) => t,
@@ -65,22 +84,34 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
                     setup.elapsed(),
                     Some(e.clone()),
                 );
-                publish(&ctx, &name, &probe, &win_r, &win_w, false);
-                tracing::warn!(drive = %name, probe = %probe.name, error = %e, "canary cannot start");
+                state = ProbeState::Failing { reason: e.clone() };
+                publish(&ctx, &name, &probe, &win, &state);
+                log.holds(
+                    "fail:start",
+                    Level::Warn,
+                    format!("canary cannot start: {e}"),
+                );
                 drive.sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_secs(30));
                 continue;
             }
         };
+        log.ends("fail:start");
         let job = match segment_job(&probe) {
             Ok(j) => j,
             Err(e) => {
                 // Config validation made this job; only the stop condition changed.
-                tracing::error!(drive = %name, probe = %probe.name, error = %e, "canary job");
+                state = ProbeState::Failing {
+                    reason: format!("canary job: {e}"),
+                };
+                publish(&ctx, &name, &probe, &win, &state);
+                log.holds("fail:job", Level::Error, format!("canary job: {e}"));
                 drive.sleep(Duration::from_secs(30));
                 continue;
             }
         };
+        log.ends("fail:job");
+        let threads = job.workers.max(1);
         set_collector(&ctx, &name, &collector, true, setup.elapsed(), None);
         let control = RunControl::new().discarding_intervals();
         let opened = identity_of(target.path());
@@ -92,20 +123,29 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
             drive.active.fetch_sub(1, Ordering::SeqCst);
             continue;
         }
-        let mut on_interval = |_: &IntervalSummary, d: &IntervalDetail| {
+        state = ProbeState::Running;
+        publish(&ctx, &name, &probe, &win, &state);
+        let mut interval_start = 0.0;
+        let mut on_interval = |s: &IntervalSummary, d: &IntervalDetail| {
             beat.beat();
             let t = clock.elapsed().as_secs_f64();
-            win_r.add(t, d.read);
-            win_w.add(t, d.write);
+            win.r.add(t, d.read);
+            win.w.add(t, d.write);
+            let wall = (s.end_seconds - interval_start).max(0.0) * f64::from(threads);
+            interval_start = s.end_seconds;
+            win.cpu.add(t, s.run_delay_seconds, wall, threads);
             if d.write.bytes > 0 {
                 let bytes = d.write.bytes as u128;
                 ctx.store
                     .update(|s| s.add_self_written(&name, now_unix() as i64, bytes));
             }
-            publish(&ctx, &name, &probe, &win_r, &win_w, true);
-            if hold_reason(&ctx, &drive, &probe).is_some() {
+            // The transition to a hold happens here, with the status that says so: the
+            // probe is never shown running once it has seen it must stop.
+            if let Some(hold) = hold_reason(&ctx, &drive, &probe) {
+                state = hold.state();
                 control.stop();
             }
+            publish(&ctx, &name, &probe, &win, &state);
             // Checked every few seconds, and at once after an interval with errors (a
             // truncated file fails every read past its new end).
             let errors = d.read.errors + d.write.errors > 0;
@@ -128,20 +168,32 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
         match result {
             Ok(r) => {
                 backoff = Duration::from_secs(1);
+                log.ends("fail:run");
                 if r.verify.mismatches > 0 {
                     // Silent corruption: counted as read errors, and said loudly.
                     for _ in 0..r.verify.mismatches {
-                        win_r.add_mismatch();
+                        win.r.add_mismatch();
                     }
                     tracing::error!(drive = %name, probe = %probe.name,
                         mismatches = r.verify.mismatches,
                         first = ?r.verify.first.first(),
                         "canary read back data that differs from what it wrote");
                 }
-                if let Some(why) = &r.stopped_early {
-                    if !control.is_stopped() {
-                        tracing::warn!(drive = %name, probe = %probe.name, reason = %why, "canary segment ended early");
+                match &r.stopped_early {
+                    Some(why) if !control.is_stopped() => {
+                        state = ProbeState::Failing {
+                            reason: format!("segment ended early: {why}"),
+                        };
+                        publish(&ctx, &name, &probe, &win, &state);
+                        log.holds(
+                            "fail:early",
+                            Level::Warn,
+                            format!("canary segment ended early: {why}"),
+                        );
                         drive.sleep(backoff);
+                    }
+                    _ => {
+                        log.ends("fail:early");
                     }
                 }
             }
@@ -155,31 +207,127 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
                     Duration::ZERO,
                     Some(msg.clone()),
                 );
-                tracing::warn!(drive = %name, probe = %probe.name, error = %msg, "canary run failed");
+                state = ProbeState::Failing {
+                    reason: msg.clone(),
+                };
+                publish(&ctx, &name, &probe, &win, &state);
+                log.holds("fail:run", Level::Warn, format!("canary run failed: {msg}"));
                 drive.sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_secs(30));
             }
         }
-        publish(&ctx, &name, &probe, &win_r, &win_w, false);
+        publish(&ctx, &name, &probe, &win, &state);
     }
-    publish(&ctx, &name, &probe, &win_r, &win_w, false);
+    log.ends_all("");
+    publish(&ctx, &name, &probe, &win, &ProbeState::Stopped);
+}
+
+/// Why a canary may not run now.
+#[derive(Debug, Clone, PartialEq)]
+enum Hold {
+    Stopping,
+    Down(String),
+    Paused(String),
+}
+
+impl Hold {
+    fn state(&self) -> ProbeState {
+        match self {
+            Hold::Stopping => ProbeState::Stopped,
+            Hold::Down(reason) => ProbeState::DriveDown {
+                reason: reason.clone(),
+            },
+            Hold::Paused(reason) => ProbeState::Paused {
+                reason: reason.clone(),
+            },
+        }
+    }
 }
 
 /// Why the canary may not run now, if it may not.
-fn hold_reason(ctx: &Ctx, drive: &DriveCtl, probe: &Probe) -> Option<String> {
+fn hold_reason(ctx: &Ctx, drive: &DriveCtl, probe: &Probe) -> Option<Hold> {
     if drive.stopped() {
-        return Some("stopping".into());
+        return Some(Hold::Stopping);
     }
     if let Err(e) = drive.resolved() {
-        return Some(e);
+        return Some(Hold::Down(e));
     }
     if let Some(p) = drive.paused() {
-        return Some(p);
+        return Some(Hold::Paused(p));
     }
     if probe.writes && ctx.over_budget(drive) {
-        return Some("wear budget for today spent".into());
+        return Some(Hold::Paused(
+            "the drive's wear budget for today is spent".into(),
+        ));
     }
     None
+}
+
+/// The probe's sliding windows: latency per direction, and CPU wait.
+struct Windows {
+    r: OpWindow,
+    w: OpWindow,
+    cpu: CpuWaitWindow,
+}
+
+impl Windows {
+    fn expire(&mut self, now: f64) {
+        self.r.expire(now);
+        self.w.expire(now);
+        self.cpu.expire(now);
+    }
+}
+
+/// The CPU wait of a probe's threads per interval, over the latency window.
+#[derive(Debug)]
+pub struct CpuWaitWindow {
+    window_seconds: f64,
+    /// (seconds on the thread's clock at the interval's end, share of the interval's
+    /// thread time spent runnable but waiting for a CPU).
+    ratios: VecDeque<(f64, f64)>,
+    seconds_total: f64,
+}
+
+impl CpuWaitWindow {
+    pub fn new(window_seconds: f64) -> Self {
+        CpuWaitWindow {
+            window_seconds,
+            ratios: VecDeque::new(),
+            seconds_total: 0.0,
+        }
+    }
+
+    /// One interval ending at `t`: `wait` seconds waited for a CPU over `wall` seconds of
+    /// thread time (the interval's length times `threads`).
+    ///
+    /// The wait always counts into the total; the share only for intervals of at least
+    /// half a second per thread: the partial interval a segment ends on (stopped for a
+    /// hold) lasts milliseconds, and one wake-up's wait in it would read as most of it.
+    pub fn add(&mut self, t: f64, wait: f64, wall: f64, threads: u32) {
+        let wait = if wait.is_finite() { wait.max(0.0) } else { 0.0 };
+        self.seconds_total += wait;
+        if wall >= 0.5 * f64::from(threads.max(1)) {
+            self.ratios.push_back((t, (wait / wall).min(1.0)));
+        }
+        self.expire(t);
+    }
+
+    pub fn expire(&mut self, now: f64) {
+        while self
+            .ratios
+            .front()
+            .is_some_and(|&(t, _)| t <= now - self.window_seconds)
+        {
+            self.ratios.pop_front();
+        }
+    }
+
+    pub fn status(&self) -> CpuWait {
+        CpuWait {
+            seconds_total: self.seconds_total,
+            window_max_ratio: self.ratios.iter().map(|&(_, r)| r).reduce(f64::max),
+        }
+    }
 }
 
 /// The probe's job, run for one segment, never stopped by its errors (they are counted).
@@ -308,15 +456,155 @@ fn set_collector(
     });
 }
 
-fn publish(ctx: &Ctx, drive: &str, probe: &Probe, r: &OpWindow, w: &OpWindow, running: bool) {
-    let read = r.status();
-    let write = w.status();
+fn publish(ctx: &Ctx, drive: &str, probe: &Probe, win: &Windows, state: &ProbeState) {
+    let read = win.r.status();
+    let write = win.w.status();
+    let cpu_wait = win.cpu.status();
     ctx.shared.drive(drive, |d| {
         let p = d.probes.entry(probe.name.clone()).or_default();
         p.writes = probe.writes;
         p.window_seconds = probe.window.as_secs_f64();
-        p.running = running;
+        p.state = state.clone();
         p.read = read;
         p.write = write;
+        p.cpu_wait = cpu_wait;
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::CPU_WAIT_HOST_BUSY_RATIO;
+    use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn the_cpu_wait_of_the_window_is_its_worst_interval() {
+        let mut w = CpuWaitWindow::new(60.0);
+        assert_eq!(w.status().window_max_ratio, None);
+        w.add(1.0, 0.001, 1.0, 1);
+        w.add(2.0, 0.41, 1.0, 1);
+        // Two threads: 0.2 s of waiting over 2 s of thread time.
+        w.add(3.0, 0.2, 2.0, 2);
+        let s = w.status();
+        assert_eq!(s.window_max_ratio, Some(0.41));
+        assert!((s.seconds_total - 0.611).abs() < 1e-9);
+        assert!(s.host_busy());
+        // The few milliseconds a stopped segment ends on: their wait is counted, their
+        // share is not.
+        w.add(3.01, 0.008, 0.01, 1);
+        assert_eq!(w.status().window_max_ratio, Some(0.41));
+        assert!((w.status().seconds_total - 0.619).abs() < 1e-9);
+        let sentence = s.sentence().unwrap();
+        assert!(
+            sentence.starts_with("host CPU busy: the probe waited 41% of an interval for a CPU"),
+            "{sentence}"
+        );
+        // Past the window, the busy interval is forgotten; the total stays.
+        w.expire(62.5);
+        assert_eq!(w.status().window_max_ratio, Some(0.1));
+        w.expire(64.0);
+        assert_eq!(w.status().window_max_ratio, None);
+        assert!((w.status().seconds_total - 0.619).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_host_is_named_from_the_threshold_on() {
+        let at = |r: f64| CpuWait {
+            seconds_total: 0.0,
+            window_max_ratio: Some(r),
+        };
+        assert!(!at(CPU_WAIT_HOST_BUSY_RATIO - 0.001).host_busy());
+        assert!(at(CPU_WAIT_HOST_BUSY_RATIO).host_busy());
+        assert!(at(CPU_WAIT_HOST_BUSY_RATIO - 0.001).sentence().is_none());
+        assert!(!CpuWait::default().host_busy());
+        // A figure out of range (a clock step) is clamped, never more than the interval.
+        let mut w = CpuWaitWindow::new(10.0);
+        w.add(1.0, 5.0, 1.0, 1);
+        w.add(2.0, f64::NAN, 1.0, 1);
+        assert_eq!(w.status().window_max_ratio, Some(1.0));
+    }
+
+    fn first_allowed_cpu() -> usize {
+        let set = rustix::thread::sched_getaffinity(None).unwrap();
+        (0..rustix::thread::CpuSet::MAX_CPU)
+            .find(|&c| set.is_set(c))
+            .unwrap()
+    }
+
+    fn pin(cpu: usize) {
+        let mut set = rustix::thread::CpuSet::new();
+        set.set(cpu);
+        rustix::thread::sched_setaffinity(None, &set).unwrap();
+    }
+
+    /// A canary's job (rate limited, QD1, psync) for 3 s on `path`, from a thread pinned
+    /// to `cpu` (its worker inherits that), beside `hogs` threads spinning on the same
+    /// CPU: the share of the worker's time it waited for a CPU.
+    fn canary_cpu_wait(path: &Path, cpu: usize, hogs: usize) -> f64 {
+        let stop = Arc::new(AtomicBool::new(false));
+        let spinners: Vec<_> = (0..hogs)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    pin(cpu);
+                    let mut x = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                    }
+                })
+            })
+            .collect();
+        let path = path.to_path_buf();
+        let measured = std::thread::spawn(move || {
+            pin(cpu);
+            let spec = engine::JobSpec {
+                rate: Some(engine::RateLimit {
+                    iops: 200.0,
+                    arrival: engine::Arrival::Linear,
+                }),
+                stop: Stop::Time(Duration::from_secs(3)),
+                direct: false,
+                backend: engine::BackendChoice::Psync,
+                ..Default::default()
+            };
+            let job = spec.validate().unwrap();
+            let target = Target::open(&path, false, None).unwrap();
+            let mut win = CpuWaitWindow::new(60.0);
+            let mut start = 0.0;
+            let control = RunControl::new().discarding_intervals();
+            engine::run_observed(&job, &target, &control, &mut |s, _| {
+                win.add(s.end_seconds, s.run_delay_seconds, s.end_seconds - start, 1);
+                start = s.end_seconds;
+            })
+            .unwrap();
+            win.status().seconds_total / start
+        })
+        .join()
+        .unwrap();
+        stop.store(true, Ordering::Relaxed);
+        for s in spinners {
+            s.join().unwrap();
+        }
+        measured
+    }
+
+    /// Issue 17: a canary's latency on an idle drive rose with the host's CPUs busy. Its
+    /// CPU wait says so: pinned beside CPU hogs, the canary waits more than alone.
+    #[test]
+    fn a_cpu_hog_on_the_canary_s_cpu_raises_its_cpu_wait() {
+        let dir = tempfile::Builder::new()
+            .prefix("dp-cpuwait-")
+            .tempdir_in("/dev/shm")
+            .unwrap();
+        let path = dir.path().join("t.dat");
+        std::fs::write(&path, vec![0u8; 4 << 20]).unwrap();
+        let cpu = first_allowed_cpu();
+        let alone = canary_cpu_wait(&path, cpu, 0);
+        let crowded = canary_cpu_wait(&path, cpu, 2);
+        assert!(
+            crowded > alone && crowded > 0.0,
+            "alone {alone:.4}, beside two hogs {crowded:.4}"
+        );
+        eprintln!("cpu wait: alone {alone:.4}, beside two hogs {crowded:.4}");
+    }
 }

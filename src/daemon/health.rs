@@ -12,8 +12,9 @@ use std::time::Instant;
 use crate::health::endurance::{self, Sample};
 use crate::health::model::{PowerState, Verdict};
 use crate::health::{self, ReadOptions};
-use crate::status::{CollectorStatus, HealthStatus, ProbeStatus};
+use crate::status::{CollectorStatus, HealthState, HealthStatus, ProbeStatus};
 
+use super::condlog::{CondLog, Level};
 use super::{now_unix, Ctx, DriveCtl};
 
 /// A health sample goes into the state at most this often.
@@ -24,10 +25,20 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>) {
     let name = drive.cfg.name.clone();
     let opts = ReadOptions::default();
     let mut mark = ErrorMark::default();
+    let mut log = CondLog::new(format!("drive {name}"));
     while !drive.stopped() {
-        poll_once(&ctx, &drive, &name, &opts, &mut mark);
+        poll_once(&ctx, &drive, &name, &opts, &mut mark, &mut log);
         drive.sleep(ctx.config.health_interval);
     }
+    log.ends_all("");
+}
+
+/// Why a drive resolved to a file target with no block device under it has no health.
+pub fn not_applicable_reason(target: &std::path::Path) -> String {
+    format!(
+        "no drive under the file target {} (tmpfs, overlay or a network filesystem): there is no SMART/health data to read",
+        target.display()
+    )
 }
 
 /// The canaries' error counts the last health reading took into account.
@@ -101,11 +112,30 @@ fn new_canary_errors(
     out
 }
 
-fn poll_once(ctx: &Ctx, drive: &DriveCtl, name: &str, opts: &ReadOptions, mark: &mut ErrorMark) {
-    let Some(dev) = drive.resolved().ok().and_then(|r| r.device) else {
-        // Down, or a file target with no drive under it (tmpfs): nothing to read.
+fn poll_once(
+    ctx: &Ctx,
+    drive: &DriveCtl,
+    name: &str,
+    opts: &ReadOptions,
+    mark: &mut ErrorMark,
+    log: &mut CondLog,
+) {
+    let resolved = drive.resolved();
+    let Some(dev) = resolved.as_ref().ok().and_then(|r| r.device.clone()) else {
+        // Down (the state stays what the last attempt found), or a file target with no
+        // drive under it (tmpfs): nothing to read.
+        let na = resolved
+            .as_ref()
+            .ok()
+            .map(|r| not_applicable_reason(&r.target));
+        if na.is_some() {
+            log.ends(COLLECTOR);
+        }
         ctx.shared.drive(name, |d| {
             d.collectors.remove(COLLECTOR);
+            if let Some(reason) = na {
+                d.health_state = HealthState::NotApplicable { reason };
+            }
         });
         return;
     };
@@ -115,6 +145,7 @@ fn poll_once(ctx: &Ctx, drive: &DriveCtl, name: &str, opts: &ReadOptions, mark: 
     let now = now_unix();
     match read {
         Ok(report) => {
+            log.ends(COLLECTOR);
             let asleep = report.power_state == PowerState::Standby;
             let history: Vec<Sample> = ctx
                 .store
@@ -138,6 +169,9 @@ fn poll_once(ctx: &Ctx, drive: &DriveCtl, name: &str, opts: &ReadOptions, mark: 
                     // Keep the last reading of an awake disk; say it sleeps.
                     if let Some(h) = &mut d.health {
                         h.report.power_state = PowerState::Standby;
+                        d.health_state = HealthState::Read {
+                            read_unix: h.read_unix,
+                        };
                     }
                     return;
                 }
@@ -171,6 +205,7 @@ fn poll_once(ctx: &Ctx, drive: &DriveCtl, name: &str, opts: &ReadOptions, mark: 
                     report: report.clone(),
                     read_unix: now,
                 });
+                d.health_state = HealthState::Read { read_unix: now };
             });
             if !asleep {
                 if let Some(written) = report.host_written_bytes {
@@ -194,8 +229,13 @@ fn poll_once(ctx: &Ctx, drive: &DriveCtl, name: &str, opts: &ReadOptions, mark: 
         }
         Err(e) => {
             let msg = e.to_string();
-            tracing::warn!(drive = %name, device = %dev.display(), error = %msg, "health read failed");
+            log.holds(
+                COLLECTOR,
+                Level::Warn,
+                format!("health read of {} failed: {msg}", dev.display()),
+            );
             ctx.shared.drive(name, |d| {
+                d.health_state = d.health_state.failed(msg.clone(), now);
                 d.collectors.insert(
                     COLLECTOR.into(),
                     CollectorStatus {

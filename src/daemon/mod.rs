@@ -14,6 +14,7 @@
 //! running and the failure is exported.
 
 pub mod canary;
+pub mod condlog;
 pub mod health;
 pub mod identity;
 pub mod scheduler;
@@ -268,11 +269,6 @@ impl Ctx {
             }
             let r = d.resolved();
             let (budget, today, lifetime) = self.wear(d);
-            let paused = d.paused().or_else(|| {
-                (today as f64 >= budget && d.cfg.writable()).then(|| {
-                    "wear budget for today spent (writing probes and runs hold)".to_string()
-                })
-            });
             self.shared.drive(&d.cfg.name, |s| {
                 s.up = r.is_ok();
                 s.down_reason = r.as_ref().err().cloned();
@@ -295,7 +291,6 @@ impl Ctx {
                             id.logical_block_size.or(Some(info.logical_block_size));
                     }
                 }
-                s.canary_paused = paused.clone();
                 s.wear = WearStatus {
                     self_written_bytes_total: lifetime,
                     written_today_bytes: today,
@@ -629,6 +624,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
             .unwrap_or(Duration::from_secs(5));
         let mut tick = tokio::time::interval(period.min(Duration::from_secs(5)));
         let mut reload: Option<Reload> = None;
+        let mut conditions = condlog::CondLog::new("daemon");
         loop {
             tokio::select! {
                 _ = tick.tick() => {
@@ -647,12 +643,18 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                     }
                     let stale = generation.stale(Duration::from_secs(15));
                     if stale.is_empty() {
+                        conditions.ends("watchdog");
                         if watchdog.is_some() {
                             notify(&[sd_notify::NotifyState::Watchdog]);
                         }
                         notify(&[sd_notify::NotifyState::Status(&summary_line(&shared))]);
                     } else {
-                        tracing::error!(threads = ?stale, "threads stopped beating; withholding the watchdog");
+                        // Said once while it lasts (and when it ends), not every tick.
+                        conditions.holds(
+                            "watchdog",
+                            condlog::Level::Error,
+                            format!("threads stopped beating; withholding the watchdog: {stale:?}"),
+                        );
                     }
                 }
                 _ = hup.recv() => {

@@ -360,9 +360,6 @@ fn try_start(ctx: &Arc<Ctx>, p: &Plan, due: i64, deadline: i64, now: i64) -> Opt
         thread: Mutex::new(None),
     });
     ctx.runs.lock().insert(handle.drive.clone(), handle.clone());
-    ctx.shared.drive(&handle.drive, |d| {
-        d.canary_paused = Some(format!("scheduled run {id} ({})", p.suite));
-    });
     let (c, h, scale, fio_job) = (ctx.clone(), handle.clone(), p.scale, p.fio_job.clone());
     let spawned = std::thread::Builder::new()
         .name(format!("dp-run-{}", p.schedule.drive))
@@ -568,7 +565,6 @@ fn finish(
         );
     });
     ctx.runs.lock().remove(&h.drive);
-    ctx.shared.drive(&h.drive, |d| d.canary_paused = None);
     // Publish the run's end and the wear it brought together, now: a pass of the
     // scheduler under way may have taken the wear figures before the run's last bytes
     // were accounted, and would otherwise show the run ended beside the older figures.

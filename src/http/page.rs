@@ -9,9 +9,10 @@ use std::fmt::Write;
 
 use super::fmt::{self as f, esc, opt, NONE};
 use super::routes::{heartbeat, report_url};
+use crate::daemon::health::COLLECTOR as HEALTH_COLLECTOR;
 use crate::health::model::Verdict;
 use crate::schedule::RunStatus;
-use crate::status::{DriveStatus, OpStatus, ProbeStatus, Status};
+use crate::status::{DriveStatus, HealthState, OpStatus, ProbeState, ProbeStatus, Status};
 
 /// Columns of the drive table.
 const DRIVE_COLUMNS: usize = 11;
@@ -112,37 +113,7 @@ fn overview(h: &mut String, s: &Status, now: f64) {
         "<dt>Drives up</dt><dd><span class=\"{cls}\">{up} of {total}</span></dd>"
     );
 
-    let mut verdicts = [0usize; 4];
-    for d in s.drives.values() {
-        if let Some(hs) = &d.health {
-            verdicts[verdict_index(hs.verdict)] += 1;
-        }
-    }
-    let mut parts = Vec::new();
-    for v in [
-        Verdict::Failing,
-        Verdict::Warning,
-        Verdict::Ok,
-        Verdict::Unknown,
-    ] {
-        let n = verdicts[verdict_index(v)];
-        if n > 0 {
-            parts.push(format!(
-                "<span class=\"{}\">{n} {}</span>",
-                verdict_class(v),
-                v.name()
-            ));
-        }
-    }
-    let _ = writeln!(
-        h,
-        "<dt>Health</dt><dd>{}</dd>",
-        if parts.is_empty() {
-            "no readings yet".to_string()
-        } else {
-            parts.join(", ")
-        }
-    );
+    let _ = writeln!(h, "<dt>Health</dt><dd>{}</dd>", health_overview(s));
 
     let sched = match heartbeat(s.scheduler.last_tick_unix, now) {
         Ok(()) => format!(
@@ -175,6 +146,51 @@ fn overview(h: &mut String, s: &Status, now: f64) {
         let _ = write!(h, "<br><span class=\"bad small\">{}</span>", esc(e));
     }
     h.push_str("</dd>\n</dl></section>\n");
+}
+
+/// The drives' health in one line: verdicts of those read, then how many failed, are
+/// not read yet or have nothing to read (each drive counted once, by its health state).
+fn health_overview(s: &Status) -> String {
+    let mut verdicts = [0usize; 4];
+    let (mut failed, mut not_yet, mut na) = (0, 0, 0);
+    for d in s.drives.values() {
+        match (&d.health_state, &d.health) {
+            (HealthState::Read { .. }, Some(hs)) => verdicts[verdict_index(hs.verdict)] += 1,
+            (HealthState::Failed { .. }, _) => failed += 1,
+            (HealthState::NotApplicable { .. }, _) => na += 1,
+            _ => not_yet += 1,
+        }
+    }
+    let mut parts = Vec::new();
+    for v in [
+        Verdict::Failing,
+        Verdict::Warning,
+        Verdict::Ok,
+        Verdict::Unknown,
+    ] {
+        let n = verdicts[verdict_index(v)];
+        if n > 0 {
+            parts.push(format!(
+                "<span class=\"{}\">{n} {}</span>",
+                verdict_class(v),
+                v.name()
+            ));
+        }
+    }
+    if failed > 0 {
+        parts.push(format!("<span class=\"bad\">{failed} read failed</span>"));
+    }
+    if not_yet > 0 {
+        parts.push(format!("<span class=\"dim\">{not_yet} not read yet</span>"));
+    }
+    if na > 0 {
+        parts.push(format!("<span class=\"dim\">{na} not applicable</span>"));
+    }
+    if parts.is_empty() {
+        "no drives".to_string()
+    } else {
+        parts.join(", ")
+    }
 }
 
 fn verdict_index(v: Verdict) -> usize {
@@ -253,7 +269,8 @@ fn drive_row(h: &mut String, d: &DriveStatus, now: f64) {
     let failing: Vec<String> = d
         .collectors
         .iter()
-        .filter(|(_, c)| !c.success)
+        // The health column says why health failed.
+        .filter(|(name, c)| !c.success && name.as_str() != HEALTH_COLLECTOR)
         .map(|(name, c)| {
             format!(
                 "<li><span class=\"bad\">{} failed:</span> {}</li>",
@@ -276,46 +293,8 @@ fn drive_row(h: &mut String, d: &DriveStatus, now: f64) {
         opt(id.serial.as_deref())
     );
 
-    // Health verdict and reasons, temperature.
-    match &d.health {
-        Some(hs) => {
-            let _ = write!(
-                h,
-                "<td class=\"wide\"><span class=\"{}\">{}</span> <span class=\"dim small\">{}</span>",
-                verdict_class(hs.verdict),
-                hs.verdict.name(),
-                f::relative(hs.read_unix, now)
-            );
-            if !hs.reasons.is_empty() {
-                h.push_str("<ul class=\"reasons\">");
-                for r in &hs.reasons {
-                    let _ = write!(h, "<li>{}</li>", esc(r));
-                }
-                h.push_str("</ul>");
-            }
-            h.push_str("</td>");
-            let r = &hs.report;
-            let temp = match r.temperature_celsius {
-                Some(t) if t.is_finite() => {
-                    let hot = r
-                        .temperature_critical_celsius
-                        .is_some_and(|c| t >= c)
-                        .then_some("bad")
-                        .or(r
-                            .temperature_warning_celsius
-                            .is_some_and(|w| t >= w)
-                            .then_some("warn"));
-                    match hot {
-                        Some(c) => format!("<span class=\"{c}\">{} °C</span>", f::grouped(t, 0)),
-                        None => format!("{} °C", f::grouped(t, 0)),
-                    }
-                }
-                _ => NONE.to_string(),
-            };
-            let _ = write!(h, "<td class=\"n\">{temp}</td>");
-        }
-        None => h.push_str("<td class=\"dim\">not read yet</td><td class=\"n\">-</td>"),
-    }
+    // Health state, verdict and reasons, temperature.
+    health_cells(h, d, now);
 
     // Endurance.
     match &d.endurance {
@@ -380,9 +359,6 @@ fn drive_row(h: &mut String, d: &DriveStatus, now: f64) {
         "</tr>\n<tr class=\"canaries {state}\"><td></td><td colspan=\"{}\"><span class=\"dim small\">canary probes</span> ",
         DRIVE_COLUMNS - 1
     );
-    if let Some(p) = &d.canary_paused {
-        let _ = write!(h, "<span class=\"warn\">paused: {}</span> ", esc(p));
-    }
     if d.probes.is_empty() {
         h.push_str("<span class=\"dim\">no probes</span>");
     } else {
@@ -397,6 +373,100 @@ fn drive_row(h: &mut String, d: &DriveStatus, now: f64) {
         h.push_str("</tbody></table>");
     }
     h.push_str("</td></tr>\n");
+}
+
+fn plural(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{} {what}s", f::count(n))
+    }
+}
+
+/// The health and temperature cells of a drive, from its one health state.
+fn health_cells(h: &mut String, d: &DriveStatus, now: f64) {
+    let failed = match &d.health_state {
+        HealthState::NotApplicable { reason } => {
+            let _ = write!(
+                h,
+                "<td class=\"wide\" data-health=\"not_applicable\"><span class=\"dim\">not applicable</span><br><span class=\"dim small\">{}</span></td><td class=\"n\">-</td>",
+                esc(reason)
+            );
+            return;
+        }
+        HealthState::NotReadYet => {
+            h.push_str(
+                "<td class=\"dim\" data-health=\"not_read_yet\">not read yet</td><td class=\"n\">-</td>",
+            );
+            return;
+        }
+        HealthState::Failed {
+            reason,
+            attempts,
+            since_unix,
+        } => Some(format!(
+            "<span class=\"bad\">health read failed</span> <span class=\"dim small\">{} since {}</span><br><span class=\"small\">{}</span>",
+            plural(*attempts, "attempt"),
+            f::relative(*since_unix, now),
+            esc(reason)
+        )),
+        HealthState::Read { .. } => None,
+    };
+    match &d.health {
+        Some(hs) => {
+            let _ = write!(
+                h,
+                "<td class=\"wide\" data-health=\"{}\">",
+                d.health_state.name()
+            );
+            if let Some(f) = &failed {
+                // The last reading that succeeded, said to be older than the failure.
+                let _ = write!(h, "{f}<br><span class=\"dim small\">last reading:</span> ");
+            }
+            let _ = write!(
+                h,
+                "<span class=\"{}\">{}</span> <span class=\"dim small\">{}</span>",
+                verdict_class(hs.verdict),
+                hs.verdict.name(),
+                f::relative(hs.read_unix, now)
+            );
+            if !hs.reasons.is_empty() {
+                h.push_str("<ul class=\"reasons\">");
+                for r in &hs.reasons {
+                    let _ = write!(h, "<li>{}</li>", esc(r));
+                }
+                h.push_str("</ul>");
+            }
+            h.push_str("</td>");
+            let r = &hs.report;
+            let temp = match r.temperature_celsius {
+                Some(t) if t.is_finite() => {
+                    let hot = r
+                        .temperature_critical_celsius
+                        .is_some_and(|c| t >= c)
+                        .then_some("bad")
+                        .or(r
+                            .temperature_warning_celsius
+                            .is_some_and(|w| t >= w)
+                            .then_some("warn"));
+                    match hot {
+                        Some(c) => format!("<span class=\"{c}\">{} °C</span>", f::grouped(t, 0)),
+                        None => format!("{} °C", f::grouped(t, 0)),
+                    }
+                }
+                _ => NONE.to_string(),
+            };
+            let _ = write!(h, "<td class=\"n\">{temp}</td>");
+        }
+        None => {
+            let _ = write!(
+                h,
+                "<td class=\"wide\" data-health=\"{}\">{}</td><td class=\"n\">-</td>",
+                d.health_state.name(),
+                failed.unwrap_or_default()
+            );
+        }
+    }
 }
 
 fn dwpd(v: f64) -> String {
@@ -415,12 +485,9 @@ fn probe_rows(h: &mut String, name: &str, p: &ProbeStatus) {
     if p.writes || p.write.ops_total > 0 || p.write.window.is_some() {
         ops.push(("write", &p.write));
     }
+    let label = format!("{} {}", esc(name), probe_state(name, p));
     for (op, o) in ops {
-        let label = if p.running {
-            esc(name)
-        } else {
-            format!("{} <span class=\"dim\">(stopped)</span>", esc(name))
-        };
+        let label = &label;
         let (p50, p99, p999, max) = match &o.window {
             Some(w) => (
                 f::latency(w.quantiles[0]),
@@ -459,6 +526,33 @@ fn probe_rows(h: &mut String, name: &str, p: &ProbeStatus) {
             f::count(o.ops_total),
         );
     }
+}
+
+/// The probe's state as the page says it: from its one state, with the reason, and the
+/// host's CPU wait when it likely explains the latency.
+fn probe_state(name: &str, p: &ProbeStatus) -> String {
+    let (class, text) = match &p.state {
+        ProbeState::Running => ("ok", "running".to_string()),
+        ProbeState::Starting => ("dim", "starting".to_string()),
+        ProbeState::Stopped => ("dim", "stopped".to_string()),
+        ProbeState::Paused { reason } => ("warn", format!("paused: {}", esc(reason))),
+        ProbeState::DriveDown { reason } => ("bad", format!("drive down: {}", esc(reason))),
+        ProbeState::Failing { reason } => ("bad", format!("failing: {}", esc(reason))),
+    };
+    let mut out = format!(
+        "<span class=\"{class} small\" data-probe=\"{}\" data-state=\"{}\">({text})</span>",
+        esc(name),
+        p.state.name()
+    );
+    if let Some(busy) = p.cpu_wait.sentence() {
+        let _ = write!(
+            out,
+            "<br><span class=\"warn small\" data-host-busy=\"{}\">{}</span>",
+            esc(name),
+            esc(&busy)
+        );
+    }
+    out
 }
 
 fn run_status_class(s: RunStatus) -> &'static str {
@@ -616,7 +710,11 @@ mod tests {
         let mut d = DriveStatus {
             name: evil.into(),
             down_reason: Some(evil.into()),
-            canary_paused: Some(evil.into()),
+            health_state: HealthState::Failed {
+                reason: evil.into(),
+                attempts: 9,
+                since_unix: 0.0,
+            },
             ..Default::default()
         };
         d.identity.model = Some(evil.into());
@@ -643,6 +741,9 @@ mod tests {
                         max: f64::MAX,
                     }),
                     ..Default::default()
+                },
+                state: ProbeState::Paused {
+                    reason: evil.into(),
                 },
                 ..Default::default()
             },
@@ -675,5 +776,141 @@ mod tests {
         assert!(html.contains(">3 <span class=\"dim\">(2 host)</span></span>"));
         // An id that is not URL-safe gets no report link.
         assert!(!html.contains("/runs/&lt;"));
+    }
+
+    fn drive_with(health: HealthState, reading: bool) -> Status {
+        let mut s = Status::default();
+        let mut d = DriveStatus {
+            name: "a".into(),
+            up: true,
+            health_state: health,
+            ..Default::default()
+        };
+        if reading {
+            d.health = Some(crate::status::HealthStatus {
+                report: Default::default(),
+                verdict: Verdict::Ok,
+                reasons: vec![],
+                read_unix: 1000.0,
+            });
+        }
+        s.drives.insert("a".into(), d);
+        s
+    }
+
+    #[test]
+    fn each_health_state_reads_plainly() {
+        let now = 2000.0;
+        let na = render(
+            &drive_with(
+                HealthState::NotApplicable {
+                    reason: "no drive under the file target".into(),
+                },
+                false,
+            ),
+            now,
+        );
+        assert!(na.contains("data-health=\"not_applicable\""));
+        assert!(na.contains("no drive under the file target"));
+        assert!(!na.contains("not read yet"), "{na}");
+        assert!(na.contains("1 not applicable"));
+
+        let never = render(&drive_with(HealthState::NotReadYet, false), now);
+        assert!(never.contains("not read yet"));
+        assert!(never.contains("1 not read yet"));
+
+        let failed = HealthState::NotReadYet.failed("smartctl refused /dev/vda".into(), 1100.0);
+        let failed = (1..9).fold(failed, |f, _| {
+            f.failed("smartctl refused /dev/vda".into(), now)
+        });
+        let f = render(&drive_with(failed.clone(), false), now);
+        assert!(f.contains("health read failed"), "{f}");
+        assert!(f.contains("9 attempts since"), "{f}");
+        assert!(f.contains("smartctl refused /dev/vda"));
+        assert!(
+            !f.contains("not read yet") && !f.contains("no readings yet"),
+            "{f}"
+        );
+        assert!(f.contains("1 read failed"));
+        // With an older reading that succeeded: both, the failure first.
+        let f = render(&drive_with(failed, true), now);
+        let (fail_at, last_at) = (
+            f.find("health read failed").unwrap(),
+            f.find("last reading:").unwrap(),
+        );
+        assert!(fail_at < last_at, "{f}");
+
+        let read = render(
+            &drive_with(HealthState::Read { read_unix: 1000.0 }, true),
+            now,
+        );
+        assert!(read.contains("data-health=\"read\""));
+        assert!(read.contains("1 ok"));
+        assert!(!read.contains("not read yet") && !read.contains("health read failed"));
+    }
+
+    #[test]
+    fn each_probe_state_is_said_on_its_own_row() {
+        let states = [
+            (ProbeState::Starting, "(starting)"),
+            (ProbeState::Running, "(running)"),
+            (
+                ProbeState::Paused {
+                    reason: "scheduled run r (latency)".into(),
+                },
+                "(paused: scheduled run r (latency))",
+            ),
+            (
+                ProbeState::DriveDown {
+                    reason: "absent".into(),
+                },
+                "(drive down: absent)",
+            ),
+            (
+                ProbeState::Failing {
+                    reason: "EROFS".into(),
+                },
+                "(failing: EROFS)",
+            ),
+            (ProbeState::Stopped, "(stopped)"),
+        ];
+        for (st, text) in states {
+            let mut s = drive_with(HealthState::NotReadYet, false);
+            let d = s.drives.get_mut("a").unwrap();
+            d.probes.insert(
+                "rd".into(),
+                ProbeStatus {
+                    state: st.clone(),
+                    ..Default::default()
+                },
+            );
+            let html = render(&s, 2000.0);
+            assert!(html.contains(text), "{st:?}: {html}");
+            assert!(html.contains(&format!("data-probe=\"rd\" data-state=\"{}\"", st.name())));
+        }
+    }
+
+    #[test]
+    fn the_host_is_named_when_the_probe_waited_for_a_cpu() {
+        for (ratio, busy) in [(None, false), (Some(0.003), false), (Some(0.41), true)] {
+            let mut s = drive_with(HealthState::NotReadYet, false);
+            s.drives.get_mut("a").unwrap().probes.insert(
+                "rd".into(),
+                ProbeStatus {
+                    state: ProbeState::Running,
+                    cpu_wait: crate::status::CpuWait {
+                        seconds_total: 1.0,
+                        window_max_ratio: ratio,
+                    },
+                    ..Default::default()
+                },
+            );
+            let html = render(&s, 2000.0);
+            assert_eq!(
+                html.contains("host CPU busy: the probe waited 41% of an interval for a CPU"),
+                busy,
+                "{ratio:?}"
+            );
+        }
     }
 }

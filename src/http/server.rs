@@ -39,6 +39,7 @@ use tokio::task::JoinSet;
 
 use super::routes::{self, App};
 use super::{Limits, WebHandle};
+use crate::daemon::condlog::{CondLog, Level};
 
 /// Resolves when `rx` says true, or when its sender is gone (nobody can stop us later).
 pub(crate) async fn shutdown_requested(rx: &mut watch::Receiver<bool>) {
@@ -344,6 +345,7 @@ pub(crate) async fn run(
 ) -> io::Result<()> {
     let tracker = Arc::new(Tracker::new(&limits));
     let mut tasks: JoinSet<()> = JoinSet::new();
+    let mut accept_log = CondLog::new("http");
     loop {
         tokio::select! {
             biased;
@@ -351,6 +353,7 @@ pub(crate) async fn run(
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    accept_log.ends("accept");
                     // At the cap with every connection busy: close the newcomer.
                     let Some(reg) = tracker.admit() else {
                         tracing::debug!(max = tracker.max, "http: every connection is busy; closed a new one");
@@ -370,7 +373,12 @@ pub(crate) async fn run(
                             | io::ErrorKind::Interrupted
                             | io::ErrorKind::WouldBlock
                     ) {
-                        tracing::warn!(error = %e, "http: accept failed; retrying in 100 ms");
+                        // Said once while it lasts (and when it ends), not ten times a second.
+                        accept_log.holds(
+                            "accept",
+                            Level::Warn,
+                            format!("accept failed: {e}; retrying every 100 ms"),
+                        );
                         tokio::select! {
                             _ = shutdown_requested(&mut shutdown) => break,
                             _ = tokio::time::sleep(Duration::from_millis(100)) => {}

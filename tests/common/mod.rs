@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 pub mod daemon;
 pub mod http;
+pub mod surfaces;
 
 pub const MIB: u64 = 1 << 20;
 
