@@ -17,17 +17,55 @@ pub enum UnitError {
     Percent(String),
     #[error("'{0}' has no unit: a datasheet rating needs one, such as 600TB or 3.5PB written, or 3.2GB per second (TB, PB, GB, MB, KB are powers of 1000; TiB, PiB, GiB or t, p, g are powers of 1024; B is bytes)")]
     NoUnit(String),
+    #[error("'{0}' is not a rating: write a number and its unit as the datasheet gives it, such as 600TB, 3.5PB or 3.2GB (TB, PB, GB, MB, KB are powers of 1000; TiB, PiB, GiB are powers of 1024; units are case-sensitive)")]
+    Rating(String),
+    #[error("'{0}' is a rating of nothing: give the datasheet's figure, or leave the rating out")]
+    Zero(String),
 }
 
-/// Parses a datasheet rating in bytes (rated TBW, a rated bandwidth per second): a size
-/// that must carry its unit. A bare `150` would be 150 bytes, which no datasheet means;
-/// the user meant TB (or TB/s) and would get a share used of billions of percent.
-pub fn parse_rated_size(text: &str) -> Result<u64, UnitError> {
+/// What a datasheet rating measures, which sets the least figure that can be meant in
+/// bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rating {
+    /// Bytes written over the drive's life (TBW): the smallest drives sold are rated for
+    /// tens of TB, so a bare figure under 1 TB was meant in TB.
+    Written,
+    /// Bytes per second (sequential bandwidth): nothing sold moves under 1 MB/s, so a bare
+    /// figure under that was meant in MB/s or GB/s.
+    PerSecond,
+}
+
+impl Rating {
+    /// The least bare number taken as bytes.
+    pub fn least_bare_bytes(self) -> u64 {
+        match self {
+            Rating::Written => 1_000_000_000_000,
+            Rating::PerSecond => 1_000_000,
+        }
+    }
+}
+
+/// Parses a datasheet rating in bytes (rated TBW, a rated bandwidth per second). A rating
+/// carries its unit (`600TB`, `3.5PB`, `3.2GB`); a bare `150` would be 150 bytes, which no
+/// datasheet means (the user meant TB and would get a share used of billions of percent),
+/// so it is refused. A bare figure that is a plausible byte count (at least
+/// [`Rating::least_bare_bytes`]) is taken as bytes: configs written before units were
+/// required gave `rated_tbw_bytes` in bytes, as its name says. A rating of 0 is refused.
+pub fn parse_rated_size(text: &str, kind: Rating) -> Result<u64, UnitError> {
     let t = text.trim();
-    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+    let bare = !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.');
+    let v = match parse_size(t) {
+        Ok(v) => v,
+        Err(_) if bare => return Err(UnitError::NoUnit(t.to_string())),
+        Err(_) => return Err(UnitError::Rating(t.to_string())),
+    };
+    if bare && v < kind.least_bare_bytes() {
         return Err(UnitError::NoUnit(t.to_string()));
     }
-    parse_size(text)
+    if v == 0 {
+        return Err(UnitError::Zero(t.to_string()));
+    }
+    Ok(v)
 }
 
 /// Parses a size in bytes. Fractions are allowed with a unit (`1.5G`) and must come out
@@ -184,14 +222,41 @@ mod tests {
 
     #[test]
     fn ratings_need_a_unit() {
-        assert_eq!(parse_rated_size("600TB").unwrap(), 600_000_000_000_000);
-        assert_eq!(parse_rated_size("1PiB").unwrap(), 1 << 50);
-        assert_eq!(parse_rated_size("3.5PB").unwrap(), 3_500_000_000_000_000);
-        for bare in ["150", "600", " 1.5 ", "0"] {
-            let e = parse_rated_size(bare).unwrap_err().to_string();
+        let w = Rating::Written;
+        assert_eq!(parse_rated_size("600TB", w).unwrap(), 600_000_000_000_000);
+        assert_eq!(parse_rated_size("1PiB", w).unwrap(), 1 << 50);
+        assert_eq!(parse_rated_size("3.5PB", w).unwrap(), 3_500_000_000_000_000);
+        for bare in ["150", "600", " 1.5 ", "0", "999999999999"] {
+            let e = parse_rated_size(bare, w).unwrap_err().to_string();
             assert!(e.contains("has no unit") && e.contains("600TB"), "{e}");
         }
-        assert!(matches!(parse_rated_size("5x"), Err(UnitError::Size(_))));
+        // A bandwidth of 3200 bytes a second was meant in MB/s.
+        assert!(matches!(
+            parse_rated_size("3200", Rating::PerSecond),
+            Err(UnitError::NoUnit(_))
+        ));
+        for bad in ["5x", "600tb", "600 terabytes"] {
+            let e = parse_rated_size(bad, w).unwrap_err();
+            assert!(matches!(e, UnitError::Rating(_)), "{bad}: {e}");
+            assert!(e.to_string().contains("case-sensitive"), "{e}");
+        }
+        for zero in ["0TB", "0.0PB", "0B"] {
+            assert!(matches!(parse_rated_size(zero, w), Err(UnitError::Zero(_))), "{zero}");
+        }
+    }
+
+    /// Configs written before units were required gave `rated_tbw_bytes` in bytes, as its
+    /// name says: a bare figure that is a plausible rating still reads as bytes.
+    #[test]
+    fn a_plausible_bare_rating_is_bytes() {
+        assert_eq!(
+            parse_rated_size("600000000000000", Rating::Written).unwrap(),
+            600_000_000_000_000
+        );
+        assert_eq!(
+            parse_rated_size("3200000000", Rating::PerSecond).unwrap(),
+            3_200_000_000
+        );
     }
 
     #[test]

@@ -564,6 +564,12 @@ fn every_duration_rate_and_size_has_a_sane_range() {
         (rated("rated_seq_write_bw = \"4000\""), Some("rated_seq_write_bw: '4000' has no unit")),
         (rated("rated_tbw_bytes = \"600TB\""), None),
         (rated("rated_tbw_bytes = \"600TiB\""), None),
+        // A config from before units were required, in bytes as the key's name says, still
+        // reads; a unit typed in the wrong case or a rating of nothing does not.
+        (rated("rated_tbw_bytes = \"600000000000000\""), None),
+        (rated("rated_seq_read_bw = \"3200000000\""), None),
+        (rated("rated_tbw_bytes = \"600tb\""), Some("rated_tbw_bytes: '600tb' is not a rating")),
+        (rated("rated_tbw_bytes = \"0TB\""), Some("rated_tbw_bytes: '0TB' is a rating of nothing")),
         (rated("rated_dwpd = 1000\nwarranty_years = 100"), None),
         (rated("rated_dwpd = 1001\nwarranty_years = 5"), Some("rated_dwpd 1001 must be a number more than 0 and at most 1000")),
         (rated("warranty_years = 101"), Some("warranty_years 101 must be")),

@@ -157,19 +157,15 @@ fn steady_phase(
     let mut rounds = Vec::new();
     let mut steady_round = None;
     for k in 0..max_rounds {
-        // Round 1 also holds the workers' start-up (a little lower); round 2 is the burst.
-        let fresh = (-f64::from(k.saturating_sub(1)) / decay).exp();
+        // Minute rounds: the threads' start-up is lost in round 1, which is the burst.
+        let fresh = (-f64::from(k) / decay).exp();
         let iops = (steady_iops + (burst_iops - steady_iops) * fresh)
-            * match k {
-                0 => 0.94,
-                1 => 1.0,
-                _ => rng.jitter(0.012),
-            };
+            * if k == 0 { 1.0 } else { rng.jitter(0.012) };
         let mean = inflight / iops * 1e9;
         let sd = mean * (0.55 - 0.2 * fresh) * rng.jitter(0.05);
         let max = (steady_max_ms + (burst_max_ms - steady_max_ms) * fresh)
             * 1e6
-            * if k <= 1 { 1.0 } else { rng.jitter(0.3) };
+            * if k == 0 { 1.0 } else { rng.jitter(0.3) };
         let end = f64::from(k + 1) * secs + rng.unit() * 0.05;
         rounds.push(round(k, end, secs, &w, iops, mean, sd, max));
         if rounds.len() >= window {
@@ -196,7 +192,7 @@ fn steady_phase(
             window_range_ratio: range,
             window_slope_excursion_ratio: exc,
         },
-        burst: rounds[1].clone(),
+        burst: rounds[0].clone(),
         steady_figures: Round::average(last),
         rounds,
     };
@@ -1143,62 +1139,74 @@ fn first_steady(doc: &mut SuiteResult) -> (&mut SteadyState, &mut Vec<Round>, &m
 
 #[test]
 fn burst_is_the_first_full_round_after_the_start() {
-    let mut doc = sas_drive();
-    {
-        let (_, rounds, _) = first_steady(&mut doc);
-        for (r, iops) in rounds.iter_mut().zip([111_111.0, 222_222.0]) {
-            r.iops = iops;
-            r.read.iops = iops;
-            r.write.iops = 0.0;
-        }
-    }
-    let name = match &doc.phases[2] {
+    let name = match &sas_drive().phases[2] {
         Phase::SteadyState { workload, .. } => workload.name.clone(),
         _ => panic!("phase 2 is not a steady state"),
     };
-    // An older document recorded round 1 (with the threads' start-up) as the burst; a
-    // newer one records round 2. Both are drawn with round 2 as the burst.
-    for recorded in [0, 1] {
-        let mut d = doc.clone();
-        let (_, rounds, burst) = first_steady(&mut d);
-        *burst = rounds[recorded].clone();
-        let html = report::render(&[("d".into(), d)]);
-        let sec = section(&html, &format!("steady-{name}"));
-        let table = &sec[sec.find(r#"<table class="steady">"#).unwrap()..];
-        assert!(table.contains(&grouped(222_222.0)), "{table}");
-        assert!(!table.contains(&grouped(111_111.0)), "{table}");
-        assert!(sec.contains("the first full round after the workers started"));
-        // The burst's ring sits on round 2's point of the IOPS chart.
-        let svg = chart(&html, &format!("chart-steady-{name}-iops"));
-        let centre = |from: &str| {
-            let cx = from
-                .split("cx=\"")
-                .nth(1)
-                .unwrap()
-                .split('"')
-                .next()
-                .unwrap();
-            let cy = from
-                .split("cy=\"")
-                .nth(1)
-                .unwrap()
-                .split('"')
-                .next()
-                .unwrap();
-            (cx.to_string(), cy.to_string())
+    // Quick scale's 0.5 s rounds: round 1 holds the threads' start-up, the burst is round
+    // 2. Full scale's minute rounds: the start-up is lost in round 1, which is the burst.
+    for (round_seconds, burst_at) in [(0.5, 1usize), (60.0, 0)] {
+        let mut doc = sas_drive();
+        {
+            let (_, rounds, _) = first_steady(&mut doc);
+            for (k, r) in rounds.iter_mut().enumerate() {
+                r.end_seconds = round_seconds * (k + 1) as f64;
+            }
+            for (r, iops) in rounds.iter_mut().zip([111_111.0, 222_222.0]) {
+                r.iops = iops;
+                r.read.iops = iops;
+                r.write.iops = 0.0;
+            }
+        }
+        let (want, not) = if burst_at == 1 {
+            (222_222.0, 111_111.0)
+        } else {
+            (111_111.0, 222_222.0)
         };
-        let pts: Vec<_> = svg
-            .split(r#"<circle class="pt s0""#)
-            .skip(1)
-            .map(centre)
-            .collect();
-        let ring = centre(svg.split(r#"<circle class="mark s0""#).nth(1).unwrap());
-        assert_eq!(ring, pts[1], "the burst ring is not on round 2");
+        // Whichever round the document recorded (older documents recorded round 1 at
+        // every scale), the report draws the burst by the rule.
+        for recorded in [0, 1] {
+            let mut d = doc.clone();
+            let (_, rounds, burst) = first_steady(&mut d);
+            *burst = rounds[recorded].clone();
+            let html = report::render(&[("d".into(), d)]);
+            let sec = section(&html, &format!("steady-{name}"));
+            let table = &sec[sec.find(r#"<table class="steady">"#).unwrap()..];
+            assert!(table.contains(&grouped(want)), "{round_seconds} s: {table}");
+            assert!(!table.contains(&grouped(not)), "{round_seconds} s: {table}");
+            assert!(sec.contains("the first full round after the workers started"));
+            // The burst's ring sits on the burst round's point of the IOPS chart.
+            let svg = chart(&html, &format!("chart-steady-{name}-iops"));
+            let centre = |from: &str| {
+                let attr = |a: &str| {
+                    from.split(&format!("{a}=\""))
+                        .nth(1)
+                        .unwrap()
+                        .split('"')
+                        .next()
+                        .unwrap()
+                        .to_string()
+                };
+                (attr("cx"), attr("cy"))
+            };
+            let pts: Vec<_> = svg
+                .split(r#"<circle class="pt s0""#)
+                .skip(1)
+                .map(centre)
+                .collect();
+            let ring = centre(svg.split(r#"<circle class="mark s0""#).nth(1).unwrap());
+            assert_eq!(
+                ring,
+                pts[burst_at],
+                "{round_seconds} s rounds: the burst ring is not on round {}",
+                burst_at + 1
+            );
+        }
     }
-    // The generator records what the suite records: round 2.
+    // The generator's minute rounds record what the suite records: round 1.
     let mut g = sas_drive();
     let (_, rounds, burst) = first_steady(&mut g);
-    assert_eq!(*burst, rounds[1]);
+    assert_eq!(*burst, rounds[0]);
 }
 
 #[test]

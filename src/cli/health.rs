@@ -115,7 +115,7 @@ fn read_and_print(a: HealthArgs) -> Result<u8, Failure> {
             .rated_tbw
             .as_deref()
             .map(|t| {
-                units::parse_rated_size(t)
+                units::parse_rated_size(t, units::Rating::Written)
                     .map(|b| b as f64)
                     .map_err(|e| Failure::usage(format!("--rated-tbw: {e}")))
             })

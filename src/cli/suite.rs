@@ -52,7 +52,7 @@ fn rated(a: &BenchArgs) -> Result<Option<Rated>, Failure> {
     let bw = |flag: &str, v: &Option<String>| -> Result<Option<f64>, Failure> {
         v.as_deref()
             .map(|t| {
-                units::parse_rated_size(t)
+                units::parse_rated_size(t, units::Rating::PerSecond)
                     .map(|b| b as f64)
                     .map_err(|e| Failure::usage(format!("--{flag}: {e}")))
             })

@@ -376,12 +376,10 @@ impl Cx<'_> {
             }
         };
         // A rating needs its unit: a bare "600" would be 600 bytes.
-        let size_f = |s: &Option<S<String>>, key: &str| -> R<Option<f64>> {
+        let size_f = |s: &Option<S<String>>, key: &str, kind: units::Rating| -> R<Option<f64>> {
             s.as_ref()
                 .map(|s| {
-                    if let Err(e @ units::UnitError::NoUnit(_)) =
-                        units::parse_rated_size(s.get_ref())
-                    {
+                    if let Err(e) = units::parse_rated_size(s.get_ref(), kind) {
                         return Err(self.err(s.span(), format!("{key}: {e}")));
                     }
                     self.size_at_most(s, key, MAX_RATED_BYTES).map(|v| v as f64)
@@ -389,7 +387,7 @@ impl Cx<'_> {
                 .transpose()
         };
         let rating = Rating {
-            tbw_bytes: size_f(&d.rated_tbw_bytes, "rated_tbw_bytes")?,
+            tbw_bytes: size_f(&d.rated_tbw_bytes, "rated_tbw_bytes", units::Rating::Written)?,
             dwpd: positive(&d.rated_dwpd, "rated_dwpd", 1_000.0)?,
             warranty_years: positive(&d.warranty_years, "warranty_years", 100.0)?,
             mtbf_hours: positive(&d.rated_mtbf_hours, "rated_mtbf_hours", 1e9)?,
@@ -403,8 +401,8 @@ impl Cx<'_> {
         let rated = Rated {
             read_iops_4k: positive(&d.rated_read_iops_4k, "rated_read_iops_4k", 1e9)?,
             write_iops_4k: positive(&d.rated_write_iops_4k, "rated_write_iops_4k", 1e9)?,
-            seq_read_bytes_per_second: size_f(&d.rated_seq_read_bw, "rated_seq_read_bw")?,
-            seq_write_bytes_per_second: size_f(&d.rated_seq_write_bw, "rated_seq_write_bw")?,
+            seq_read_bytes_per_second: size_f(&d.rated_seq_read_bw, "rated_seq_read_bw", units::Rating::PerSecond)?,
+            seq_write_bytes_per_second: size_f(&d.rated_seq_write_bw, "rated_seq_write_bw", units::Rating::PerSecond)?,
         };
         Ok(Drive {
             name,

@@ -221,17 +221,22 @@ pub fn assess(e: &Endurance, a: &mut Assessment) {
     let (Some(h), Some(rated)) = (e.host_written_ratio, e.rated_bytes) else {
         return;
     };
+    // Whole TB for a real rating; small ones (a test drive rated in GB) keep their
+    // figure rather than read "0 TB".
+    let tb = if rated >= 10e12 {
+        format!("{:.0} TB", rated / 1e12)
+    } else {
+        format!("{} TB", rated / 1e12)
+    };
     let reason = if h >= 1.0 {
         format!(
-            "host writes are {:.0}% of the rated endurance ({:.0} TB): past its rated life",
-            h * 100.0,
-            rated / 1e12
+            "host writes are {:.0}% of the rated endurance ({tb}): past its rated life",
+            h * 100.0
         )
     } else if h >= super::model::WEAR_WARNING_RATIO {
         format!(
-            "host writes are {:.0}% of the rated endurance ({:.0} TB)",
-            h * 100.0,
-            rated / 1e12
+            "host writes are {:.0}% of the rated endurance ({tb})",
+            h * 100.0
         )
     } else {
         return;
@@ -389,10 +394,19 @@ mod tests {
         assess(&e, &mut a);
         assert_eq!(a.verdict, Verdict::Warning);
         assert!(
-            a.reasons[0].contains("150% of the rated endurance"),
+            a.reasons[0].contains("150% of the rated endurance (100 TB)"),
             "{:?}",
             a.reasons
         );
+        // A small rating keeps its figure, never "(0 TB)".
+        let small = Rating {
+            tbw_bytes: Some(0.5 * TB),
+            ..Default::default()
+        };
+        let e = estimate(&report(150.0, 10, 10.0), &small, 0.0, &[], None);
+        let mut a = ok();
+        assess(&e, &mut a);
+        assert!(a.reasons[0].contains("(0.5 TB)"), "{:?}", a.reasons);
         let e = estimate(&report(85.0, 10, 10.0), &rating, 0.0, &[], None);
         let mut a = ok();
         assess(&e, &mut a);

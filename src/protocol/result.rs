@@ -144,9 +144,9 @@ pub enum Phase {
         workload: WorkloadDesc,
         steady: SteadyState,
         rounds: Vec<Round>,
-        /// The first full round after the workers started (fresh drive): the second
-        /// round, as the first also holds the threads' start-up; the first when it is the
-        /// only one.
+        /// The first full round after the workers started (fresh drive): the first
+        /// round when it lasts 10 s or more, else the second, whose figures the threads'
+        /// start-up does not hold (see [`burst_round`]).
         burst: Round,
         /// Averages over the steady window (or the last window when never steady).
         steady_figures: Round,
@@ -253,11 +253,23 @@ impl DirFigures {
     }
 }
 
+/// A first round at least this long holds the threads' start-up (milliseconds) as a share
+/// too small to see, so it is the burst; a shorter one (quick scale's 0.5 s rounds) is not.
+pub const BURST_FIRST_ROUND_MIN_SECONDS: f64 = 10.0;
+
 /// The burst of a steady-state phase's rounds: the first full round after the workers
-/// started. The first round also holds the threads' start-up (with 0.5 s rounds, a
-/// visible share of it), so it is the second round, or the first when it is the only one.
+/// started, what the drive does fresh after the purge. The first round also holds the
+/// threads' start-up: with rounds of [`BURST_FIRST_ROUND_MIN_SECONDS`] or more that is
+/// lost in the round and the first round is the burst (a full-scale round is a minute,
+/// and its fresh-drive figure is what the burst is for); with shorter rounds it is a
+/// visible share, so the burst is the second round (or the first, when it is the only
+/// one).
 pub fn burst_round(rounds: &[Round]) -> Option<&Round> {
-    rounds.get(1).or_else(|| rounds.first())
+    let first = rounds.first()?;
+    if first.end_seconds >= BURST_FIRST_ROUND_MIN_SECONDS {
+        return Some(first);
+    }
+    rounds.get(1).or(Some(first))
 }
 
 impl Round {
@@ -352,12 +364,21 @@ mod tests {
 
     #[test]
     fn burst_is_the_first_full_round() {
-        let r = |i: u32| Round {
+        // Rounds of `len` seconds each.
+        let r = |i: u32, len: f64| Round {
             index: i,
+            end_seconds: len * (i + 1) as f64,
             ..Round::default()
         };
         assert_eq!(burst_round(&[]), None);
-        assert_eq!(burst_round(&[r(0)]).map(|r| r.index), Some(0));
-        assert_eq!(burst_round(&[r(0), r(1), r(2)]).map(|r| r.index), Some(1));
+        // Quick scale's 0.5 s rounds: the first holds the start-up, the burst is the second.
+        assert_eq!(burst_round(&[r(0, 0.5)]).map(|r| r.index), Some(0));
+        let quick = [r(0, 0.5), r(1, 0.5), r(2, 0.5)];
+        assert_eq!(burst_round(&quick).map(|r| r.index), Some(1));
+        // Full scale's minute rounds: the first is the fresh drive's burst.
+        let full = [r(0, 60.0), r(1, 60.0), r(2, 60.0)];
+        assert_eq!(burst_round(&full).map(|r| r.index), Some(0));
+        let edge = [r(0, 9.99), r(1, 9.99)];
+        assert_eq!(burst_round(&edge).map(|r| r.index), Some(1));
     }
 }
