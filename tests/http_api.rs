@@ -155,8 +155,10 @@ fn status(bad_doc: &Path) -> Status {
                 written_today_bytes: 300_000_000,
                 budget_bytes_per_day: 4e9,
                 exceeded: false,
+                ..Default::default()
             },
             last_runs: BTreeMap::new(),
+            skipped: BTreeMap::new(),
         },
     );
     let mut collectors = BTreeMap::new();
@@ -195,6 +197,10 @@ fn status(bad_doc: &Path) -> Status {
             ended: Some(started as i64 + 3600),
             status,
             result_path: path,
+            reason: None,
+            write_bound_bytes: None,
+            stop: None,
+            written_bytes: None,
         };
     let runs = vec![
         run(

@@ -177,7 +177,7 @@ fn hold_reason(ctx: &Ctx, drive: &DriveCtl, probe: &Probe) -> Option<String> {
         return Some(p);
     }
     if probe.writes && ctx.over_budget(drive) {
-        return Some("wear budget for today spent".into());
+        return Some("the canaries' wear budget for today is spent".into());
     }
     None
 }
