@@ -19,12 +19,17 @@ const DUE_LONG_AGO: &str = "0 0 1 1 *";
 /// `a` of `size`, one `enterprise` schedule `s` at quick scale, and `extra` (a
 /// `[wear_budget]` table, or nothing for the defaults).
 fn config(dir: &Path, size: &str, max: &str, extra: &str) -> String {
+    config_rated(dir, size, max, extra, "")
+}
+
+/// [`config`] with `rated` (datasheet keys) in the drive's table.
+fn config_rated(dir: &Path, size: &str, max: &str, extra: &str, rated: &str) -> String {
     format!(
-        "state_dir = \"{}\"\nhealth_interval = \"2s\"\n\n{extra}{}\
+        "state_dir = \"{}\"\nhealth_interval = \"2s\"\n\n{extra}{}\n{rated}\n\
 [[probe]]\nname = \"rd\"\ndrives = [\"*\"]\nworkload = {{ rate_iops = 50 }}\n\n\
 [[schedule]]\nname = \"s\"\ndrives = [\"a\"]\nsuite = \"enterprise\"\nscale = \"quick\"\ncron = \"{DUE_LONG_AGO}\"\nmax_duration = \"{max}\"\n",
         dir.join("state").display(),
-        file_drive("a", &dir.join("a.dat"), size),
+        file_drive("a", &dir.join("a.dat"), size).trim_end(),
     )
 }
 
@@ -33,6 +38,22 @@ fn start(dir: &Path, text: &str) -> Daemon {
     std::fs::write(&cfg, text).unwrap();
     seed_due_state(&dir.join("state"), &["s/a"]);
     Daemon::start(&cfg, &[])
+}
+
+/// Polls `/api/v1/runs` until a run has started and ended (whatever its status).
+fn wait_run_end(d: &Daemon, limit: Duration) -> Value {
+    let t0 = Instant::now();
+    loop {
+        let runs = d.runs();
+        if let Some(r) = runs
+            .iter()
+            .find(|r| r["status"] != "running" && !r["ended"].is_null())
+        {
+            return r.clone();
+        }
+        assert!(t0.elapsed() < limit, "no run ended in {limit:?}: {runs:?}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 fn document(run: &Value) -> Value {
@@ -74,8 +95,9 @@ fn a_scheduled_enterprise_run_under_the_default_budget_finishes_and_every_surfac
     // The default [wear_budget], an unrated drive, the built-in config's 256 MiB target.
     let d = start(dir.path(), &config(dir.path(), "256MiB", "1h", ""));
     let t0 = Instant::now();
-    let run = d.wait_run_status("passed", Duration::from_secs(600));
+    let run = wait_run_end(&d, Duration::from_secs(600));
     let took = t0.elapsed();
+    assert_eq!(run["status"], "passed", "{run}\nlog:\n{}", d.log());
     let id = run["id"].as_str().unwrap();
     assert!(
         run.get("reason").is_none(),
@@ -289,5 +311,37 @@ fn a_run_stopped_by_sigterm_or_its_max_duration_says_which_on_every_surface() {
         "timed out: stopped at its max_duration of 3 s",
     );
     assert_eq!(run["stop"]["kind"], "max_duration");
+    d.terminate(Duration::from_secs(5));
+}
+
+#[test]
+fn a_run_past_its_hard_safety_limit_is_stopped_as_a_safety_stop_on_every_surface() {
+    // A drive that claims 1 MB/s: the bound (purge, one preconditioning pass, the timed
+    // phases at 1.25 MB/s) is about 90 MB, its safety limit 1.5x that plus 64 MiB; on
+    // tmpfs the write phases go far past it.
+    let dir = common::shm_dir("dp-budget-");
+    let rated = "rated_seq_read_bw = \"1MB\"\nrated_seq_write_bw = \"1MB\"\n";
+    let d = start(
+        dir.path(),
+        &config_rated(dir.path(), "32MiB", "1h", "", rated),
+    );
+    let run = wait_run_end(&d, Duration::from_secs(120));
+    assert_eq!(run["status"], "stopped", "{run}");
+    let bound = run["write_bound_bytes"].as_u64().unwrap();
+    let written = run["written_bytes"].as_u64().unwrap();
+    assert!(bound < 100_000_000, "{bound}");
+    let limit = (bound as f64 * 1.5) as u64 + (64 << 20);
+    assert!(written > limit, "{written} <= {limit}");
+    check_stop(&d, &run, "stopped", "safety_limit", "safety stop: wrote ");
+    assert_eq!(run["stop"]["kind"], "safety_limit");
+    assert_eq!(run["stop"]["bound_bytes"].as_u64(), Some(bound));
+    let log = d.log();
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("safety stop of a scheduled run"))
+            .count(),
+        1,
+        "{log}"
+    );
     d.terminate(Duration::from_secs(5));
 }
