@@ -211,10 +211,7 @@ fn a_run_whose_bound_does_not_fit_is_skipped_up_front_logged_once_and_shown_ever
         "{row}"
     );
     let (_, _, html) = d.get("/");
-    assert!(
-        html.contains(&format!("s skipped 1x")),
-        "the drive's wear cell"
-    );
+    assert!(html.contains("s skipped 1x"), "the drive's wear cell");
     // /metrics: counted once, with the reason.
     let e = d.scrape();
     assert_eq!(
@@ -260,6 +257,12 @@ fn check_stop(d: &Daemon, run: &Value, status: &str, label: &str, text: &str) {
     assert!(
         html.contains(&format!("run:enterprise failed:</span> {}", esc(reason))),
         "the drive's collector says the same"
+    );
+    let (code, _, report) = d.get(&format!("/runs/{id}/report"));
+    assert_eq!(code, 200);
+    assert!(
+        report.contains(&format!("incomplete</span>: {}", esc(reason))),
+        "the report"
     );
     let e = d.wait_for("the run's gauges", Duration::from_secs(10), |e| {
         e.has("driveprobe_run_last_status")
@@ -343,5 +346,66 @@ fn a_run_past_its_hard_safety_limit_is_stopped_as_a_safety_stop_on_every_surface
         1,
         "{log}"
     );
+    d.terminate(Duration::from_secs(5));
+}
+
+#[test]
+fn a_spent_canary_budget_does_not_hold_or_stop_a_scheduled_run_and_runs_do_not_spend_it() {
+    let dir = common::shm_dir("dp-budget-");
+    // Today's bytes of a state file from before the split (canaries and runs were one
+    // daily count): 10 MiB, over the canaries' 2 MiB. The old daemon held the due run
+    // ("waiting", every second) or stopped it once it wrote past the shared budget.
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let today = driveprobe::schedule::state::utc_day(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64,
+    );
+    let doc = serde_json::json!({
+        "version": 1,
+        "schedules": { "s/a": { "first_seen": 0 } },
+        "self_written": { "a": { today: 10u64 << 20 } },
+        "self_written_lifetime": { "a": 10u64 << 20 },
+    });
+    std::fs::write(state.join("state.json"), doc.to_string()).unwrap();
+    let text = config(
+        dir.path(),
+        "32MiB",
+        "1h",
+        "[wear_budget]\nunrated_bytes_per_day = \"2MiB\"\n\n",
+    )
+    .replace(
+        "workload = { rate_iops = 50 }",
+        "workload = { read_pct = 0, rate_iops = 300 }",
+    );
+    let cfg = dir.path().join("d.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let d = Daemon::start(&cfg, &[]);
+    let run = wait_run_end(&d, Duration::from_secs(300));
+    assert_eq!(run["status"], "passed", "{run}\nlog:\n{}", d.log());
+    let written = run["written_bytes"].as_u64().unwrap();
+    let e = d.scrape();
+    let drive = [("drive", "a")];
+    // The canaries' count is the old bytes only: the run's are the runs'.
+    assert_eq!(
+        gauge(&e, "driveprobe_wear_budget_used_bytes", &drive),
+        (10u64 << 20) as f64
+    );
+    assert_eq!(gauge(&e, "driveprobe_wear_budget_exceeded", &drive), 1.0);
+    assert!(gauge(&e, "driveprobe_wear_budget_runs_used_bytes", &drive) >= written as f64);
+    assert!(
+        gauge(&e, "driveprobe_self_written_bytes_total", &drive) >= (written + (10 << 20)) as f64,
+        "nothing of the old state lost"
+    );
+    // The writing canary still holds for its own budget after the run.
+    d.wait_for("the writing canary held", Duration::from_secs(20), |e| {
+        e.value(
+            "driveprobe_probe_running",
+            &[("drive", "a"), ("probe", "rd")],
+        ) == Some(0.0)
+    });
+    assert!(!d.log().contains("waiting"), "{}", d.log());
     d.terminate(Duration::from_secs(5));
 }
