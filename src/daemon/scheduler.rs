@@ -1105,6 +1105,37 @@ mod tests {
     use crate::config::RunsRetention;
 
     #[test]
+    fn a_runs_status_follows_why_it_stopped() {
+        let e = StopReason::Error {
+            message: "x".into(),
+        };
+        let safety = StopReason::SafetyLimit {
+            written_bytes: 3,
+            bound_bytes: 1,
+            limit_bytes: 2,
+        };
+        assert_eq!(status_of(None, true), RunStatus::Passed);
+        assert_eq!(status_of(None, false), RunStatus::Failed);
+        assert_eq!(status_of(Some(&e), true), RunStatus::Failed);
+        assert_eq!(
+            status_of(Some(&StopReason::Signal), false),
+            RunStatus::Stopped
+        );
+        assert_eq!(status_of(Some(&safety), false), RunStatus::Stopped);
+        assert_eq!(
+            status_of(Some(&StopReason::MaxDuration { limit_seconds: 1 }), false),
+            RunStatus::TimedOut
+        );
+        let m = skip_message(333 << 30, 1024.0, 2048.0, 30);
+        assert!(m.starts_with("skipped: "), "{m}");
+        assert!(
+            m.contains("333.0 GiB")
+                && m.contains("1.0 KiB (1024 bytes) is left of 2.0 KiB per 30 days"),
+            "{m}"
+        );
+    }
+
+    #[test]
     fn retention_drops_the_oldest_by_count_and_by_bytes() {
         let docs: Vec<(PathBuf, u64)> = (0..10)
             .map(|i| (PathBuf::from(format!("{i}")), 100))

@@ -1069,6 +1069,29 @@ mod tests {
     }
 
     #[test]
+    fn the_stop_reason_is_the_recorded_one_then_the_error_then_a_signal() {
+        use crate::protocol::bound::{StopCell, StopReason};
+        let control = RunControl::new();
+        let cell = StopCell::default();
+        assert_eq!(stop_reason(&None, &control, &cell), None, "it finished");
+        let err = Some(SuiteError::Scale("x".into()));
+        assert!(matches!(
+            stop_reason(&err, &control, &cell),
+            Some(StopReason::Error { message }) if message.contains("'x' is not a scale")
+        ));
+        control.stop();
+        // Stopped with no reason recorded: only the signal handler stops that way.
+        assert_eq!(
+            stop_reason(&None, &control, &cell),
+            Some(StopReason::Signal)
+        );
+        // A recorded reason wins over an error that the stop caused.
+        let t = StopReason::MaxDuration { limit_seconds: 3 };
+        cell.set(t.clone());
+        assert_eq!(stop_reason(&err, &control, &cell), Some(t));
+    }
+
+    #[test]
     fn fio_written_bytes_sums_every_jobs_writes() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/app/fio");
         let json = std::fs::read_to_string(dir.join("3.33-two-jobs.json")).unwrap();
