@@ -413,22 +413,52 @@ impl Snapshot {
         );
         self.gauge(
             "driveprobe_wear_budget_bytes",
-            "Bytes driveprobe may write to the drive per UTC day (its wear budget).",
+            "Bytes driveprobe's canaries may write to the drive per UTC day (their wear budget; scheduled runs have their own, driveprobe_wear_budget_runs_bytes).",
             drive(),
             w.budget_bytes_per_day,
         );
         self.gauge(
             "driveprobe_wear_budget_used_bytes",
-            "Bytes driveprobe wrote to the drive on the current UTC day, against driveprobe_wear_budget_bytes.",
+            "Bytes driveprobe's canaries wrote to the drive on the current UTC day, against driveprobe_wear_budget_bytes.",
             drive(),
             w.written_today_bytes as f64,
         );
         self.gauge(
             "driveprobe_wear_budget_exceeded",
-            "1 when today's writes are over the wear budget, so driveprobe's writes to the drive are paused until the next UTC day, else 0.",
+            "1 when the canaries' writes today are over their wear budget, so writing canaries on the drive hold until the next UTC day, else 0 (scheduled runs are not affected).",
             drive(),
             bool01(w.exceeded),
         );
+        self.gauge(
+            "driveprobe_wear_budget_runs_bytes",
+            "Bytes scheduled runs may write to the drive over the rolling period driveprobe_wear_budget_runs_period_seconds; a run starts only when its write bound fits what is left (a schedule may have its own wear_budget).",
+            drive(),
+            w.runs_budget_bytes,
+        );
+        self.gauge(
+            "driveprobe_wear_budget_runs_used_bytes",
+            "Bytes scheduled runs wrote to the drive over the rolling period, against driveprobe_wear_budget_runs_bytes.",
+            drive(),
+            w.runs_written_bytes as f64,
+        );
+        self.gauge(
+            "driveprobe_wear_budget_runs_period_seconds",
+            "The rolling period of the scheduled runs' wear budget, in seconds (whole UTC days).",
+            drive(),
+            w.runs_period_days as f64 * 86_400.0,
+        );
+        for (schedule, sk) in &d.skipped {
+            self.counter(
+                "driveprobe_schedule_skipped_total",
+                "Scheduled runs on the drive skipped up front since the daemon started, by schedule and reason (wear_budget: the run's write bound did not fit the wear budget left for scheduled runs; the run list says the figures).",
+                vec![
+                    ("drive", name.to_string()),
+                    ("schedule", schedule.clone()),
+                    ("reason", sk.reason.clone()),
+                ],
+                sk.count,
+            );
+        }
         for (collector, c) in &d.collectors {
             let l = vec![
                 ("drive", name.to_string()),
@@ -637,6 +667,32 @@ impl Snapshot {
             "1 when the suite's last finished run on the drive passed, 0 when it failed, timed out, was interrupted or stopped.",
             ds(),
             bool01(r.status == "passed"),
+        );
+        let mut ls = ds();
+        ls.push(("status", r.status.clone()));
+        let label = if r.reason_label.is_empty() {
+            "none"
+        } else {
+            r.reason_label.as_str()
+        };
+        ls.push(("reason", label.to_string()));
+        self.gauge(
+            "driveprobe_run_last_status",
+            "Always 1: the status of the suite's last finished run on the drive (passed, failed, timed_out, stopped, interrupted, pending) and why it stopped (reason: none, signal, max_duration, safety_limit, error) as labels; the run list has the sentence.",
+            ls,
+            1.0,
+        );
+        self.gauge(
+            "driveprobe_run_written_bytes",
+            "Bytes the suite's last finished run wrote to the drive.",
+            ds(),
+            r.written_bytes as f64,
+        );
+        self.gauge_opt(
+            "driveprobe_run_write_bound_bytes",
+            "The upper bound of the bytes the suite's last finished run could write, that it was admitted with (against the scheduled runs' wear budget).",
+            &ds(),
+            r.write_bound_bytes.map(|b| b as f64),
         );
     }
 

@@ -97,6 +97,8 @@ pub struct DriveStatus {
     pub wear: WearStatus,
     /// The last finished run of each suite on this drive, by suite name.
     pub last_runs: BTreeMap<String, RunSummary>,
+    /// Scheduled runs skipped up front, by schedule name (the config's `[[schedule]]` name).
+    pub skipped: BTreeMap<String, SkipStatus>,
 }
 
 /// Where health reading of one drive stands. Set by the drive's health thread only.
@@ -347,17 +349,36 @@ impl Serialize for WindowQuantiles {
     }
 }
 
-/// Bytes driveprobe itself wrote to a drive, against its wear budget.
+/// Bytes driveprobe itself wrote to a drive, against its two wear allowances: the
+/// canaries' per UTC day, and the scheduled runs' over a rolling period.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct WearStatus {
-    /// Since the state file began (survives restarts).
+    /// Since the state file began (survives restarts), canaries and runs.
     pub self_written_bytes_total: u128,
-    /// On the current UTC day.
+    /// By the canaries on the current UTC day.
     pub written_today_bytes: u128,
-    /// The budget per UTC day.
+    /// The canaries' budget per UTC day.
     pub budget_bytes_per_day: f64,
-    /// Over budget today: driveprobe's writes to this drive are paused.
+    /// The canaries are over their budget today: writing canaries hold.
     pub exceeded: bool,
+    /// The scheduled runs' rolling period, in days.
+    pub runs_period_days: u32,
+    /// The scheduled runs' allowance over the period (a schedule may override it).
+    pub runs_budget_bytes: f64,
+    /// What scheduled runs wrote over the period so far.
+    pub runs_written_bytes: u128,
+}
+
+/// Scheduled runs of one schedule on one drive that were skipped up front.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SkipStatus {
+    /// Since the daemon started.
+    pub count: u64,
+    /// Short name of the reason (the `reason` label): `wear_budget`.
+    pub reason: String,
+    /// The last skip: when (unix seconds) and why, with its figures.
+    pub last_unix: f64,
+    pub last_message: String,
 }
 
 /// The last finished run of one suite on one drive: what the `driveprobe_run_*` gauges say.
@@ -374,6 +395,14 @@ pub struct RunSummary {
     pub steady_state: Option<bool>,
     /// Unix seconds of the last run of this suite on this drive that passed.
     pub last_success_unix: Option<f64>,
+    /// Why it did not pass (`protocol::bound::StopReason::describe`); None when it passed.
+    pub reason: Option<String>,
+    /// Short name of that reason (`signal`, `max_duration`, `safety_limit`, `error`), or
+    /// `none`: the `reason` label of `driveprobe_run_last_status`.
+    pub reason_label: String,
+    /// What it wrote, and the upper bound it was admitted with, in bytes.
+    pub written_bytes: u64,
+    pub write_bound_bytes: Option<u64>,
     /// Measured points (steady state figures, sweep points, curve points...).
     pub points: Vec<RunPoint>,
     /// Application workload points (oltp by thread count, kv by db_bench phase): the

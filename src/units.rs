@@ -241,7 +241,10 @@ mod tests {
             assert!(e.to_string().contains("case-sensitive"), "{e}");
         }
         for zero in ["0TB", "0.0PB", "0B"] {
-            assert!(matches!(parse_rated_size(zero, w), Err(UnitError::Zero(_))), "{zero}");
+            assert!(
+                matches!(parse_rated_size(zero, w), Err(UnitError::Zero(_))),
+                "{zero}"
+            );
         }
     }
 

@@ -854,3 +854,71 @@ fn check_config_refuses_a_rating_without_a_unit() {
         "{err}"
     );
 }
+
+#[test]
+fn the_wear_budget_keys_are_read_with_their_defaults_and_schedule_overrides() {
+    use driveprobe::config::{ScheduleBudget, DEFAULT_SCHEDULED_UNRATED_BYTES};
+    let c = Config::parse("", "x.toml").unwrap();
+    let w = c.wear_budget;
+    assert_eq!(w.period_days, 30);
+    assert_eq!(w.scheduled_unrated_bytes, DEFAULT_SCHEDULED_UNRATED_BYTES);
+    assert_eq!(w.scheduled_share_of_rated_writes, 0.25);
+    // The canaries' keys keep their meaning and defaults.
+    assert_eq!(
+        (w.share_of_rated_dwpd, w.unrated_bytes_per_day),
+        (0.05, 1 << 30)
+    );
+    let text = "[wear_budget]\nperiod = \"7d\"\nscheduled_share_of_rated_writes = 0.5\n\
+                scheduled_unrated_bytes = \"1TiB\"\nunrated_bytes_per_day = \"2GiB\"\n\n\
+                [[drive]]\nname = \"a\"\nfile_target = { path = \"/srv/a.dat\", size = \"1GiB\" }\n\n\
+                [[schedule]]\nname = \"u\"\ndrives = [\"a\"]\nsuite = \"latency\"\ncron = \"0 3 * * *\"\nmax_duration = \"1h\"\nwear_budget = \"unlimited\"\n\n\
+                [[schedule]]\nname = \"b\"\ndrives = [\"a\"]\nsuite = \"latency\"\ncron = \"0 4 * * *\"\nmax_duration = \"1h\"\nwear_budget = \"3TB\"\n\n\
+                [[schedule]]\nname = \"d\"\ndrives = [\"a\"]\nsuite = \"latency\"\ncron = \"0 5 * * *\"\nmax_duration = \"1h\"\n";
+    let c = Config::parse(text, "x.toml").unwrap();
+    let w = c.wear_budget;
+    assert_eq!(w.period_days, 7);
+    assert_eq!(w.scheduled_share_of_rated_writes, 0.5);
+    assert_eq!(w.scheduled_unrated_bytes, 1 << 40);
+    assert_eq!(w.unrated_bytes_per_day, 2 << 30);
+    let budgets: Vec<ScheduleBudget> = c.schedules.iter().map(|s| s.wear_budget).collect();
+    assert_eq!(
+        budgets,
+        [
+            ScheduleBudget::Unlimited,
+            ScheduleBudget::Bytes(3_000_000_000_000),
+            ScheduleBudget::Drive
+        ]
+    );
+    for (doc, want) in [
+        ("[wear_budget]\nperiod = \"1d\"\n", None),
+        ("[wear_budget]\nperiod = \"400d\"\n", None),
+        ("[wear_budget]\nperiod = \"12h\"\n", Some("is too short")),
+        ("[wear_budget]\nperiod = \"30d1s\"\n", Some("period")),
+        (
+            "[wear_budget]\nscheduled_share_of_rated_writes = 1.5\n",
+            Some("is out of range"),
+        ),
+        (
+            "[wear_budget]\nscheduled_share_of_rated_writes = nan\n",
+            Some("is out of range"),
+        ),
+        ("[wear_budget]\nscheduled_unrated_bytes = \"1PiB\"\n", None),
+        (
+            "[wear_budget]\nscheduled_unrated_bytes = \"1025TiB\"\n",
+            Some("is too large"),
+        ),
+        (
+            "[wear_budget]\nscheduled_unrated_bytes = \"0\"\n",
+            Some("is 0"),
+        ),
+    ] {
+        match (Config::parse(doc, "x.toml"), want) {
+            (Ok(_), None) => {}
+            (Err(e), Some(w)) => {
+                let e = e.to_string();
+                assert!(e.contains(w) && e.starts_with("x.toml:2:"), "{doc:?}: {e}");
+            }
+            (got, want) => panic!("{doc:?}: got {got:?}, wanted {want:?}"),
+        }
+    }
+}

@@ -103,7 +103,7 @@ fn status(bad_doc: &Path) -> Status {
             writes: true,
             window_seconds: 60.0,
             state: ProbeState::Paused {
-                reason: "the drive's wear budget for today is spent".into(),
+                reason: "the canaries' wear budget for today is spent".into(),
             },
             read: op(50_000, 0, 110e-6),
             write: op(50_000, 0, 30e-6),
@@ -167,8 +167,10 @@ fn status(bad_doc: &Path) -> Status {
                 written_today_bytes: 300_000_000,
                 budget_bytes_per_day: 4e9,
                 exceeded: false,
+                ..Default::default()
             },
             last_runs: BTreeMap::new(),
+            skipped: BTreeMap::new(),
         },
     );
     let mut collectors = BTreeMap::new();
@@ -211,6 +213,10 @@ fn status(bad_doc: &Path) -> Status {
             ended: Some(started as i64 + 3600),
             status,
             result_path: path,
+            reason: None,
+            write_bound_bytes: None,
+            stop: None,
+            written_bytes: None,
         };
     let runs = vec![
         run(
@@ -867,7 +873,14 @@ fn chromium_shows_the_drive_table() {
 /// Every key path of a JSON value: `a.b`, `a[].c`; the keys of objects that are maps by
 /// name (drives' probes, collectors, last runs; the scheduler's due times and runs) are `*`.
 fn key_paths(v: &serde_json::Value, path: &str, out: &mut std::collections::BTreeSet<String>) {
-    const MAPS: [&str; 5] = ["probes", "collectors", "last_runs", "next_due", "running"];
+    const MAPS: [&str; 6] = [
+        "probes",
+        "collectors",
+        "last_runs",
+        "next_due",
+        "running",
+        "skipped",
+    ];
     let last = path.rsplit(['.', ']']).next().unwrap_or("");
     match v {
         serde_json::Value::Object(m) => {
@@ -948,10 +961,32 @@ fn docs_api_md_matches_the_routes_and_the_live_json() {
                 ..Default::default()
             },
         );
+        d.skipped.insert(
+            "weekly-characterisation".into(),
+            driveprobe::status::SkipStatus {
+                count: 1,
+                reason: "wear_budget".into(),
+                last_unix: 1.0,
+                last_message: "skipped".into(),
+            },
+        );
         s.run_notes.insert(
             RUN_NO_DOC.into(),
             "result pending: not saved: disk full".into(),
         );
+        // A run stopped at its safety limit: every optional key of a run record.
+        let mut stopped = s.runs[0].clone();
+        stopped.id = "stopped-run".into();
+        stopped.status = driveprobe::schedule::state::RunStatus::Stopped;
+        stopped.reason = Some("safety stop".into());
+        stopped.write_bound_bytes = Some(1);
+        stopped.written_bytes = Some(2);
+        stopped.stop = Some(driveprobe::protocol::bound::StopReason::SafetyLimit {
+            written_bytes: 2,
+            bound_bytes: 1,
+            limit_bytes: 1,
+        });
+        s.runs.push(stopped);
     }
     for (path, section) in &sections {
         let live = get(srv.addr, &path.replace("{id}", RUN_WITH_REPORT));
@@ -1013,7 +1048,7 @@ fn the_page_the_api_and_the_metrics_say_the_same_states() {
     // it says running.
     let db1 = common::surfaces::drive_section(&page, "db1");
     assert!(db1.contains("data-probe=\"canary-4k-read\" data-state=\"running\""));
-    assert!(db1.contains("(paused: the drive&#39;s wear budget for today is spent)"));
+    assert!(db1.contains("(paused: the canaries&#39; wear budget for today is spent)"));
     // The probe that waited 41% of an interval for a CPU says the host is the likely cause.
     assert!(
         db1.contains("host CPU busy: the probe waited 41% of an interval for a CPU"),

@@ -15,8 +15,8 @@ use driveprobe::health::model::{
 use driveprobe::metrics::{render, render_opts, Format};
 use driveprobe::status::{
     AppRunPoint, CollectorStatus, ConfigStatus, CpuWait, DriveStatus, HealthState, HealthStatus,
-    OpStatus, ProbeState, ProbeStatus, RunLatency, RunPoint, RunSummary, SchedulerStatus, Status,
-    WearStatus, WindowQuantiles, LATENCY_BUCKETS,
+    OpStatus, ProbeState, ProbeStatus, RunLatency, RunPoint, RunSummary, SchedulerStatus,
+    SkipStatus, Status, WearStatus, WindowQuantiles, LATENCY_BUCKETS,
 };
 
 /// Unix seconds of 2026-11-30T06:00:00Z: "now" in the fixed status.
@@ -168,6 +168,10 @@ fn nvme() -> DriveStatus {
             id: "20261129T030000Z-db1-latency".into(),
             suite: "latency".into(),
             status: "passed".into(),
+            reason: None,
+            reason_label: "none".into(),
+            written_bytes: 12_884_901_888,
+            write_bound_bytes: Some(80_000_000_000),
             started_unix: NOW - 97_200.0,
             duration_seconds: 2_712.5,
             steady_state: Some(true),
@@ -186,6 +190,10 @@ fn nvme() -> DriveStatus {
             id: "20261122T030000Z-db1-enterprise".into(),
             suite: "enterprise".into(),
             status: "timed_out".into(),
+            reason: Some("timed out: stopped at its max_duration of 14400 s".into()),
+            reason_label: "max_duration".into(),
+            written_bytes: 2_400_000_000_000,
+            write_bound_bytes: Some(9_000_000_000_000),
             started_unix: NOW - 702_000.0,
             duration_seconds: 14_400.0,
             steady_state: Some(false),
@@ -212,6 +220,10 @@ fn nvme() -> DriveStatus {
             id: "20261129T040000Z-db1-oltp".into(),
             suite: "oltp".into(),
             status: "passed".into(),
+            reason: None,
+            reason_label: "none".into(),
+            written_bytes: 12_884_901_888,
+            write_bound_bytes: Some(80_000_000_000),
             started_unix: NOW - 93_600.0,
             duration_seconds: 1_830.0,
             steady_state: None,
@@ -269,8 +281,20 @@ fn nvme() -> DriveStatus {
             written_today_bytes: 113_246_208,
             budget_bytes_per_day: 33_006_582_411.264,
             exceeded: false,
+            runs_period_days: 30,
+            runs_budget_bytes: 2.475e14,
+            runs_written_bytes: 91_000_000_000,
         },
         last_runs,
+        skipped: BTreeMap::from([(
+            "weekly-characterisation".to_string(),
+            SkipStatus {
+                count: 2,
+                reason: "wear_budget".into(),
+                last_unix: NOW - 3_600.0,
+                last_message: "skipped: the wear budget for scheduled runs does not fit it".into(),
+            },
+        )]),
     }
 }
 
@@ -351,8 +375,12 @@ fn sata() -> DriveStatus {
             written_today_bytes: 1_073_807_360,
             budget_bytes_per_day: 1_073_741_824.0,
             exceeded: true,
+            runs_period_days: 30,
+            runs_budget_bytes: 274_877_906_944.0,
+            runs_written_bytes: 0,
         },
         last_runs: BTreeMap::new(),
+        skipped: BTreeMap::new(),
     }
 }
 
@@ -644,6 +672,9 @@ fn absent_and_down_drive() {
             "driveprobe_self_written_bytes_total",
             "driveprobe_wear_budget_bytes",
             "driveprobe_wear_budget_exceeded",
+            "driveprobe_wear_budget_runs_bytes",
+            "driveprobe_wear_budget_runs_period_seconds",
+            "driveprobe_wear_budget_runs_used_bytes",
             "driveprobe_wear_budget_used_bytes",
         ],
         "{}",

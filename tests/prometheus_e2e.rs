@@ -344,7 +344,7 @@ impl Rig {
         let cfg = d.join("driveprobe.toml");
         let config = format!(
             "state_dir = \"{state}\"\nhealth_interval = \"2s\"\n\n\
-             [wear_budget]\nshare_of_rated_dwpd = 1.0\nunrated_bytes_per_day = \"1TiB\"\n\n\
+             [wear_budget]\nshare_of_rated_dwpd = 1.0\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n\
              [[drive]]\nname = \"{FULL}\"\nfile_target = {{ path = \"{a_dat}\", size = \"32MiB\" }}\n\
              rated_tbw_bytes = \"200TB\"\nwarranty_years = 5\nrated_mtbf_hours = 1600000\n\n\
              [[drive]]\nname = \"b\"\nserial = \"{b_serial}\"\npath = \"{b_dev}\"\n\n\
@@ -364,7 +364,8 @@ impl Rig {
                 .iter()
                 .map(|(name, suite)| format!(
                     "[[schedule]]\nname = \"{name}\"\ndrives = [\"{FULL}\"]\nsuite = \"{suite}\"\n\
-                     scale = \"quick\"\ncron = \"{DUE_LONG_AGO}\"\nmax_duration = \"5m\"\n\n"
+                     scale = \"quick\"\ncron = \"{DUE_LONG_AGO}\"\nmax_duration = \"5m\"\n\
+                     wear_budget = \"unlimited\"\n\n"
                 ))
                 .collect::<String>(),
         );

@@ -211,6 +211,10 @@ impl World {
                             ended: None,
                             status: RunStatus::Running,
                             result_path: None,
+                            reason: None,
+                            write_bound_bytes: None,
+                            stop: None,
+                            written_bytes: None,
                         });
                         // A short index keeps the simulation fast (the bound is tested
                         // elsewhere).
@@ -529,6 +533,10 @@ fn consistent_state(n: usize) -> State {
             ended: Some(i as i64 + 1),
             status: RunStatus::Passed,
             result_path: Some(PathBuf::from(format!("/var/lib/driveprobe/r{i}.json"))),
+            reason: None,
+            write_bound_bytes: None,
+            stop: None,
+            written_bytes: None,
         });
         s.add_self_written("nvme0n1", i as i64 * DAY, 4096);
     }

@@ -114,7 +114,7 @@ fn fio_daemon_config(dir: &Path, target: &Path, jobs: &[(&str, &str)]) -> PathBu
     std::fs::write(
         &cfg,
         format!(
-            "state_dir = \"{}\"\nhealth_interval = \"2s\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\n\n{}\
+            "state_dir = \"{}\"\nhealth_interval = \"2s\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n{}\
 [[probe]]\nname = \"rd\"\nworkload = {{ rate_iops = 100 }}\n\n{schedules}",
             state.display(),
             file_drive("a", target, "32MiB"),
@@ -234,7 +234,12 @@ fn scheduled_fio_job_files_run_export_their_own_suite_and_count_their_writes() {
     }
     // The canary only reads: every byte driveprobe wrote to the drive is fio's.
     let written = gauge(&e, "driveprobe_self_written_bytes_total", &[("drive", "a")]);
-    let used = gauge(&e, "driveprobe_wear_budget_used_bytes", &[("drive", "a")]);
+    // fio's writes count against the scheduled runs' allowance, not the canaries'.
+    let used = gauge(
+        &e,
+        "driveprobe_wear_budget_runs_used_bytes",
+        &[("drive", "a")],
+    );
     println!(
         "fio wrote {fio_written} bytes (write ops x block size); self-written {written}, budget used {used}"
     );

@@ -251,6 +251,7 @@ health_interval = "2s"
 
 [wear_budget]
 unrated_bytes_per_day = "1TiB"
+scheduled_unrated_bytes = "1PiB"
 
 # held by dm "hold": nothing may write to it
 [[drive]]
@@ -691,6 +692,7 @@ health_interval = "2s"
 
 [wear_budget]
 unrated_bytes_per_day = "1TiB"
+scheduled_unrated_bytes = "1PiB"
 
 # The path hint names the slot (as udev's by-path links do), so a disk put in its place
 # is at the same path whatever name the kernel gives it.

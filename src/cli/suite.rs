@@ -190,6 +190,9 @@ pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
         drive: identity(&target),
         rated,
         seed: a.seed,
+        // Ctrl-C sets only the control's flag: a run stopped without a reason was
+        // stopped by a signal.
+        stop: Default::default(),
     };
     let control = bench::stop_on_signals();
     let json = a.output_format == OutputFormat::Json;

@@ -71,22 +71,60 @@ pub struct Server {
     pub listen: SocketAddr,
 }
 
-/// How much the daemon may write to a drive per day.
+/// How much the daemon may write to a drive: two allowances that never stop each other.
+///
+/// - Canaries (probes that write) get a share of the drive's rated drive writes per UTC
+///   day (`share_of_rated_dwpd`), or `unrated_bytes_per_day`; a writing canary over it
+///   holds until the next UTC day.
+/// - Scheduled runs get a share of the drive's rated writes over a rolling `period`
+///   (`scheduled_share_of_rated_writes`), or `scheduled_unrated_bytes` per period. A run is
+///   admitted up front only when its write bound fits what is left of it, and otherwise
+///   skipped; an admitted run is never stopped by the budget.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WearBudget {
-    /// Share (0..=1, more than 0) of the drive's rated drive writes per day.
+    /// Canaries: share (0..=1, more than 0) of the drive's rated drive writes per day.
     pub share_of_rated_dwpd: f64,
-    /// Bytes per day for a drive whose rating is not known.
+    /// Canaries: bytes per day for a drive whose rating is not known.
     pub unrated_bytes_per_day: u64,
+    /// Scheduled runs: the rolling window their allowance is counted over, in whole days.
+    pub period_days: u32,
+    /// Scheduled runs: share (0..=1, more than 0) of the drive's rated writes over the period.
+    pub scheduled_share_of_rated_writes: f64,
+    /// Scheduled runs: bytes per period for a drive whose rating is not known.
+    pub scheduled_unrated_bytes: u64,
 }
+
+/// The default period of the scheduled runs' allowance.
+pub const DEFAULT_WEAR_PERIOD_DAYS: u32 = 30;
+/// The default allowance of scheduled runs on an unrated drive per period: enough for a
+/// quick-scale `enterprise` run on the built-in 256 MiB file target at the assumed
+/// transfer rate (its bound is about 311 GiB, `protocol::bound`; it writes about 34 GiB,
+/// and the period counts what runs wrote), about 17 GiB a day.
+pub const DEFAULT_SCHEDULED_UNRATED_BYTES: u64 = 512 << 30;
 
 impl Default for WearBudget {
     fn default() -> Self {
         WearBudget {
             share_of_rated_dwpd: 0.05,
             unrated_bytes_per_day: 1 << 30,
+            period_days: DEFAULT_WEAR_PERIOD_DAYS,
+            scheduled_share_of_rated_writes: 0.25,
+            scheduled_unrated_bytes: DEFAULT_SCHEDULED_UNRATED_BYTES,
         }
     }
+}
+
+/// A schedule's own wear allowance, overriding the drive's allowance for scheduled runs
+/// (`wear_budget = "unlimited"` or a size on the `[[schedule]]`): for burn-in drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScheduleBudget {
+    /// The drive's allowance for scheduled runs.
+    Drive,
+    /// No allowance: every run is admitted (the hard safety limit still holds).
+    Unlimited,
+    /// This many bytes per period instead of the drive's allowance for scheduled runs
+    /// (what every scheduled run wrote to the drive in the period counts against it).
+    Bytes(u64),
 }
 
 /// How many result documents (`STATE_DIR/runs/ID.json`) are kept: the oldest go first
@@ -177,6 +215,8 @@ pub struct Schedule {
     pub cron: String,
     pub window: Option<MaintenanceWindow>,
     pub max_duration: Duration,
+    /// `wear_budget` on the schedule: its own allowance, instead of the drive's.
+    pub wear_budget: ScheduleBudget,
 }
 
 /// When a scheduled run may happen: from `start` to `end` (past midnight when `end` is

@@ -15,6 +15,9 @@ pub const KEYS: &[&str] = &[
     "wear_budget",
     "wear_budget.share_of_rated_dwpd",
     "wear_budget.unrated_bytes_per_day",
+    "wear_budget.period",
+    "wear_budget.scheduled_share_of_rated_writes",
+    "wear_budget.scheduled_unrated_bytes",
     "runs",
     "runs.keep_documents",
     "runs.keep_bytes",
@@ -56,6 +59,7 @@ pub const KEYS: &[&str] = &[
     "schedule.scale",
     "schedule.cron",
     "schedule.max_duration",
+    "schedule.wear_budget",
     "schedule.window",
     "schedule.window.start",
     "schedule.window.end",
@@ -91,6 +95,9 @@ pub struct RawServer {
 pub struct RawWearBudget {
     pub share_of_rated_dwpd: Option<S<f64>>,
     pub unrated_bytes_per_day: Option<S<String>>,
+    pub period: Option<S<String>>,
+    pub scheduled_share_of_rated_writes: Option<S<f64>>,
+    pub scheduled_unrated_bytes: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -162,6 +169,8 @@ pub struct RawSchedule {
     pub cron: S<String>,
     pub max_duration: S<String>,
     pub window: Option<S<RawWindow>>,
+    /// `"unlimited"` or a size per period: the schedule's own wear allowance.
+    pub wear_budget: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -9,7 +9,8 @@ use std::time::Duration;
 use super::raw::{self, RawConfig, S};
 use super::{
     default_state_dir, Config, ConfigError, Drive, FileTarget, Identity, MaintenanceWindow, Probe,
-    RunsRetention, Schedule, Server, TimeOfDay, WearBudget, Weekday, DEFAULT_LISTEN,
+    RunsRetention, Schedule, ScheduleBudget, Server, TimeOfDay, WearBudget, Weekday,
+    DEFAULT_LISTEN,
 };
 use crate::engine::{Arrival, CpuPolicy, JobSpec, Pattern, RateLimit, SizeMix, Stop};
 use crate::health::endurance::Rating;
@@ -39,6 +40,12 @@ pub const MAX_DURATION_RANGE: (Duration, Duration) =
 pub const PROBE_IOPS_RANGE: (f64, f64) = (0.01, 100_000.0);
 /// A file target's size, and the unrated wear budget per day: at most 1 PiB.
 pub const MAX_TARGET_BYTES: u64 = 1 << 50;
+/// `[wear_budget] period`: from a day to 400 days (the days of writes the state keeps,
+/// `schedule::state::MAX_DAYS_PER_DRIVE`), in whole days.
+pub const WEAR_PERIOD_RANGE: (Duration, Duration) = (
+    Duration::from_secs(86_400),
+    Duration::from_secs(400 * 86_400),
+);
 /// A rated endurance or bandwidth in bytes: at most 1 EiB.
 pub const MAX_RATED_BYTES: u64 = 1 << 60;
 /// The most `[[drive]]`, `[[probe]]` or `[[schedule]]` tables one config may have.
@@ -228,6 +235,30 @@ impl Cx<'_> {
             w.unrated_bytes_per_day =
                 self.size_at_most(&s, "unrated_bytes_per_day", MAX_TARGET_BYTES)?;
         }
+        if let Some(s) = raw.period {
+            let d = self.duration(&s, "period", WEAR_PERIOD_RANGE)?;
+            if d.as_secs() % 86_400 != 0 {
+                return Err(self.err(
+                    s.span(),
+                    format!("period '{}' is not a whole number of days; the writes are kept per UTC day: give days, such as \"30d\"", s.get_ref()),
+                ));
+            }
+            w.period_days = (d.as_secs() / 86_400) as u32;
+        }
+        if let Some(s) = raw.scheduled_share_of_rated_writes {
+            let v = *s.get_ref();
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(self.err(
+                    s.span(),
+                    format!("scheduled_share_of_rated_writes {v} is out of range; give a fraction more than 0 and at most 1, such as 0.25 for a quarter of the drive's rated writes over the period"),
+                ));
+            }
+            w.scheduled_share_of_rated_writes = v;
+        }
+        if let Some(s) = raw.scheduled_unrated_bytes {
+            w.scheduled_unrated_bytes =
+                self.size_at_most(&s, "scheduled_unrated_bytes", MAX_TARGET_BYTES)?;
+        }
         Ok(w)
     }
 
@@ -387,7 +418,11 @@ impl Cx<'_> {
                 .transpose()
         };
         let rating = Rating {
-            tbw_bytes: size_f(&d.rated_tbw_bytes, "rated_tbw_bytes", units::Rating::Written)?,
+            tbw_bytes: size_f(
+                &d.rated_tbw_bytes,
+                "rated_tbw_bytes",
+                units::Rating::Written,
+            )?,
             dwpd: positive(&d.rated_dwpd, "rated_dwpd", 1_000.0)?,
             warranty_years: positive(&d.warranty_years, "warranty_years", 100.0)?,
             mtbf_hours: positive(&d.rated_mtbf_hours, "rated_mtbf_hours", 1e9)?,
@@ -401,8 +436,16 @@ impl Cx<'_> {
         let rated = Rated {
             read_iops_4k: positive(&d.rated_read_iops_4k, "rated_read_iops_4k", 1e9)?,
             write_iops_4k: positive(&d.rated_write_iops_4k, "rated_write_iops_4k", 1e9)?,
-            seq_read_bytes_per_second: size_f(&d.rated_seq_read_bw, "rated_seq_read_bw", units::Rating::PerSecond)?,
-            seq_write_bytes_per_second: size_f(&d.rated_seq_write_bw, "rated_seq_write_bw", units::Rating::PerSecond)?,
+            seq_read_bytes_per_second: size_f(
+                &d.rated_seq_read_bw,
+                "rated_seq_read_bw",
+                units::Rating::PerSecond,
+            )?,
+            seq_write_bytes_per_second: size_f(
+                &d.rated_seq_write_bw,
+                "rated_seq_write_bw",
+                units::Rating::PerSecond,
+            )?,
         };
         Ok(Drive {
             name,
@@ -641,6 +684,23 @@ impl Cx<'_> {
             .map_err(|e| self.err(s.cron.span(), e.to_string()))?;
         let max_duration = self.duration(&s.max_duration, "max_duration", MAX_DURATION_RANGE)?;
         let window = s.window.map(|w| self.window(w.into_inner())).transpose()?;
+        let wear_budget = match &s.wear_budget {
+            None => ScheduleBudget::Drive,
+            Some(b) if b.get_ref().trim() == "unlimited" => ScheduleBudget::Unlimited,
+            Some(b) => match units::parse_size(b.get_ref()) {
+                Ok(v) if v <= MAX_TARGET_BYTES => ScheduleBudget::Bytes(v),
+                _ => {
+                    return Err(self.err(
+                        b.span(),
+                        format!(
+                            "wear_budget '{}' is neither \"unlimited\" nor a size up to {}; give \"unlimited\" (a burn-in drive: every run is admitted) or the bytes this schedule's runs may write per [wear_budget] period on each drive, such as \"2TB\"",
+                            b.get_ref(),
+                            human_size(MAX_TARGET_BYTES)
+                        ),
+                    ))
+                }
+            },
+        };
         Ok(Schedule {
             name,
             drives: drive_names,
@@ -650,6 +710,7 @@ impl Cx<'_> {
             cron,
             window,
             max_duration,
+            wear_budget,
         })
     }
 

@@ -257,7 +257,7 @@ fn hold_reason(ctx: &Ctx, drive: &DriveCtl, probe: &Probe) -> Option<Hold> {
     }
     if probe.writes && ctx.over_budget(drive) {
         return Some(Hold::Paused(
-            "the drive's wear budget for today is spent".into(),
+            "the canaries' wear budget for today is spent".into(),
         ));
     }
     None

@@ -245,19 +245,36 @@ impl Ctx {
         })
     }
 
-    /// Today's budget and what driveprobe wrote today.
-    fn wear(&self, d: &DriveCtl) -> (f64, u128, u128) {
-        let budget =
-            store::budget_bytes_per_day(&d.cfg, self.capacity(d), &self.config.wear_budget);
+    /// The drive's wear figures now: the canaries' budget and what they wrote today, the
+    /// scheduled runs' allowance and what they wrote over the period.
+    pub fn wear(&self, d: &DriveCtl) -> WearStatus {
+        let wb = &self.config.wear_budget;
+        let cap = self.capacity(d);
+        let budget = store::budget_bytes_per_day(&d.cfg, cap, wb);
+        let runs_budget = store::run_budget_bytes(&d.cfg, cap, wb);
+        let now = now_unix() as i64;
         let st = self.store.lock();
-        let today = st.self_written_on(&d.cfg.name, now_unix() as i64);
-        (budget, today, st.self_written_lifetime(&d.cfg.name))
+        let today = st.canary_written_on(&d.cfg.name, now);
+        WearStatus {
+            self_written_bytes_total: st.self_written_lifetime(&d.cfg.name),
+            written_today_bytes: today,
+            budget_bytes_per_day: budget,
+            exceeded: today as f64 >= budget,
+            runs_period_days: wb.period_days,
+            runs_budget_bytes: runs_budget,
+            runs_written_bytes: st.run_written_in_window(&d.cfg.name, now, wb.period_days),
+        }
     }
 
-    /// driveprobe's writes to this drive today reached its budget.
+    /// The drive's capacity when known (for a raw device's run bound).
+    pub fn capacity_of(&self, d: &DriveCtl) -> Option<u64> {
+        self.capacity(d)
+    }
+
+    /// The canaries' writes to this drive today reached their budget (scheduled runs have
+    /// their own allowance, and never stop the canaries' or are stopped by it).
     pub fn over_budget(&self, d: &DriveCtl) -> bool {
-        let (budget, today, _) = self.wear(d);
-        today as f64 >= budget
+        self.wear(d).exceeded
     }
 
     /// Publishes up/down and the wear figures of every drive, resolving their identities
@@ -268,7 +285,7 @@ impl Ctx {
                 d.refresh_identity();
             }
             let r = d.resolved();
-            let (budget, today, lifetime) = self.wear(d);
+            let wear = self.wear(d);
             self.shared.drive(&d.cfg.name, |s| {
                 s.up = r.is_ok();
                 s.down_reason = r.as_ref().err().cloned();
@@ -291,12 +308,7 @@ impl Ctx {
                             id.logical_block_size.or(Some(info.logical_block_size));
                     }
                 }
-                s.wear = WearStatus {
-                    self_written_bytes_total: lifetime,
-                    written_today_bytes: today,
-                    budget_bytes_per_day: budget,
-                    exceeded: today as f64 >= budget,
-                };
+                s.wear = wear;
             });
         }
     }
@@ -961,9 +973,20 @@ fn restore_last_runs(ctx: &Ctx) {
                 x.drive == drive && x.suite == suite && x.status == schedule::RunStatus::Passed
             })
             .map(|x| x.ended.unwrap_or(x.started) as f64);
-        let summary = scheduler::summarize(&r.id, &doc, r.status, success);
+        let mut summary = scheduler::summarize(&r.id, &doc, r.status, success);
+        scheduler::annotate(&mut summary, r);
         ctx.shared.drive(&drive, |d| {
             d.last_runs.insert(suite.clone(), summary);
+            // The run's collector, as the run's end left it: the same reason everywhere.
+            d.collectors.insert(
+                format!("run:{suite}"),
+                crate::status::CollectorStatus {
+                    success: r.status == schedule::RunStatus::Passed,
+                    duration_seconds: 0.0,
+                    last_unix: r.ended.unwrap_or(r.started) as f64,
+                    error: r.reason.clone(),
+                },
+            );
         });
     }
 }

@@ -5,10 +5,19 @@
 //! (bookkeeping and a `running` record, saved atomically) BEFORE the run starts, so a
 //! kill -9 at any moment can lose a run but never repeat one. One run per drive at a
 //! time; the drive's canaries pause for it (they see the drive held by [`Runs`]) and the
-//! run waits until they have stopped. A run past its maximum duration is stopped and
-//! marked `timed_out`; a run whose drive spends its wear budget is stopped and marked
-//! `stopped`. Results go to `STATE_DIR/runs/ID.json`, the index to the state file, the
-//! summary to the `driveprobe_run_*` gauges.
+//! run waits until they have stopped.
+//!
+//! A due run is decided up front: it starts only when the upper bound of what it writes
+//! (`protocol::bound::write_bound`) fits what is left of the drive's wear allowance for
+//! scheduled runs over the rolling period (or the schedule's own `wear_budget`). Else it
+//! is skipped: its due time is handled (logged once, not retried every second), and the
+//! skip with its figures goes to the run index (`skipped`), the status page and
+//! `driveprobe_schedule_skipped_total`. An admitted run is stopped midway only for its
+//! maximum duration (`timed_out`), a signal (`stopped`), an error (`failed`) or its hard
+//! safety limit (`stopped`: it wrote past `WriteBound::safety_limit`), and the one
+//! [`StopReason`] is recorded in the document, the index, the status page and the gauges.
+//! Results go to `STATE_DIR/runs/ID.json`, the index to the state file, the summary to
+//! the `driveprobe_run_*` gauges.
 //!
 //! A schedule with `fio_job = "FILE"` runs `suite::fio_job_suite(FILE, max_duration)` the
 //! same way (write gate, canaries stopped, result document, gauges). Its suite label is
@@ -28,7 +37,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::config::ScheduleBudget;
 use crate::engine::RunControl;
+use crate::protocol::bound::{self, StopCell, StopReason, WriteBound};
 use crate::protocol::result::{Phase, Round, SuiteResult, WorkloadDesc};
 use crate::protocol::suite::{self, SuiteOptions};
 use crate::safety;
@@ -50,10 +61,10 @@ pub struct RunHandle {
     pub drive: String,
     pub suite: String,
     pub control: RunControl,
-    /// Set before stopping for the maximum duration.
-    pub timed_out: AtomicBool,
-    /// Set before stopping for the wear budget.
-    pub over_budget: AtomicBool,
+    /// Why it was stopped, set by whoever stops it, before the stop.
+    pub stop: StopCell,
+    /// The upper bound of its writes it was admitted with.
+    pub bound: WriteBound,
     /// Bytes of `control.written_bytes()` already accounted to the drive.
     pub accounted: AtomicU64,
     pub thread: Mutex<Option<JoinHandle<()>>>,
@@ -77,7 +88,7 @@ struct Pending {
     /// The status the run gets once its document is written.
     status: RunStatus,
     result: SuiteResult,
-    error: Option<String>,
+    why: Option<StopReason>,
     /// Failed writes so far.
     attempts: u64,
 }
@@ -109,6 +120,7 @@ impl Runs {
     pub fn stop_all(&self, deadline: Instant) {
         let all = self.all();
         for r in &all {
+            r.stop.set(StopReason::Signal);
             r.control.stop();
         }
         for r in &all {
@@ -136,6 +148,8 @@ pub struct Plan {
     /// A fio job file to run instead of a built-in suite, with its wall-clock limit (the
     /// schedule's `max_duration`).
     pub fio_job: Option<(PathBuf, Duration)>,
+    /// The schedule's own wear allowance, if it has one.
+    pub wear_budget: ScheduleBudget,
 }
 
 pub fn plans(ctx: &Ctx) -> Vec<Plan> {
@@ -160,6 +174,7 @@ pub fn plans(ctx: &Ctx) -> Vec<Plan> {
                 suite: s.suite.clone(),
                 scale: s.scale,
                 fio_job: s.fio_job.clone().map(|f| (f, s.max_duration)),
+                wear_budget: s.wear_budget,
             });
         }
     }
@@ -270,7 +285,10 @@ pub fn tick(ctx: &Arc<Ctx>, plans: &[Plan], now: i64) {
             }
             Decision::TimedOut { .. } => match ctx.runs.on_drive(&p.schedule.drive) {
                 Some(r) if r.key == p.key => {
-                    if !r.timed_out.swap(true, Ordering::AcqRel) {
+                    let why = StopReason::MaxDuration {
+                        limit_seconds: p.schedule.max_duration.max(0) as u64,
+                    };
+                    if r.stop.set(why) {
                         tracing::warn!(run = %r.id, "run passed its maximum duration; stopping it");
                     }
                     r.control.stop();
@@ -290,21 +308,104 @@ pub fn tick(ctx: &Arc<Ctx>, plans: &[Plan], now: i64) {
     s.runs = ctx.store.lock().runs.clone();
 }
 
-/// Moves the bytes a run wrote since the last tick into the drive's daily account, and
-/// stops the run when the budget is spent.
+/// Moves the bytes a run wrote since the last tick into the drive's account of scheduled
+/// runs, and stops the run at its hard safety limit (the wear budget itself never stops
+/// an admitted run: it was decided up front).
 fn account_writes(ctx: &Ctx, r: &RunHandle, now: i64) {
     let total = r.control.written_bytes();
     let before = r.accounted.swap(total, Ordering::AcqRel);
     if total > before {
         ctx.store
-            .update(|st| st.add_self_written(&r.drive, now, (total - before) as u128));
+            .update(|st| st.add_run_written(&r.drive, now, (total - before) as u128));
     }
-    if let Some(d) = ctx.drives.get(&r.drive) {
-        if ctx.over_budget(d) && !r.over_budget.swap(true, Ordering::AcqRel) {
-            tracing::warn!(run = %r.id, drive = %r.drive, "wear budget for today spent; stopping the run");
-            r.control.stop();
+    let limit = r.bound.safety_limit();
+    if total > limit {
+        let why = StopReason::SafetyLimit {
+            written_bytes: total,
+            bound_bytes: r.bound.bytes,
+            limit_bytes: limit,
+        };
+        if r.stop.set(why.clone()) {
+            tracing::error!(run = %r.id, drive = %r.drive, reason = %why.describe(), "safety stop of a scheduled run");
         }
+        r.control.stop();
     }
+}
+
+/// The upper bound of what a run of `p` writes on `drive`, and the allowance it must fit:
+/// (bound, allowance over the period; None when the schedule is unlimited).
+fn bound_and_allowance(ctx: &Ctx, drive: &DriveCtl, p: &Plan) -> (WriteBound, Option<f64>) {
+    let suite = match &p.fio_job {
+        Some((file, limit)) => Ok(suite::fio_job_suite(file, *limit)),
+        None => suite::find(&p.suite),
+    };
+    let target_bytes = match &drive.cfg.file_target {
+        Some(ft) => Some(ft.size),
+        None => ctx.capacity_of(drive),
+    };
+    let max = Duration::from_secs(p.schedule.max_duration.max(0) as u64);
+    let rate = bound::transfer_ceiling(Some(&drive.cfg.rated));
+    let b = match (suite, target_bytes) {
+        (Ok(s), Some(t)) => bound::write_bound(&s, &p.scale, t, rate, Some(max)),
+        // Without its size (a raw device not read yet) only the time limit bounds it.
+        (Ok(s), None) => bound::write_bound(&s, &p.scale, u64::MAX, rate, Some(max)),
+        (Err(_), _) => WriteBound {
+            bytes: u64::MAX,
+            bytes_per_second: rate,
+        },
+    };
+    let allowance = match p.wear_budget {
+        ScheduleBudget::Drive => Some(ctx.wear(drive).runs_budget_bytes),
+        ScheduleBudget::Unlimited => None,
+        ScheduleBudget::Bytes(n) => Some(n as f64),
+    };
+    (b, allowance)
+}
+
+/// What a skip says, with its figures: the same text in the log, the run index, the
+/// status page and the API.
+pub fn skip_message(bound: u64, remaining: f64, allowance: f64, period_days: u32) -> String {
+    format!(
+        "skipped: the wear budget for scheduled runs does not fit it: the run may write up to {} ({bound} bytes), and {} ({} bytes) is left of {} per {period_days} days; raise [wear_budget] scheduled_unrated_bytes or scheduled_share_of_rated_writes, state the drive's rated_seq_write_bw (a tighter bound), or set wear_budget = \"unlimited\" on a burn-in schedule",
+        bound::human_bytes(bound as f64),
+        bound::human_bytes(remaining),
+        remaining as u64,
+        bound::human_bytes(allowance),
+    )
+}
+
+/// Records a due run skipped up front: its due time handled (so it is decided, and
+/// logged, once), a `skipped` entry in the run index with the figures, the skip counter.
+fn skip(ctx: &Ctx, p: &Plan, due: i64, now: i64, bound: WriteBound, message: String) {
+    let id = format!("{}-{}", now, sanitize(&p.key));
+    tracing::warn!(run = %id, schedule = %p.key, bound_bytes = bound.bytes, "scheduled run {message}");
+    ctx.store.update(|st| {
+        let b = st.schedule_mut(&p.key, now);
+        b.start(due, now);
+        b.finish(now);
+        st.push_run(RunRecord {
+            id: id.clone(),
+            suite: p.suite.clone(),
+            drive: p.schedule.drive.clone(),
+            schedule: Some(p.config_name.clone()),
+            started: now,
+            ended: Some(now),
+            status: RunStatus::Skipped,
+            result_path: None,
+            reason: Some(message.clone()),
+            write_bound_bytes: Some(bound.bytes),
+            stop: None,
+            written_bytes: None,
+        });
+    });
+    ctx.save_state();
+    ctx.shared.drive(&p.schedule.drive, |d| {
+        let s = d.skipped.entry(p.config_name.clone()).or_default();
+        s.count += 1;
+        s.reason = "wear_budget".into();
+        s.last_unix = now as f64;
+        s.last_message = message;
+    });
 }
 
 /// Starts a due run, after persisting its start. None when it cannot start now (the
@@ -316,8 +417,23 @@ fn try_start(ctx: &Arc<Ctx>, p: &Plan, due: i64, deadline: i64, now: i64) -> Opt
         tracing::info!(schedule = %p.key, reason = %why, "run due, but the drive is down; waiting");
         return None;
     }
-    if ctx.over_budget(&drive) {
-        tracing::info!(schedule = %p.key, "run due, but the drive's wear budget for today is spent; waiting");
+    let (bound, allowance) = bound_and_allowance(ctx, &drive, p);
+    let used = ctx.store.lock().run_written_in_window(
+        &p.schedule.drive,
+        now,
+        ctx.config.wear_budget.period_days,
+    );
+    if let super::store::Admission::Skip { remaining } =
+        super::store::admit(bound.bytes, allowance, used)
+    {
+        let allowance = allowance.unwrap_or(f64::INFINITY);
+        let message = skip_message(
+            bound.bytes,
+            remaining,
+            allowance,
+            ctx.config.wear_budget.period_days,
+        );
+        skip(ctx, p, due, now, bound, message);
         return None;
     }
     let id = format!("{}-{}", now, sanitize(&p.key));
@@ -333,6 +449,10 @@ fn try_start(ctx: &Arc<Ctx>, p: &Plan, due: i64, deadline: i64, now: i64) -> Opt
             ended: None,
             status: RunStatus::Running,
             result_path: None,
+            reason: None,
+            write_bound_bytes: Some(bound.bytes),
+            stop: None,
+            written_bytes: None,
         });
         before
     });
@@ -347,15 +467,15 @@ fn try_start(ctx: &Arc<Ctx>, p: &Plan, due: i64, deadline: i64, now: i64) -> Opt
         });
         return None;
     }
-    tracing::info!(run = %id, schedule = %p.key, suite = %p.suite, deadline, "scheduled run starts");
+    tracing::info!(run = %id, schedule = %p.key, suite = %p.suite, deadline, bound_bytes = bound.bytes, "scheduled run starts");
     let handle = Arc::new(RunHandle {
         id: id.clone(),
         key: p.key.clone(),
         drive: p.schedule.drive.clone(),
         suite: p.suite.clone(),
         control: RunControl::new(),
-        timed_out: AtomicBool::new(false),
-        over_budget: AtomicBool::new(false),
+        stop: StopCell::default(),
+        bound,
         accounted: AtomicU64::new(0),
         thread: Mutex::new(None),
     });
@@ -376,7 +496,9 @@ fn try_start(ctx: &Arc<Ctx>, p: &Plan, due: i64, deadline: i64, now: i64) -> Opt
                 &handle,
                 RunStatus::Failed,
                 None,
-                Some(format!("cannot start a thread: {e}")),
+                Some(StopReason::Error {
+                    message: format!("cannot start a thread: {e}"),
+                }),
             );
             None
         }
@@ -407,7 +529,7 @@ fn run_thread(
     while drive.active.load(Ordering::SeqCst) > 0 && t0.elapsed() < Duration::from_secs(15) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let outcome = (|| -> Result<(SuiteResult, Option<String>), String> {
+    let outcome = (|| -> Result<(SuiteResult, Option<StopReason>), String> {
         if drive.active.load(Ordering::SeqCst) > 0 {
             return Err("the drive's canaries did not stop within 15 s".into());
         }
@@ -432,6 +554,7 @@ fn run_thread(
             drive: identity,
             rated: Some(drive.cfg.rated.clone()),
             seed: None,
+            stop: h.stop.clone(),
         };
         let (mut result, err) =
             suite::run_suite(&suite, &target, &opts, &h.control, &mut suite::Quiet);
@@ -440,30 +563,31 @@ fn run_thread(
             // suite, and two job files are two suites.
             result.suite = h.suite.clone();
         }
-        Ok((result, err.map(|e| e.to_string())))
+        // The same reason the document got (`run_suite` asked the same function).
+        let why = suite::stop_reason(&err, &h.control, &h.stop);
+        Ok((result, why))
     })();
     account_writes(&ctx, &h, now_unix() as i64);
-    let (status, result, error) = match outcome {
-        Err(e) => (RunStatus::Failed, None, Some(e)),
-        Ok((result, err)) => {
-            let status = if h.timed_out.load(Ordering::Acquire) {
-                RunStatus::TimedOut
-            } else if h.over_budget.load(Ordering::Acquire)
-                // Stopped from outside (shutdown) with no error. The engine also sets the
-                // stop flag when it reaches its error limit (a drive that fails or was
-                // removed mid-run): that run failed, it was not stopped.
-                || (h.control.is_stopped() && !result.complete && err.is_none())
-            {
-                RunStatus::Stopped
-            } else if result.complete && err.is_none() {
-                RunStatus::Passed
-            } else {
-                RunStatus::Failed
-            };
-            (status, Some(result), err)
-        }
+    let (status, result, why) = match outcome {
+        Err(e) => (
+            RunStatus::Failed,
+            None,
+            Some(StopReason::Error { message: e }),
+        ),
+        Ok((result, why)) => (status_of(why.as_ref(), result.complete), Some(result), why),
     };
-    finish(&ctx, &h, status, result, error);
+    finish(&ctx, &h, status, result, why);
+}
+
+/// A run's status from why it stopped (None: it was not stopped).
+pub fn status_of(why: Option<&StopReason>, complete: bool) -> RunStatus {
+    match why {
+        None if complete => RunStatus::Passed,
+        None => RunStatus::Failed,
+        Some(StopReason::MaxDuration { .. }) => RunStatus::TimedOut,
+        Some(StopReason::Signal | StopReason::SafetyLimit { .. }) => RunStatus::Stopped,
+        Some(StopReason::Error { .. }) => RunStatus::Failed,
+    }
 }
 
 /// Opens the drive's run target through the write gate (suites write).
@@ -496,11 +620,18 @@ fn finish(
     h: &RunHandle,
     status: RunStatus,
     result: Option<SuiteResult>,
-    error: Option<String>,
+    why: Option<StopReason>,
 ) {
     let now = now_unix() as i64;
     // Bounded: an error may carry a program's output into the log and the status.
-    let error = error.map(|e| crate::process::clip(&e, suite::REASON_BYTES));
+    let why = why.map(|w| match w {
+        StopReason::Error { message } => StopReason::Error {
+            message: crate::process::clip(&message, suite::REASON_BYTES),
+        },
+        w => w,
+    });
+    let error = why.as_ref().map(StopReason::describe);
+    let written = h.control.written_bytes();
     let mut shown = status;
     let mut note = None;
     let path = match &result {
@@ -521,7 +652,7 @@ fn finish(
                     suite: h.suite.clone(),
                     status,
                     result: r.clone(),
-                    error: error.clone(),
+                    why: why.clone(),
                     attempts: 1,
                 });
                 None
@@ -531,24 +662,31 @@ fn finish(
     match (&status, &error) {
         (RunStatus::Passed, _) => tracing::info!(run = %h.id, "run passed"),
         (s, e) => {
-            tracing::warn!(run = %h.id, status = ?s, error = e.as_deref().unwrap_or(""), "run ended")
+            tracing::warn!(run = %h.id, status = ?s, reason = e.as_deref().unwrap_or(""), written_bytes = written, bound_bytes = h.bound.bytes, "run ended")
         }
     }
-    let last_success = ctx.store.update(|st| {
+    let (last_success, record) = ctx.store.update(|st| {
         st.schedule_mut(&h.key, now).finish(now);
         if let Some(r) = st.run_mut(&h.id) {
             r.status = shown;
             r.ended = Some(now);
             r.result_path = path.clone();
+            r.reason = error.clone();
+            r.stop = why.clone();
+            r.written_bytes = Some(written);
         }
-        last_success_of(st, &h.drive, &h.suite)
+        let record = st.runs.iter().rev().find(|r| r.id == h.id).cloned();
+        (last_success_of(st, &h.drive, &h.suite), record)
     });
     ctx.save_state();
     if path.is_some() {
         prune(ctx);
     }
     if let Some(r) = &result {
-        let summary = summarize(&h.id, r, shown, last_success);
+        let mut summary = summarize(&h.id, r, shown, last_success);
+        if let Some(rec) = &record {
+            annotate(&mut summary, rec);
+        }
         ctx.shared.drive(&h.drive, |d| {
             d.last_runs.insert(h.suite.clone(), summary);
         });
@@ -627,14 +765,19 @@ fn retry_pending(ctx: &Ctx) {
         return;
     }
     for (p, path) in &written {
-        let last_success = ctx.store.update(|st| {
+        let (last_success, record) = ctx.store.update(|st| {
             if let Some(r) = st.run_mut(&p.id) {
                 r.status = p.status;
                 r.result_path = Some(path.clone());
             }
-            last_success_of(st, &p.drive, &p.suite)
+            let record = st.runs.iter().rev().find(|r| r.id == p.id).cloned();
+            (last_success_of(st, &p.drive, &p.suite), record)
         });
-        let summary = summarize(&p.id, &p.result, p.status, last_success);
+        let mut summary = summarize(&p.id, &p.result, p.status, last_success);
+        if let Some(rec) = &record {
+            annotate(&mut summary, rec);
+        }
+        let error = p.why.as_ref().map(StopReason::describe);
         ctx.shared.drive(&p.drive, |d| {
             // Unless a later run of the suite has replaced it.
             if d.last_runs.get(&p.suite).is_none_or(|r| r.id == p.id) {
@@ -645,7 +788,7 @@ fn retry_pending(ctx: &Ctx) {
                         success: p.status == RunStatus::Passed,
                         duration_seconds: 0.0,
                         last_unix: now_unix(),
-                        error: p.error.clone(),
+                        error: error.clone(),
                     },
                 );
             }
@@ -805,6 +948,7 @@ pub fn status_name(s: RunStatus) -> &'static str {
         RunStatus::Interrupted => "interrupted",
         RunStatus::Stopped => "stopped",
         RunStatus::Pending => "pending",
+        RunStatus::Skipped => "skipped",
     }
 }
 
@@ -912,6 +1056,10 @@ pub fn summarize(
         id: id.to_string(),
         suite: r.suite.clone(),
         status: status_name(status).to_string(),
+        reason: r.incomplete_reason.clone(),
+        reason_label: "none".to_string(),
+        written_bytes: 0,
+        write_bound_bytes: None,
         started_unix: r.started_unix_seconds,
         duration_seconds: (r.ended_unix_seconds - r.started_unix_seconds).max(0.0),
         steady_state: steady,
@@ -919,6 +1067,19 @@ pub fn summarize(
         points: seen.into_values().collect(),
         app_points: app_seen.into_values().collect(),
     }
+}
+
+/// Adds what the run index knows of a run (why it stopped, what it wrote, its bound) to
+/// its gauges' summary.
+pub fn annotate(summary: &mut RunSummary, record: &RunRecord) {
+    summary.reason = record.reason.clone();
+    summary.reason_label = record
+        .stop
+        .as_ref()
+        .map_or("none", StopReason::label)
+        .to_string();
+    summary.written_bytes = record.written_bytes.unwrap_or(0);
+    summary.write_bound_bytes = record.write_bound_bytes;
 }
 
 /// A percentile of a round over both directions: the larger of the directions that ran
@@ -938,6 +1099,37 @@ fn combined(round: &Round, f: impl Fn(&crate::protocol::result::DirFigures) -> u
 mod tests {
     use super::*;
     use crate::config::RunsRetention;
+
+    #[test]
+    fn a_runs_status_follows_why_it_stopped() {
+        let e = StopReason::Error {
+            message: "x".into(),
+        };
+        let safety = StopReason::SafetyLimit {
+            written_bytes: 3,
+            bound_bytes: 1,
+            limit_bytes: 2,
+        };
+        assert_eq!(status_of(None, true), RunStatus::Passed);
+        assert_eq!(status_of(None, false), RunStatus::Failed);
+        assert_eq!(status_of(Some(&e), true), RunStatus::Failed);
+        assert_eq!(
+            status_of(Some(&StopReason::Signal), false),
+            RunStatus::Stopped
+        );
+        assert_eq!(status_of(Some(&safety), false), RunStatus::Stopped);
+        assert_eq!(
+            status_of(Some(&StopReason::MaxDuration { limit_seconds: 1 }), false),
+            RunStatus::TimedOut
+        );
+        let m = skip_message(333 << 30, 1024.0, 2048.0, 30);
+        assert!(m.starts_with("skipped: "), "{m}");
+        assert!(
+            m.contains("333.0 GiB")
+                && m.contains("1.0 KiB (1024 bytes) is left of 2.0 KiB per 30 days"),
+            "{m}"
+        );
+    }
 
     #[test]
     fn retention_drops_the_oldest_by_count_and_by_bytes() {

@@ -167,15 +167,53 @@ impl Store {
     }
 }
 
-/// The bytes driveprobe may write to `drive` per UTC day: the configured share of its
+/// The bytes the canaries may write to `drive` per UTC day: the configured share of its
 /// rated drive writes per day (DWPD x capacity), or the fixed allowance for a drive whose
-/// rating or capacity is unknown.
+/// rating or capacity is unknown. Scheduled runs have their own allowance
+/// ([`run_budget_bytes`]).
 pub fn budget_bytes_per_day(drive: &Drive, capacity: Option<u64>, wb: &WearBudget) -> f64 {
     match (drive.rating.rated_dwpd(capacity), capacity) {
         (Some(dwpd), Some(cap)) if dwpd > 0.0 && cap > 0 => {
             dwpd * cap as f64 * wb.share_of_rated_dwpd
         }
         _ => wb.unrated_bytes_per_day as f64,
+    }
+}
+
+/// The bytes scheduled runs may write to `drive` over the rolling period
+/// (`wb.period_days`): the configured share of its rated writes over the period (DWPD x
+/// capacity x days), or the fixed allowance per period for a drive whose rating or
+/// capacity is unknown.
+pub fn run_budget_bytes(drive: &Drive, capacity: Option<u64>, wb: &WearBudget) -> f64 {
+    match (drive.rating.rated_dwpd(capacity), capacity) {
+        (Some(dwpd), Some(cap)) if dwpd > 0.0 && cap > 0 => {
+            dwpd * cap as f64 * wb.period_days as f64 * wb.scheduled_share_of_rated_writes
+        }
+        _ => wb.scheduled_unrated_bytes as f64,
+    }
+}
+
+/// Whether a scheduled run whose writes are bounded by `bound` bytes may start, given the
+/// allowance for scheduled runs over the period (`allowance`: None is unlimited) and what
+/// scheduled runs wrote in the period so far (`used`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Admission {
+    Admit,
+    /// Skipped up front: the bound does not fit what is left.
+    Skip {
+        remaining: f64,
+    },
+}
+
+pub fn admit(bound: u64, allowance: Option<f64>, used: u128) -> Admission {
+    let Some(allowance) = allowance else {
+        return Admission::Admit;
+    };
+    let remaining = (allowance - used as f64).max(0.0);
+    if (bound as f64) <= remaining {
+        Admission::Admit
+    } else {
+        Admission::Skip { remaining }
     }
 }
 
@@ -201,6 +239,9 @@ mod tests {
         let wb = WearBudget {
             share_of_rated_dwpd: 0.01,
             unrated_bytes_per_day: 5 << 30,
+            period_days: 30,
+            scheduled_share_of_rated_writes: 0.1,
+            scheduled_unrated_bytes: 7 << 30,
         };
         let d = drive(Rating {
             dwpd: Some(1.0),
@@ -221,6 +262,27 @@ mod tests {
             budget_bytes_per_day(&drive(Rating::default()), Some(1 << 40), &wb),
             (5u64 << 30) as f64
         );
+        // Scheduled runs: 10% of 30 days of 1 DWPD of 1 TB is 3 TB; unrated, the fixed
+        // allowance per period.
+        assert!((run_budget_bytes(&d, Some(1_000_000_000_000), &wb) - 3e12).abs() < 1.0);
+        assert_eq!(run_budget_bytes(&d, None, &wb), (7u64 << 30) as f64);
+    }
+
+    #[test]
+    fn a_run_is_admitted_only_when_its_bound_fits_what_is_left() {
+        assert_eq!(admit(10, Some(100.0), 90), Admission::Admit);
+        assert_eq!(
+            admit(11, Some(100.0), 90),
+            Admission::Skip { remaining: 10.0 }
+        );
+        // Over the allowance already: nothing is left, not a negative figure.
+        assert_eq!(
+            admit(1, Some(100.0), 150),
+            Admission::Skip { remaining: 0.0 }
+        );
+        assert_eq!(admit(0, Some(100.0), 150), Admission::Admit);
+        // Unlimited (a burn-in schedule): always.
+        assert_eq!(admit(u64::MAX, None, u128::MAX), Admission::Admit);
     }
 
     #[test]

@@ -221,7 +221,7 @@ fn drives(h: &mut String, s: &Status, now: f64) {
         "<table class=\"drives\"><thead><tr><th>Drive</th><th>State</th><th>Model</th>\
          <th>Firmware</th><th>Serial</th><th>Health</th><th class=\"n\">Temp</th>\
          <th class=\"n\">Endurance used</th><th>Projected wear-out</th>\
-         <th class=\"n\">DWPD obs. / rated</th><th class=\"n\">Wear budget today</th>\
+         <th class=\"n\">DWPD obs. / rated</th><th class=\"n\">Wear budget: canaries today, runs over the period</th>\
          </tr></thead>\n<tbody>\n",
     );
     for d in s.drives.values() {
@@ -351,7 +351,29 @@ fn drive_row(h: &mut String, d: &DriveStatus, now: f64) {
     } else {
         budget
     };
-    let _ = write!(h, "<td class=\"n\">{budget}</td>");
+    let runs = format!(
+        "runs: {} / {} per {} days",
+        f::bytes(w.runs_written_bytes as f64),
+        f::bytes(w.runs_budget_bytes),
+        w.runs_period_days
+    );
+    let skipped: String = d
+        .skipped
+        .iter()
+        .map(|(name, sk)| {
+            format!(
+                "<br><span class=\"warn small skip\">{} skipped {}x, last at {}: {}</span>",
+                esc(name),
+                sk.count,
+                f::utc(sk.last_unix),
+                esc(&sk.last_message)
+            )
+        })
+        .collect();
+    let _ = write!(
+        h,
+        "<td class=\"n\">canaries: {budget}<br><span class=\"small\">{runs}</span>{skipped}</td>"
+    );
 
     // Canary probes, on a row of their own under the drive.
     let _ = write!(
@@ -560,7 +582,7 @@ fn run_status_class(s: RunStatus) -> &'static str {
         RunStatus::Passed => "ok",
         RunStatus::Running | RunStatus::Pending => "warn",
         RunStatus::Failed | RunStatus::TimedOut => "bad",
-        RunStatus::Interrupted | RunStatus::Stopped => "dim",
+        RunStatus::Interrupted | RunStatus::Stopped | RunStatus::Skipped => "dim",
     }
 }
 
@@ -573,6 +595,7 @@ fn run_status_name(s: RunStatus) -> &'static str {
         RunStatus::Interrupted => "interrupted",
         RunStatus::Stopped => "stopped",
         RunStatus::Pending => "result pending",
+        RunStatus::Skipped => "skipped",
     }
 }
 
@@ -614,9 +637,14 @@ fn runs(h: &mut String, s: &Status, now: f64) {
             esc(&r.suite),
             opt(r.schedule.as_deref()),
             run_status_class(r.status),
-            match s.run_notes.get(&r.id) {
-                Some(note) => esc(note),
-                None => run_status_name(r.status).to_string(),
+            match (s.run_notes.get(&r.id), &r.reason) {
+                (Some(note), _) => esc(note),
+                (None, Some(why)) => format!(
+                    "{}<br><span class=\"small reason\">{}</span>",
+                    run_status_name(r.status),
+                    esc(why)
+                ),
+                (None, None) => run_status_name(r.status).to_string(),
             },
             f::utc(started),
         );
@@ -763,6 +791,10 @@ mod tests {
             ended: Some(i64::MAX),
             status: RunStatus::Failed,
             result_path: Some(evil.into()),
+            reason: None,
+            write_bound_bytes: None,
+            stop: None,
+            written_bytes: None,
         });
         let html = render(&s, f64::NAN);
         assert!(!html.contains("<script"), "{html}");

@@ -2,6 +2,7 @@
 //! preconditioning, steady state, thread/queue sweeps, rate curves, and their result
 //! document.
 
+pub mod bound;
 pub mod purge;
 pub mod result;
 pub mod steady;

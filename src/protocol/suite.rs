@@ -417,6 +417,9 @@ pub struct SuiteOptions {
     pub rated: Option<Rated>,
     /// Seed of the generators (runs with the same seed issue the same I/O).
     pub seed: Option<u64>,
+    /// Why the run was stopped, recorded by whoever stopped it (empty: the signal
+    /// handler, which only sets the control's flag).
+    pub stop: super::bound::StopCell,
 }
 
 fn now_unix() -> f64 {
@@ -894,6 +897,31 @@ fn fio_written_bytes(raw_json: &str) -> u64 {
         })
 }
 
+/// Why a run that ended this way did not finish, if it did not: the reason its stopper
+/// recorded when it was stopped (an error after a stop is the stop's doing: an
+/// application cut short), else its error (bounded: an error may carry a program's
+/// output), else a signal (the only stopper that records none). None: it finished.
+pub fn stop_reason(
+    error: &Option<SuiteError>,
+    control: &RunControl,
+    stop: &super::bound::StopCell,
+) -> Option<super::bound::StopReason> {
+    use super::bound::StopReason;
+    if control.is_stopped() {
+        if let Some(why) = stop.get() {
+            return Some(why);
+        }
+    }
+    if let Some(e) = error {
+        return Some(StopReason::Error {
+            message: crate::process::clip(&e.to_string(), REASON_BYTES),
+        });
+    }
+    control
+        .is_stopped()
+        .then(|| stop.get().unwrap_or(StopReason::Signal))
+}
+
 /// Runs `suite` on `target`. Always returns a result document: when a phase fails or
 /// the run is stopped, the document holds what was done and says why it is incomplete;
 /// the error, if any, comes with it.
@@ -981,11 +1009,8 @@ pub fn run_suite(
     }
     result.engine = runner.engine_name.unwrap_or_default();
     result.ended_unix_seconds = now_unix();
-    if let Some(e) = &error {
-        // Bounded: an error may carry a program's output.
-        result.incomplete_reason = Some(crate::process::clip(&e.to_string(), REASON_BYTES));
-    } else if control.is_stopped() {
-        result.incomplete_reason = Some("stopped by request (SIGINT/SIGTERM)".to_string());
+    if let Some(why) = stop_reason(&error, control, &opts.stop) {
+        result.incomplete_reason = Some(why.describe());
     } else {
         result.complete = true;
     }
@@ -1043,6 +1068,29 @@ mod tests {
         );
         assert_eq!(find("oltp").unwrap().steps, [Step::App(AppKind::Oltp)]);
         assert!(Scale::named("huge").is_err());
+    }
+
+    #[test]
+    fn the_stop_reason_is_the_recorded_one_then_the_error_then_a_signal() {
+        use crate::protocol::bound::{StopCell, StopReason};
+        let control = RunControl::new();
+        let cell = StopCell::default();
+        assert_eq!(stop_reason(&None, &control, &cell), None, "it finished");
+        let err = Some(SuiteError::Scale("x".into()));
+        assert!(matches!(
+            stop_reason(&err, &control, &cell),
+            Some(StopReason::Error { message }) if message.contains("'x' is not a scale")
+        ));
+        control.stop();
+        // Stopped with no reason recorded: only the signal handler stops that way.
+        assert_eq!(
+            stop_reason(&None, &control, &cell),
+            Some(StopReason::Signal)
+        );
+        // A recorded reason wins over an error that the stop caused.
+        let t = StopReason::MaxDuration { limit_seconds: 3 };
+        cell.set(t.clone());
+        assert_eq!(stop_reason(&err, &control, &cell), Some(t));
     }
 
     #[test]

@@ -53,8 +53,12 @@ pub enum RunStatus {
     TimedOut,
     /// Cut short by a daemon restart.
     Interrupted,
-    /// Stopped by the operator or at shutdown.
+    /// Stopped midway with no error: by a signal (the operator, the daemon's stop) or at
+    /// its hard safety limit; the record's `reason` says which.
     Stopped,
+    /// Not started: skipped up front (its write bound did not fit the wear budget left
+    /// for scheduled runs); the record's `reason` has the figures.
+    Skipped,
     /// Ended, but its result document could not be written yet (the state directory full
     /// or read-only): the daemon keeps it in memory and retries; the run gets its real
     /// status when the document is written. A daemon that stops before that loses it (the
@@ -76,6 +80,19 @@ pub struct RunRecord {
     pub status: RunStatus,
     /// The result document, when one was written.
     pub result_path: Option<PathBuf>,
+    /// Why it did not pass or was skipped (`protocol::bound::StopReason::describe`, or
+    /// the skip's figures); None for a run that passed or is going on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The upper bound of its writes it was admitted (or skipped) with, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_bound_bytes: Option<u64>,
+    /// Why it was stopped midway, typed (`reason` is its text), when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<crate::protocol::bound::StopReason>,
+    /// The bytes it wrote (the engine's count, with application and fio writes), once ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -93,6 +110,11 @@ pub struct State {
     /// Per drive, every byte driveprobe wrote since the state began (the days above are
     /// trimmed; this is not, so the exported counter never goes down).
     pub self_written_lifetime: BTreeMap<String, u128>,
+    /// Per drive, per UTC day, the part of `self_written` that scheduled runs wrote (the
+    /// rest is the canaries'). A state file from before this split has none: its days'
+    /// bytes count as the canaries' (they were counted against one daily budget then),
+    /// and the scheduled runs' rolling window starts empty.
+    pub run_written: BTreeMap<String, BTreeMap<String, u128>>,
 }
 
 impl Default for State {
@@ -104,6 +126,7 @@ impl Default for State {
             runs: Vec::new(),
             self_written: BTreeMap::new(),
             self_written_lifetime: BTreeMap::new(),
+            run_written: BTreeMap::new(),
         }
     }
 }
@@ -152,6 +175,40 @@ impl State {
         }
     }
 
+    /// Adds bytes a scheduled run wrote to `drive` on the UTC day of `t` (counted in
+    /// `self_written` too).
+    pub fn add_run_written(&mut self, drive: &str, t: i64, bytes: u128) {
+        self.add_self_written(drive, t, bytes);
+        let days = self.run_written.entry(drive.to_string()).or_default();
+        *days.entry(utc_day(t)).or_default() += bytes;
+        while days.len() > MAX_DAYS_PER_DRIVE {
+            days.pop_first();
+        }
+    }
+
+    /// Bytes scheduled runs wrote to `drive` over the rolling window of `days` UTC days
+    /// that ends with the day of `t` (today and the `days - 1` before it).
+    pub fn run_written_in_window(&self, drive: &str, t: i64, days: u32) -> u128 {
+        let Some(kept) = self.run_written.get(drive) else {
+            return 0;
+        };
+        let first = utc_day(t - (days.max(1) as i64 - 1) * DAY);
+        let last = utc_day(t);
+        kept.range(first..=last).map(|(_, b)| *b).sum()
+    }
+
+    /// Bytes the canaries wrote to `drive` on the UTC day of `t`: what driveprobe wrote
+    /// that day less the scheduled runs' part.
+    pub fn canary_written_on(&self, drive: &str, t: i64) -> u128 {
+        let runs = self
+            .run_written
+            .get(drive)
+            .and_then(|d| d.get(&utc_day(t)))
+            .copied()
+            .unwrap_or(0);
+        self.self_written_on(drive, t).saturating_sub(runs)
+    }
+
     /// All bytes driveprobe wrote to `drive` over the days kept.
     pub fn self_written_total(&self, drive: &str) -> u128 {
         self.self_written.get(drive).map_or(0, |d| d.values().sum())
@@ -183,7 +240,11 @@ impl State {
             trim_front(v, MAX_SAMPLES_PER_DRIVE);
         }
         trim_front(&mut self.runs, MAX_RUNS);
-        for days in self.self_written.values_mut() {
+        for days in self
+            .self_written
+            .values_mut()
+            .chain(self.run_written.values_mut())
+        {
             while days.len() > MAX_DAYS_PER_DRIVE {
                 days.pop_first();
             }
@@ -294,6 +355,10 @@ mod tests {
                 ended: None,
                 status: RunStatus::Running,
                 result_path: None,
+                reason: None,
+                write_bound_bytes: None,
+                stop: None,
+                written_bytes: None,
             });
         }
         assert_eq!(s.runs.len(), MAX_RUNS);
@@ -328,6 +393,53 @@ mod tests {
         // Missing fields default; unknown ones are ignored (older and newer daemons).
         fs::write(&path, b"{\"version\": 1, \"later\": true}").unwrap();
         assert_eq!(load(&path).unwrap(), State::default());
+    }
+
+    #[test]
+    fn the_runs_window_sums_the_last_days_and_canaries_get_the_rest() {
+        let mut s = State::default();
+        let day0 = 20_000 * DAY; // 2024-10-04
+                                 // A run's bytes on each of 40 days, and a canary's on the last day.
+        for d in 0..40 {
+            s.add_run_written("a", day0 + d * DAY + 100, 10);
+        }
+        s.add_self_written("a", day0 + 39 * DAY + 5, 3);
+        let today = day0 + 39 * DAY + 86_000;
+        assert_eq!(s.run_written_in_window("a", today, 30), 300);
+        assert_eq!(s.run_written_in_window("a", today, 1), 10);
+        assert_eq!(s.run_written_in_window("a", today, 400), 400);
+        // The window moves with the day: tomorrow drops the oldest day of it.
+        assert_eq!(s.run_written_in_window("a", today + DAY, 30), 290);
+        assert_eq!(s.run_written_in_window("b", today, 30), 0);
+        assert_eq!(s.canary_written_on("a", today), 3);
+        assert_eq!(s.self_written_on("a", today), 13);
+        assert_eq!(s.self_written_lifetime("a"), 403);
+    }
+
+    #[test]
+    fn a_state_from_before_the_split_keeps_its_bytes_as_the_canaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let t = 20_000 * DAY + 50;
+        let day = utc_day(t);
+        // The shape of a version-1 file before `run_written` and the run `reason`.
+        let old = serde_json::json!({
+            "version": 1,
+            "runs": [{"id": "r1", "suite": "latency", "drive": "a", "schedule": "s",
+                      "started": 1, "ended": 2, "status": "stopped", "result_path": null}],
+            "self_written": {"a": {day.clone(): 1000}},
+            "self_written_lifetime": {"a": 5000},
+        });
+        fs::write(&path, old.to_string()).unwrap();
+        let s = load(&path).unwrap();
+        assert_eq!(s.self_written_lifetime("a"), 5000);
+        assert_eq!(s.canary_written_on("a", t), 1000);
+        assert_eq!(s.run_written_in_window("a", t, 30), 0);
+        assert_eq!(s.runs[0].reason, None);
+        assert_eq!(s.runs[0].status, RunStatus::Stopped);
+        // Saved again, nothing is lost.
+        save_atomic(&path, &s).unwrap();
+        assert_eq!(load(&path).unwrap(), s);
     }
 
     #[test]

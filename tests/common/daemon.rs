@@ -141,6 +141,33 @@ impl Daemon {
         http_get(&self.addr, path, headers)
     }
 
+    /// `/api/v1/runs`, newest first.
+    pub fn runs(&self) -> Vec<serde_json::Value> {
+        let (code, _, body) = self.get("/api/v1/runs");
+        assert_eq!(code, 200, "{body}");
+        match serde_json::from_str::<serde_json::Value>(&body) {
+            Ok(serde_json::Value::Array(a)) => a,
+            other => panic!("/api/v1/runs is not a list: {other:?}"),
+        }
+    }
+
+    /// Polls `/api/v1/runs` until a run has status `want`; returns it.
+    pub fn wait_run_status(&self, want: &str, limit: Duration) -> serde_json::Value {
+        let t0 = Instant::now();
+        loop {
+            let r = self.runs();
+            if let Some(x) = r.iter().find(|x| x["status"] == want) {
+                return x.clone();
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "no run became {want} in {limit:?}: {r:?}\nlog:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
     /// Scrapes `/metrics` (text format) and parses it.
     pub fn scrape(&self) -> Exposition {
         let (code, _, body) = self.get("/metrics");
@@ -368,4 +395,16 @@ pub fn file_drive(name: &str, path: &Path, size: &str) -> String {
         "[[drive]]\nname = \"{name}\"\nfile_target = {{ path = \"{}\", size = \"{size}\" }}\n\n",
         path.display()
     )
+}
+
+/// A state file in `state_dir` in which the schedules `keys` (SCHEDULE/DRIVE) were first
+/// seen long ago, so a cron time in the past is due at once.
+pub fn seed_due_state(state_dir: &Path, keys: &[&str]) {
+    std::fs::create_dir_all(state_dir).unwrap();
+    let schedules: serde_json::Map<String, serde_json::Value> = keys
+        .iter()
+        .map(|k| (k.to_string(), serde_json::json!({ "first_seen": 0 })))
+        .collect();
+    let doc = serde_json::json!({ "version": 1, "schedules": schedules });
+    std::fs::write(state_dir.join("state.json"), doc.to_string()).unwrap();
 }
