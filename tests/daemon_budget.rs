@@ -409,3 +409,42 @@ fn a_spent_canary_budget_does_not_hold_or_stop_a_scheduled_run_and_runs_do_not_s
     assert!(!d.log().contains("waiting"), "{}", d.log());
     d.terminate(Duration::from_secs(5));
 }
+
+/// A due run whose drive is down waits, and says so once when the wait starts, not once a
+/// second (issue 17: "run due, but ... waiting" was logged every second).
+#[test]
+fn a_due_run_waiting_for_its_drive_is_logged_once() {
+    let dir = common::shm_dir("dp-budget-");
+    // No device has this serial: the drive is down, the run stays due.
+    let text = config_rated(
+        dir.path(),
+        "32MiB",
+        "1h",
+        "",
+        "serial = \"DP-NO-SUCH-SERIAL-17\"",
+    );
+    let d = start(dir.path(), &text);
+    let t0 = Instant::now();
+    loop {
+        let drives: Value = serde_json::from_str(&d.get("/api/v1/drives").2).unwrap();
+        if drives[0]["up"] == false && d.log().contains("run due, but the drive is down") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the drive is not down, or the wait is not logged: {drives}\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Several scheduler ticks later: still logged once, and the run has not started.
+    std::thread::sleep(Duration::from_secs(4));
+    let log = d.log();
+    let waits = log
+        .lines()
+        .filter(|l| l.contains("run due, but the drive is down"))
+        .count();
+    assert_eq!(waits, 1, "logged once:\n{log}");
+    assert!(d.runs().is_empty(), "{:?}", d.runs());
+    d.terminate(Duration::from_secs(5));
+}

@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::condlog::{CondLog, Level};
 use crate::config::ScheduleBudget;
 use crate::engine::RunControl;
 use crate::protocol::bound::{self, StopCell, StopReason, WriteBound};
@@ -212,9 +213,10 @@ pub fn recover(store: &super::store::Store, now: i64) {
 pub fn run(ctx: Arc<Ctx>, beat: Arc<Beat>, stop: Arc<AtomicBool>) {
     let plans = plans(&ctx);
     let mut last_save = Instant::now();
+    let mut log = CondLog::new("scheduler");
     while !stop.load(Ordering::Acquire) {
         beat.beat();
-        tick(&ctx, &plans, now_unix() as i64);
+        tick(&ctx, &plans, now_unix() as i64, &mut log);
         if last_save.elapsed() >= Duration::from_secs(5) {
             ctx.save_state();
             last_save = Instant::now();
@@ -233,8 +235,9 @@ pub fn run(ctx: Arc<Ctx>, beat: Arc<Beat>, stop: Arc<AtomicBool>) {
 }
 
 /// One pass: write the results still pending, account the writes of running runs,
-/// resolve identities, decide and act.
-pub fn tick(ctx: &Arc<Ctx>, plans: &[Plan], now: i64) {
+/// resolve identities, decide and act. `log` holds the conditions that last over ticks (a
+/// due run waiting for its drive), so each is logged when it starts and when it ends.
+pub fn tick(ctx: &Arc<Ctx>, plans: &[Plan], now: i64, log: &mut CondLog) {
     retry_pending(ctx);
     for r in ctx.runs.all() {
         account_writes(ctx, &r, now);
@@ -260,7 +263,7 @@ pub fn tick(ctx: &Arc<Ctx>, plans: &[Plan], now: i64) {
                 next_due.insert(p.key.clone(), until);
             }
             Decision::Start { due, deadline } => {
-                if let Some(id) = try_start(ctx, p, due, deadline, now) {
+                if let Some(id) = try_start(ctx, p, due, deadline, now, log) {
                     running.insert(p.key.clone(), id);
                 } else {
                     next_due.insert(p.key.clone(), due);
@@ -410,13 +413,29 @@ fn skip(ctx: &Ctx, p: &Plan, due: i64, now: i64, bound: WriteBound, message: Str
 
 /// Starts a due run, after persisting its start. None when it cannot start now (the
 /// drive is down or over budget, or the state cannot be saved); it stays due.
-fn try_start(ctx: &Arc<Ctx>, p: &Plan, due: i64, deadline: i64, now: i64) -> Option<String> {
+fn try_start(
+    ctx: &Arc<Ctx>,
+    p: &Plan,
+    due: i64,
+    deadline: i64,
+    now: i64,
+    log: &mut CondLog,
+) -> Option<String> {
     let drive = ctx.drives.get(&p.schedule.drive)?.clone();
     drive.refresh_identity();
+    let waiting = format!("down {}", p.key);
     if let Err(why) = drive.resolved() {
-        tracing::info!(schedule = %p.key, reason = %why, "run due, but the drive is down; waiting");
+        log.holds(
+            &waiting,
+            Level::Info,
+            format!(
+                "schedule {}: run due, but the drive is down ({why}); waiting",
+                p.key
+            ),
+        );
         return None;
     }
+    log.ends(&waiting);
     let (bound, allowance) = bound_and_allowance(ctx, &drive, p);
     let used = ctx.store.lock().run_written_in_window(
         &p.schedule.drive,
