@@ -1332,7 +1332,11 @@ fn text_report(
         }
     }
     if r.errors.count > 0 {
-        let _ = writeln!(out, "  errors: {} I/O errors", r.errors.count);
+        let _ = writeln!(
+            out,
+            "  errors: {}",
+            units::count(r.errors.count, "I/O error", "I/O errors")
+        );
         for e in &r.errors.first {
             let _ = writeln!(
                 out,
