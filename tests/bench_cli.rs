@@ -872,6 +872,7 @@ fn json_output_contract_and_output_file() {
         "randrw",
         "--runtime",
         "3",
+        "--time_based",
         "--interval",
         "1s",
         "--output-format",
@@ -1299,7 +1300,7 @@ fn common_fio_command_lines_run_or_are_refused_by_name() {
     use Expect::*;
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("fio-target");
-    let lines: [(&str, Expect); 24] = [
+    let lines: [(&str, Expect); 29] = [
         ("--name=randread-4k-qd32 --filename={F} --size=16m --rw=randread --bs=4k --direct=1 --ioengine=libaio --iodepth=32 --numjobs=4 --runtime=1 --time_based --group_reporting", Runs { rw: "randread", substituted: true }),
         ("--name=randwrite-4k --filename={F} --size=16m --rw=randwrite --bs=4k --direct=1 --ioengine=libaio --iodepth=32 --numjobs=2 --runtime=1 --time_based --group_reporting", Runs { rw: "randwrite", substituted: true }),
         ("--name=oltp-70-30 --filename={F} --size=16m --rw=randrw --rwmixread=70 --bs=4k --direct=1 --ioengine=libaio --iodepth=16 --numjobs=2 --runtime=1 --time_based --group_reporting", Runs { rw: "randrw", substituted: true }),
@@ -1314,6 +1315,11 @@ fn common_fio_command_lines_run_or_are_refused_by_name() {
         ("--name=mix --filename={F} --rw=randrw --rwmixwrite=30 --bssplit=4k/50:64k/50 --iodepth=4 --runtime=1 --time_based --direct=1", Runs { rw: "randrw", substituted: false }),
         ("--name=part --filename={F} --rw=read --bs=64k --offset=25% --size=50% --runtime=1 --time_based", Runs { rw: "read", substituted: false }),
         ("--name=verify --filename={F} --rw=randwrite --bs=4k --verify=crc32c --size=8m --direct=1", Runs { rw: "randwrite", substituted: true }),
+        ("--name=verify-timed --filename={F} --rw=randwrite --bs=4k --verify=crc32c --runtime=1 --time_based", Refused("--verify")),
+        ("--name=defaults --filename={F} --rw=randread --bs=4k --sync=0 --invalidate=1 --loops=1 --fsync=0 --end_fsync=0 --thinktime=0 --zero_buffers=0 --do_verify=1 --loops 1 --runtime=1", Runs { rw: "randread", substituted: false }),
+        ("--name=loops --filename={F} --rw=randread --bs=4k --loops=2 --runtime=1", Refused("--loops")),
+        ("--name=onepass-mix --filename={F} --rw=randwrite --bssplit=4k/50:64k/50 --size=8m", Runs { rw: "randwrite", substituted: true }),
+        ("--name=invalidate --filename={F} --rw=randread --bs=4k --invalidate=0 --runtime=1", Refused("--invalidate")),
         ("--name=fsync --filename={F} --rw=randwrite --bs=4k --fsync=1 --runtime=1 --time_based", Refused("--fsync")),
         ("--name=end-fsync --filename={F} --rw=write --bs=1m --end_fsync=1 --size=16m", Refused("--end_fsync")),
         ("--name=ratebw --filename={F} --rw=read --bs=128k --rate=50m --runtime=1", Refused("--rate")),
@@ -1378,6 +1384,14 @@ fn common_fio_command_lines_run_or_are_refused_by_name() {
             "docs/fio-options.md lacks the reason {why:?}"
         );
     }
+    // ... and every value accepted as fio's default.
+    for (name, values) in driveprobe::cli::bench::FIO_DEFAULTS_ACCEPTED {
+        assert!(
+            doc.contains(&format!("`--{name}={}`", values[0])),
+            "docs/fio-options.md lacks --{name}={}",
+            values[0]
+        );
+    }
 }
 
 /// The substitutions are in the JSON too, and `rw` is in the workload; `--randrepeat=0`
@@ -1411,6 +1425,153 @@ fn libaio_substitution_and_randrepeat_in_the_json() {
     );
     bench(&[s(&f), "--randrepeat=2"]).usage_error(&["--randrepeat=2"]);
     bench(&[s(&f), "--time_based"]).usage_error(&["--time_based needs --runtime"]);
+}
+
+/// fio without time_based stops at --size (or --io_size) or --runtime, whichever comes
+/// first; with time_based it goes over the region until --runtime (review of issue 17,
+/// A1: a size-bounded write ran for its whole runtime, wearing a real drive).
+#[test]
+fn runtime_without_time_based_stops_at_the_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("f");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            s(&f),
+            "--size=4m",
+            "--rw=write",
+            "--bs=64k",
+            "--output-format=json",
+        ];
+        args.extend_from_slice(extra);
+        bench(&args).ok().json()
+    };
+    for extra in [&["--runtime=5"][..], &["--runtime=5", "--time_based=0"]] {
+        let v = run(extra);
+        assert_eq!(
+            u64_of(&v["write"]["bytes"], "write.bytes"),
+            4 * MIB,
+            "{extra:?}"
+        );
+        assert!(
+            f64_of(&v["runtime_seconds"], "runtime_seconds") < 5.0,
+            "{extra:?}"
+        );
+        assert_eq!(
+            v["workload"]["stop"]["time_or_bytes"]["bytes"],
+            4 * MIB,
+            "{extra:?}"
+        );
+    }
+    // --io_size with --runtime: the bytes, if they come first.
+    let v = run(&["--runtime=5", "--io_size=1m"]);
+    assert_eq!(u64_of(&v["write"]["bytes"], "write.bytes"), MIB);
+    // The runtime, if it comes first: a rate-limited run of 4 MiB would take 16 s.
+    let v = run(&["--runtime=1", "--rate_iops=4"]);
+    assert!(u64_of(&v["write"]["bytes"], "write.bytes") < 4 * MIB);
+    assert!(f64_of(&v["runtime_seconds"], "runtime_seconds") < 2.0);
+    // time_based: over the region again until the runtime.
+    let v = run(&["--runtime=1", "--time_based"]);
+    assert!(u64_of(&v["write"]["bytes"], "write.bytes") > 4 * MIB);
+    assert!(v["workload"]["stop"]["time"].is_number());
+}
+
+/// A size-bounded random write (fio's random precondition) writes every block once, as
+/// fio's random map does; --norandommap draws offsets independently, leaving blocks
+/// untouched (review of issue 17, B2).
+#[test]
+fn size_bounded_random_write_touches_every_block_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("f");
+    let blocks = 1024u64;
+    let untouched = |extra: &[&str]| {
+        // A file driveprobe made (so writes need no --allow-destructive), zeroed.
+        if !f.exists() {
+            bench(&[s(&f), "--size=4m", "--io_size=4k"]).ok();
+        }
+        {
+            use std::os::unix::fs::FileExt;
+            let file = fs::OpenOptions::new().write(true).open(&f).unwrap();
+            file.write_all_at(&vec![0u8; (blocks * 4096) as usize], 0)
+                .unwrap();
+            file.sync_all().unwrap();
+        }
+        let mut args = vec![s(&f), "--rw=randwrite", "--bs=4k", "--output-format=json"];
+        args.extend_from_slice(extra);
+        let v = bench(&args).ok().json();
+        assert_eq!(u64_of(&v["write"]["ops"], "write.ops"), blocks, "{extra:?}");
+        let data = fs::read(&f).unwrap();
+        data.chunks(4096)
+            .filter(|b| b.iter().all(|&x| x == 0))
+            .count()
+    };
+    // 1024 writes over 1024 blocks that leave none untouched: each block exactly once.
+    assert_eq!(untouched(&[]), 0);
+    assert_eq!(untouched(&["--iodepth=8", "--seed=7"]), 0);
+    // Independent offsets leave about 1/e of them untouched.
+    let left = untouched(&["--norandommap"]);
+    assert!(left > 200, "{left} blocks untouched");
+}
+
+/// fio's verify phase: a write-only job with --verify reads back what it wrote and checks
+/// every block, so the run checks something or fails (review of issue 17, B1: it checked
+/// nothing and exited 0).
+#[test]
+fn write_only_verify_reads_back_every_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("f");
+    for extra in [
+        &["--rw=randwrite"][..],
+        &["--rw=write", "--numjobs=2", "--iodepth=4"],
+        &[
+            "--rw=randwrite",
+            "--numjobs=2",
+            "--iodepth=4",
+            "--runtime=30",
+        ],
+    ] {
+        let mut args = vec![
+            s(&f),
+            "--size=4m",
+            "--bs=4k",
+            "--verify=crc32c",
+            "--output-format=json",
+        ];
+        args.extend_from_slice(extra);
+        let v = bench(&args).ok().json();
+        assert_eq!(
+            u64_of(&v["verify"]["checked"], "verify.checked"),
+            1024,
+            "{extra:?}"
+        );
+        assert_eq!(u64_of(&v["verify"]["mismatches"], "verify.mismatches"), 0);
+        assert_eq!(v["verify_read_back"]["done"], true);
+        assert_eq!(
+            u64_of(&v["verify_read_back"]["bytes"], "read back"),
+            4 * MIB
+        );
+    }
+    // Writes cut short by --runtime are not read back, and the run does not pass.
+    let r = bench(&[
+        s(&f),
+        "--size=4m",
+        "--bs=4k",
+        "--rw=randwrite",
+        "--verify",
+        "--rate_iops=10",
+        "--runtime=0.5",
+        "--output-format=json",
+    ]);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert!(r.stderr.contains("checked no block"), "{}", r.stderr);
+    let v = r.json();
+    assert_eq!(v["verify_read_back"]["done"], false);
+    assert!(v["verify_read_back"]["skipped"]
+        .as_str()
+        .unwrap()
+        .contains("nothing was read back"));
+    // Offsets that do not cover the region cannot be read back: refused up front.
+    bench(&[s(&f), "--rw=randwrite", "--verify", "--norandommap"])
+        .usage_error(&["--verify", "--rw=randrw"]);
 }
 
 /// A rated bandwidth needs its unit, as a rated TBW does (issue 17): a bare number would

@@ -79,3 +79,31 @@ fn asking_for_io_uring_where_it_is_blocked_is_one_clear_line() {
     );
     assert!(err.contains("--ioengine psync"), "{err}");
 }
+
+/// `--ioengine=libaio` runs io_uring, or psync where io_uring is blocked: the substitution
+/// then names psync and says the queue depth was 1 per worker, not the depth asked (review
+/// of issue 17, A2: it said io_uring "keeps the same queue depth" over a psync run).
+#[test]
+fn libaio_falling_back_to_psync_says_the_depth_was_one() {
+    let out = run_filtered("EPERM", &["--ioengine=libaio", "--iodepth=16"]);
+    common::assert_ok(&out, "driveprobe bench --ioengine=libaio under seccomp");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["engine"], "psync");
+    let sub = &v["substitutions"][0];
+    assert_eq!(sub["option"], "ioengine");
+    assert_eq!(sub["used"], "psync at queue depth 1");
+    let why = sub["why"].as_str().unwrap();
+    assert!(why.contains("io_uring is unavailable here"), "{why}");
+    assert!(
+        why.contains("queue depth was 1 per worker, not 16"),
+        "{why}"
+    );
+    assert!(!why.contains("keeps the same queue depth"), "{why}");
+    // At depth 1 nothing is lost, and the why says that instead.
+    let out = run_filtered("EPERM", &["--ioengine=libaio"]);
+    common::assert_ok(&out, "driveprobe bench --ioengine=libaio under seccomp");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["substitutions"][0]["used"], "psync");
+    let why = v["substitutions"][0]["why"].as_str().unwrap();
+    assert!(why.contains("at queue depth 1"), "{why}");
+}

@@ -1338,6 +1338,15 @@ fn bench_output_gets_a_one_phase_report() {
     std::fs::write(&newer, v.to_string()).unwrap();
     let doc2 = report::load(&newer).unwrap();
     assert_eq!(doc2.phases, doc.phases);
+    // numjobs and iodepth are read, not defaulted (the fixture has 1 and 1).
+    v["workload"]["numjobs"] = 4.into();
+    v["workload"]["iodepth"] = 8.into();
+    std::fs::write(&newer, v.to_string()).unwrap();
+    let doc3 = report::load(&newer).unwrap();
+    let Phase::Point { workload, .. } = &doc3.phases[0] else {
+        panic!("not a point: {:?}", doc3.phases[0])
+    };
+    assert_eq!((workload.workers, workload.depth), (4, 8));
 
     // Through the CLI, with a run made now.
     let shm = common::shm_dir("report-bench");
@@ -1355,6 +1364,11 @@ fn bench_output_gets_a_one_phase_report() {
             "4k",
             "--runtime",
             "0.3s",
+            "--time_based",
+            "--numjobs",
+            "3",
+            "--iodepth",
+            "5",
         ])
         .args(["--output-format", "json", "--output"])
         .arg(&json)
@@ -1375,6 +1389,9 @@ fn bench_output_gets_a_one_phase_report() {
     let points = section(&html, "points");
     assert!(points.contains("4k-randread"), "{points}");
     assert!(points.contains("4k-randrw"), "{points}");
+    // The run's numjobs and iodepth are read and shown (as T and Q).
+    assert!(points.contains("4k randread, 3T5Q"), "{points}");
+    assert!(points.contains("4k randrw 50/50, 1T1Q"), "{points}");
     assert!(html.contains("bench suite"));
     let ended = summary_row(&html, "Ended").unwrap();
     assert!(!ended.contains("1970"), "{ended}");

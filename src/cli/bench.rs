@@ -67,7 +67,7 @@ pub enum RateProcess {
 A file that does not exist is created and filled to --size; an existing file is never truncated.\n\
 Writes to a block device need --allow-destructive and --expect-serial (or --expect-wwn), and are refused when the device or a partition of it is mounted, used as swap or held by md/dm/LVM.\n\
 Writes to an existing file that driveprobe did not create (a file it creates carries its user.driveprobe.owner mark) need --allow-destructive too; no symbolic link on the file's path is followed for a write.\n\
-fio options: fio's names are taken (--rw, --bs, --iodepth, --numjobs, --runtime, --time_based, --size, --rwmixread, --rate_iops, --direct, --group_reporting, --norandommap, --randrepeat, ...); --ioengine=libaio runs io_uring and says so. fio options that would change what is measured and that driveprobe does not do (--fsync, --rate, --thinktime, --iodepth_batch*, --zero_buffers, --percentile_list, --loops, --nrfiles, --cpus_allowed, --write_lat_log, ...) are refused, naming the option and why: see docs/fio-options.md.\n\
+fio options: fio's names are taken (--rw, --bs, --iodepth, --numjobs, --runtime, --time_based, --size, --rwmixread, --rate_iops, --direct, --group_reporting, --norandommap, --randrepeat, ...); --ioengine=libaio runs io_uring (psync at queue depth 1 where io_uring is unavailable) and says so. fio options that would change what is measured and that driveprobe does not do (--fsync, --rate, --thinktime, --iodepth_batch*, --zero_buffers, --percentile_list, --loops, --nrfiles, --cpus_allowed, --write_lat_log, ...) are refused, naming the option and why, unless given at fio's default (--fsync=0, --loops=1, --invalidate=1, ...): see docs/fio-options.md.\n\
 Exit status: 0 when the run completed without I/O errors or verify mismatches, 1 when it did not, 2 for bad usage."
 )]
 pub struct BenchArgs {
@@ -103,10 +103,11 @@ pub struct BenchArgs {
     /// Number of workers (threads), each with its own queue.
     #[arg(long, default_value_t = 1, value_name = "N")]
     numjobs: u32,
-    /// Measured run time (10, 10s, 2m); without it the run does --io-size bytes, or one pass over the region per worker.
+    /// Longest measured run time (10, 10s, 2m): the run ends here or after --io-size bytes (or one pass over the region per worker), whichever comes first; with --time_based it runs this long.
     #[arg(long, value_name = "DURATION")]
     pub(super) runtime: Option<String>,
-    /// Accepted for fio compatibility: with --runtime the run is always time based.
+    /// fio's time_based: run for --runtime, going over the region as often as needed (0,
+    /// the default, stops at the size or the runtime, whichever comes first).
     #[arg(
         long = "time-based",
         alias = "time_based",
@@ -127,8 +128,9 @@ pub struct BenchArgs {
         value_name = "0|1"
     )]
     group_reporting: Option<u8>,
-    /// Accepted for fio compatibility: driveprobe's random offsets are always drawn
-    /// independently (fio's norandommap); it keeps no map of blocks done.
+    /// fio's norandommap: random offsets drawn independently. Without it each worker's
+    /// random offsets visit every block once before any again (fio's random map), with
+    /// one --bs, a uniform distribution and only random I/O.
     #[arg(long, hide = true, num_args = 0..=1, default_missing_value = "1", value_name = "0|1")]
     norandommap: Option<u8>,
     /// fio's randrepeat: 1 (the default) repeats the same offsets run after run (the
@@ -151,7 +153,7 @@ pub struct BenchArgs {
     /// Region start (bytes or % of the target).
     #[arg(long, value_name = "SIZE|PCT")]
     pub(super) offset: Option<String>,
-    /// Stop after each worker has moved this many bytes, instead of after a run time (fio's io_size).
+    /// Stop after each worker has moved this many bytes, or at --runtime if sooner (fio's io_size).
     #[arg(
         long = "io-size",
         alias = "io_size",
@@ -190,7 +192,8 @@ pub struct BenchArgs {
     /// Go through the page cache.
     #[arg(long, conflicts_with = "direct")]
     pub(super) buffered: bool,
-    /// Stamp written blocks with a header (offset, sequence, checksum) and check it on reads.
+    /// Stamp written blocks with a header (offset, sequence, checksum) and check it on reads;
+    /// a job that only writes reads every block back afterwards (fio's verify phase).
     /// A value (crc32c, md5, ...) is accepted for fio compatibility; driveprobe always uses its header.
     #[arg(long, value_name = "KIND", num_args = 0..=1, default_missing_value = "1")]
     verify: Option<String>,
@@ -382,7 +385,7 @@ pub const REFUSED_FIO_OPTIONS: &[(&[&str], &str)] = &[
     ),
     (
         &["do_verify", "verify_only", "verify_fatal", "verify_backlog", "verify_interval"],
-        "--verify checks its own header on every read of a block a --verify run wrote; fio's verify phases are not supported",
+        "--verify checks its own header on every read of a block a --verify run wrote, and a job that only writes reads every block back after its writes (fio's verify phase, do_verify=1); fio's other verify settings are not supported",
     ),
     (
         &["unified_rw_reporting", "minimal", "terse_version"],
@@ -390,27 +393,104 @@ pub const REFUSED_FIO_OPTIONS: &[(&[&str], &str)] = &[
     ),
 ];
 
+/// Refused fio options given at fio's own default value, which changes nothing: these
+/// are accepted (and dropped before parsing), so generated fio lines that spell out
+/// defaults run unchanged. Values are compared as written (`--fsync=0`, `--loops 1`).
+pub const FIO_DEFAULTS_ACCEPTED: &[(&str, &[&str])] = &[
+    ("fsync", &["0"]),
+    ("fdatasync", &["0"]),
+    ("end_fsync", &["0"]),
+    ("fsync_on_close", &["0"]),
+    ("sync", &["0", "none"]),
+    ("rate", &["0"]),
+    ("rate_min", &["0"]),
+    ("ratemin", &["0"]),
+    ("thinktime", &["0"]),
+    ("thinktime_blocks", &["1"]),
+    ("thinktime_spin", &["0"]),
+    ("iodepth_batch", &["1"]),
+    ("iodepth_batch_submit", &["1"]),
+    ("iodepth_batch_complete", &["1"]),
+    ("iodepth_batch_complete_min", &["1"]),
+    ("hipri", &["0"]),
+    ("fixedbufs", &["0"]),
+    ("registerfiles", &["0"]),
+    ("sqthread_poll", &["0"]),
+    ("zero_buffers", &["0"]),
+    ("buffer_compress_percentage", &["0"]),
+    ("dedupe_percentage", &["0"]),
+    ("clat_percentiles", &["1"]),
+    ("slat_percentiles", &["0"]),
+    ("loops", &["1"]),
+    ("startdelay", &["0"]),
+    ("nrfiles", &["1"]),
+    ("bs_unaligned", &["0"]),
+    ("log_avg_msec", &["0"]),
+    ("invalidate", &["1"]),
+    ("pre_read", &["0"]),
+    ("do_verify", &["1"]),
+    ("verify_only", &["0"]),
+    ("unified_rw_reporting", &["0", "none"]),
+];
+
 /// Refuses the fio options of [`REFUSED_FIO_OPTIONS`] before the arguments are parsed,
-/// in one line naming the option and why (`--fsync=1`, `--fsync 1`, `--end-fsync`).
-pub fn refuse_fio_options(args: &[std::ffi::OsString]) -> Result<(), Failure> {
-    for arg in args {
-        let Some(arg) = arg.to_str() else { continue };
+/// in one line naming the option and why (`--fsync=1`, `--fsync 1`, `--end-fsync`), and
+/// returns the arguments without those given at fio's default ([`FIO_DEFAULTS_ACCEPTED`]).
+pub fn refuse_fio_options(args: &[std::ffi::OsString]) -> Result<Vec<std::ffi::OsString>, Failure> {
+    let mut kept = Vec::with_capacity(args.len());
+    let mut i = 0;
+    while i < args.len() {
+        let raw = &args[i];
+        i += 1;
+        let Some(arg) = raw.to_str() else {
+            kept.push(raw.clone());
+            continue;
+        };
         if arg == "--" {
+            kept.extend(args[i - 1..].iter().cloned());
             break;
         }
         let Some(opt) = arg.strip_prefix("--") else {
+            kept.push(raw.clone());
             continue;
         };
-        let name = opt.split('=').next().unwrap_or(opt).replace('-', "_");
-        for (names, why) in REFUSED_FIO_OPTIONS {
-            if names.contains(&name.as_str()) {
-                return Err(Failure::usage(format!(
-                    "--{name}: fio's option is not supported by driveprobe bench: {why} (see docs/fio-options.md)"
-                )));
+        let (name, value) = match opt.split_once('=') {
+            Some((n, v)) => (n.replace('-', "_"), Some(v.to_string())),
+            None => (opt.replace('-', "_"), None),
+        };
+        let Some((_, why)) = REFUSED_FIO_OPTIONS
+            .iter()
+            .find(|(names, _)| names.contains(&name.as_str()))
+        else {
+            kept.push(raw.clone());
+            continue;
+        };
+        let defaults = FIO_DEFAULTS_ACCEPTED
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+            .unwrap_or(&[]);
+        let is_default = |v: &str| defaults.iter().any(|d| d.eq_ignore_ascii_case(v.trim()));
+        match value {
+            Some(v) if is_default(&v) => continue,
+            // `--loops 1`: the next argument is the value when it is one of the defaults
+            // (otherwise it is the target, and the option is a bare flag).
+            None if args.get(i).and_then(|n| n.to_str()).is_some_and(is_default) => {
+                i += 1;
+                continue;
             }
+            _ => {}
         }
+        let defaults_text = if defaults.is_empty() {
+            String::new()
+        } else {
+            format!(" (--{name}={} is accepted: fio's default)", defaults[0])
+        };
+        return Err(Failure::usage(format!(
+            "--{name}: fio's option is not supported by driveprobe bench: {why}{defaults_text} (see docs/fio-options.md)"
+        )));
     }
-    Ok(())
+    Ok(kept)
 }
 
 /// Size or percentage, as fio's --size and --offset take.
@@ -512,20 +592,45 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
             "--size: the region must be more than 0 bytes",
         ));
     }
-    let stop = match (&a.runtime, &a.io_size) {
-        (Some(r), _) => Some(Stop::Time(duration("runtime", r)?)),
-        (None, Some(b)) => {
+    for (flag, v) in [
+        ("time_based", a.time_based),
+        ("group_reporting", a.group_reporting),
+        ("norandommap", a.norandommap),
+    ] {
+        if let Some(v) = v.filter(|&v| v > 1) {
+            return Err(Failure::usage(format!("--{flag}={v}: give 1 or 0")));
+        }
+    }
+    let time_based = a.time_based == Some(1);
+    if time_based && a.runtime.is_none() {
+        return Err(Failure::usage(
+            "--time_based needs --runtime: give how long to run, such as --runtime=60",
+        ));
+    }
+    let runtime = a
+        .runtime
+        .as_deref()
+        .map(|r| duration("runtime", r))
+        .transpose()?;
+    let io_bytes = match &a.io_size {
+        Some(b) => {
             let per_worker =
                 units::parse_size(b).map_err(|e| Failure::usage(format!("--io-size: {e}")))?;
             if per_worker == 0 {
                 return Err(Failure::usage("--io-size: must be more than 0 bytes"));
             }
-            Some(Stop::Bytes(
-                per_worker.saturating_mul(a.numjobs.max(1) as u64),
-            ))
+            Some(per_worker.saturating_mul(a.numjobs.max(1) as u64))
         }
-        // fio's habit: one pass over the region per worker; resolved once the region is.
-        (None, None) => None,
+        None => None,
+    };
+    // As fio: time_based runs for --runtime, going over the region as often as needed;
+    // otherwise the run stops after --io_size bytes (or one pass over the region per
+    // worker, resolved once the region is), or at --runtime, whichever comes first.
+    let stop = match (runtime, io_bytes) {
+        (Some(t), _) if time_based => Some(Stop::Time(t)),
+        (Some(t), Some(bytes)) => Some(Stop::TimeOrBytes { time: t, bytes }),
+        (None, Some(bytes)) => Some(Stop::Bytes(bytes)),
+        (_, None) => None,
     };
     let direct = match (a.buffered, a.direct) {
         (true, _) => false,
@@ -551,7 +656,12 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
         depth: a.iodepth,
         workers: a.numjobs,
         // A placeholder when the stop depends on the region (replaced in `run`).
-        stop: stop.unwrap_or(Stop::Bytes(1)),
+        stop: stop.unwrap_or(match runtime {
+            Some(time) => Stop::TimeOrBytes { time, bytes: 1 },
+            None => Stop::Bytes(1),
+        }),
+        // fio's random map, unless --norandommap.
+        random_map: a.norandommap != Some(1),
         ramp: a
             .ramp_time
             .as_deref()
@@ -597,21 +707,26 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
             )))
         }
     }
-    for (flag, v) in [
-        ("time_based", a.time_based),
-        ("group_reporting", a.group_reporting),
-        ("norandommap", a.norandommap),
-    ] {
-        if let Some(v) = v.filter(|&v| v > 1) {
-            return Err(Failure::usage(format!("--{flag}={v}: give 1 or 0")));
+    let job = spec.validate().map_err(usage)?;
+    // fio's verify phase reads back what a write-only job wrote: that needs every block
+    // written, which a time-based run or independent random offsets do not promise.
+    if job.verify && !job.reads() {
+        let unmapped = job.random_pct > 0 && !job.random_map_applies();
+        if time_based || unmapped {
+            return Err(Failure::usage(format!(
+                "--verify with --rw={} and {}: the read-back after the writes needs each block written once, which {}; \
+                 use --rw=randrw --verify instead (each read checks a block the run wrote)",
+                job.rw_name(),
+                if time_based { "--time_based" } else { "independent random offsets" },
+                if time_based {
+                    "a time-based run does not promise: drop --time_based (the run stops at --size, or --runtime if sooner)"
+                } else {
+                    "only fio's random map gives (one --bs, a uniform distribution, all I/O random, no --norandommap)"
+                },
+            )));
         }
     }
-    if a.time_based == Some(1) && a.runtime.is_none() {
-        return Err(Failure::usage(
-            "--time_based needs --runtime: give how long to run, such as --runtime=60",
-        ));
-    }
-    Ok((spec.validate().map_err(usage)?, size, offset))
+    Ok((job, size, offset))
 }
 
 /// Where the workers ran, in a line: "0,1 allowed; worker 0 on 0, worker 1 on 1".
@@ -648,8 +763,71 @@ struct BenchReport<'a> {
     workload: Workload<'a>,
     /// fio options given that driveprobe carried out another way (empty when none).
     substitutions: Vec<Substitution>,
+    /// A write-only --verify job's read-back pass (fio's verify phase); its checks are in
+    /// `verify`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verify_read_back: Option<&'a ReadBack>,
     #[serde(flatten)]
     result: &'a RunResult,
+}
+
+/// The read-back pass after a write-only --verify job.
+#[derive(Debug, Serialize)]
+struct ReadBack {
+    /// Whether the writes covered the region, so that it was read back.
+    done: bool,
+    bytes: u64,
+    runtime_seconds: f64,
+    /// Why there was no read-back, when there was none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    skipped: Option<String>,
+}
+
+/// fio's verify phase: after a write-only --verify job that wrote each block of every
+/// worker's part, one sequential pass reads it all back and checks every header (the
+/// result's `verify` then holds these checks). A write pass that ended early (at
+/// --runtime, a signal or errors) is not read back: blocks it never wrote would be
+/// reported as mismatches, so the run says why instead, and checks nothing.
+fn read_back(
+    job: &Job,
+    target: &Target,
+    control: &RunControl,
+    result: &mut RunResult,
+) -> Result<Option<ReadBack>, Failure> {
+    let workers = job.workers() as u64;
+    let align = target.align().max(job.sizes().min() as u64);
+    let part = result.region.len / workers / align * align;
+    let covered = part * workers;
+    if result.stopped_early.is_some() || result.write.bytes < covered {
+        return Ok(Some(ReadBack {
+            done: false,
+            bytes: 0,
+            runtime_seconds: 0.0,
+            skipped: Some(format!(
+                "the writes ended after {} of the {} to cover, so nothing was read back",
+                format_size(result.write.bytes),
+                format_size(covered)
+            )),
+        }));
+    }
+    let mut spec = job.to_spec();
+    spec.read_pct = 100;
+    spec.pattern = Pattern::Sequential;
+    spec.random_pct = Some(0);
+    spec.stop = Stop::Bytes(covered);
+    spec.ramp = Duration::ZERO;
+    spec.rate = None;
+    let read_job = spec.validate().map_err(Failure::usage)?;
+    let r = engine::run(&read_job, target, control, &mut |_| {}).map_err(Failure::runtime)?;
+    result.verify = r.verify;
+    result.errors.count += r.errors.count;
+    result.errors.first.extend(r.errors.first);
+    Ok(Some(ReadBack {
+        done: true,
+        bytes: r.read.bytes,
+        runtime_seconds: r.runtime_seconds,
+        skipped: None,
+    }))
 }
 
 /// The job as run, with fio's `rw` name for its pattern and read share.
@@ -666,22 +844,64 @@ pub(super) struct Substitution {
     pub option: &'static str,
     pub given: String,
     pub used: String,
-    pub why: &'static str,
+    pub why: String,
 }
 
 /// The substitutions a run made, known once the engine has said which backend ran.
-fn substitutions(a: &BenchArgs, r: &RunResult, direct: bool) -> Vec<Substitution> {
+fn substitutions(a: &BenchArgs, r: &RunResult, job: &Job) -> Vec<Substitution> {
+    // Why the engine fell back ("io_uring unavailable: ..."), without the depth remark.
+    let reason = |r: &RunResult| {
+        r.engine_note
+            .as_deref()
+            .and_then(|n| n.split("; ").next())
+            .unwrap_or("no reason given")
+            .to_string()
+    };
     let mut out = Vec::new();
     if a.ioengine == IoEngine::Libaio {
+        let buffered = if job.direct() {
+            ""
+        } else {
+            " (fio's libaio without O_DIRECT blocks in each submission, so fio would have measured less concurrency)"
+        };
+        let (used, why) = match r.engine {
+            engine::Backend::IoUring => (
+                "io_uring".to_string(),
+                format!("driveprobe has no libaio engine; io_uring is the kernel's other asynchronous interface and keeps the same queue depth per worker{buffered}"),
+            ),
+            engine::Backend::Psync if job.depth() > 1 => (
+                "psync at queue depth 1".to_string(),
+                format!(
+                    "driveprobe has no libaio engine and io_uring is unavailable here ({}); psync does one I/O at a time per worker, so the queue depth was 1 per worker, not {}",
+                    reason(r),
+                    job.depth()
+                ),
+            ),
+            engine::Backend::Psync => (
+                "psync".to_string(),
+                format!(
+                    "driveprobe has no libaio engine and io_uring is unavailable here ({}); at queue depth 1, psync issues the same I/O one at a time",
+                    r.engine_note.as_deref().unwrap_or("no reason given")
+                ),
+            ),
+        };
         out.push(Substitution {
             option: "ioengine",
             given: "libaio".into(),
-            used: r.engine.name().to_string(),
-            why: if direct {
-                "driveprobe has no libaio engine; io_uring is the kernel's other asynchronous interface and keeps the same queue depth per worker"
-            } else {
-                "driveprobe has no libaio engine; io_uring is the kernel's other asynchronous interface and keeps the same queue depth per worker (fio's libaio without O_DIRECT blocks in each submission, so fio would have measured less concurrency)"
-            },
+            used,
+            why,
+        });
+    }
+    if a.norandommap != Some(1)
+        && job.random_pct > 0
+        && !job.random_map_applies()
+        && !matches!(job.stop(), Stop::Time(_))
+    {
+        out.push(Substitution {
+            option: "norandommap",
+            given: "0".into(),
+            used: "independent random offsets".into(),
+            why: "driveprobe's random map covers one --bs with a uniform distribution and only random I/O; this job's offsets are drawn independently, so one pass by size leaves about a third of the blocks untouched".into(),
         });
     }
     if let Some(kind) = a
@@ -693,7 +913,7 @@ fn substitutions(a: &BenchArgs, r: &RunResult, direct: bool) -> Vec<Substitution
             option: "verify",
             given: kind.to_string(),
             used: "driveprobe".into(),
-            why: "driveprobe checks its own block header (offset, sequence number, xxh3 checksum) whatever the kind asked",
+            why: "driveprobe checks its own block header (offset, sequence number, xxh3 checksum) whatever the kind asked".into(),
         });
     }
     out
@@ -802,11 +1022,16 @@ pub fn run(a: BenchArgs) -> Result<u8, Failure> {
     let target = prepare_target(&a, size, offset, job.writes(), job.direct())?;
     let path = target.path().to_path_buf();
 
-    // Without --runtime or --io-size: one pass over the region per worker (as fio does).
-    let job = if a.runtime.is_none() && a.io_size.is_none() {
+    // Without time_based or --io-size: one pass over the region per worker (as fio
+    // does), or --runtime if that comes first.
+    let job = if a.time_based != Some(1) && a.io_size.is_none() {
         let region = target.resolve(&job).map_err(Failure::runtime)?;
+        let bytes = region.len * job.workers() as u64;
         let mut spec = job.to_spec();
-        spec.stop = Stop::Bytes(region.len * job.workers() as u64);
+        spec.stop = match job.stop() {
+            Stop::Time(time) | Stop::TimeOrBytes { time, .. } => Stop::TimeOrBytes { time, bytes },
+            Stop::Bytes(_) => Stop::Bytes(bytes),
+        };
         spec.validate().map_err(Failure::usage)?
     } else {
         job
@@ -817,7 +1042,12 @@ pub fn run(a: BenchArgs) -> Result<u8, Failure> {
     let mut on_interval = |i: &IntervalSummary| progress.update(i);
     let result = engine::run(&job, &target, &control, &mut on_interval);
     progress.finish();
-    let result = result.map_err(Failure::runtime)?;
+    let mut result = result.map_err(Failure::runtime)?;
+    let read_back = if job.verify() && !job.reads() {
+        read_back(&job, &target, &control, &mut result)?
+    } else {
+        None
+    };
 
     let report = BenchReport {
         driveprobe_version: env!("CARGO_PKG_VERSION"),
@@ -834,7 +1064,8 @@ pub fn run(a: BenchArgs) -> Result<u8, Failure> {
             rw: job.rw_name(),
             job: &job,
         },
-        substitutions: substitutions(&a, &result, job.direct()),
+        substitutions: substitutions(&a, &result, &job),
+        verify_read_back: read_back.as_ref(),
         result: &result,
     };
     super::emit(
@@ -848,15 +1079,28 @@ pub fn run(a: BenchArgs) -> Result<u8, Failure> {
                 &result,
                 a.name.as_deref(),
                 &report.substitutions,
+                read_back.as_ref(),
             )
         },
     )?;
     let clean = result.errors.count == 0 && result.verify.mismatches == 0;
     if !clean {
         eprintln!(
-            "driveprobe: the run saw {} I/O error(s) and {} verify mismatch(es): see the result",
-            result.errors.count, result.verify.mismatches
+            "driveprobe: the run saw {} and {}: see the result",
+            units::count(result.errors.count, "I/O error", "I/O errors"),
+            units::count(
+                result.verify.mismatches,
+                "verify mismatch",
+                "verify mismatches"
+            )
         );
+    }
+    // A verify run that checked nothing proved nothing: not a success.
+    if job.verify() && result.verify.checked == 0 {
+        eprintln!(
+            "driveprobe: --verify checked no block (no read landed on a block the run had written): give a longer run or a smaller region"
+        );
+        return Ok(1);
     }
     Ok(if clean { 0 } else { 1 })
 }
@@ -882,7 +1126,9 @@ impl Progress {
                 d.as_secs_f64().ceil() as u64,
                 "{spinner} [{bar:30}] {pos}/{len}s {msg}",
             ),
-            Stop::Bytes(b) => (b, "{spinner} [{bar:30}] {bytes}/{total_bytes} {msg}"),
+            Stop::Bytes(b) | Stop::TimeOrBytes { bytes: b, .. } => {
+                (b, "{spinner} [{bar:30}] {bytes}/{total_bytes} {msg}")
+            }
         };
         let bar = indicatif::ProgressBar::with_draw_target(
             Some(len),
@@ -995,6 +1241,7 @@ fn text_report(
     r: &RunResult,
     name: Option<&str>,
     subs: &[Substitution],
+    read_back: Option<&ReadBack>,
 ) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
@@ -1045,8 +1292,24 @@ fn text_report(
     if job.verify() {
         let _ = writeln!(
             out,
-            "  verify: {} blocks checked, {} mismatches",
-            r.verify.checked, r.verify.mismatches
+            "  verify: {} checked, {}{}",
+            units::count(r.verify.checked, "block", "blocks"),
+            units::count(r.verify.mismatches, "mismatch", "mismatches"),
+            match read_back {
+                Some(ReadBack {
+                    done: true,
+                    bytes,
+                    runtime_seconds,
+                    ..
+                }) => format!(
+                    " (read back after the writes: {} in {runtime_seconds:.1}s)",
+                    human_bytes(*bytes as f64)
+                ),
+                Some(ReadBack {
+                    skipped: Some(why), ..
+                }) => format!(" ({why})"),
+                _ => String::new(),
+            }
         );
         if r.verify.mismatches > 0
             && r.verify.mismatches == r.verify.checked
@@ -1069,7 +1332,11 @@ fn text_report(
         }
     }
     if r.errors.count > 0 {
-        let _ = writeln!(out, "  errors: {} I/O errors", r.errors.count);
+        let _ = writeln!(
+            out,
+            "  errors: {}",
+            units::count(r.errors.count, "I/O error", "I/O errors")
+        );
         for e in &r.errors.first {
             let _ = writeln!(
                 out,

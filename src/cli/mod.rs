@@ -99,19 +99,26 @@ pub fn main() -> ExitCode {
     // A bare `driveprobe` (and `cargo run --release`) runs the daemon on the built-in config.
     // fio options `bench` refuses are named with the reason, before clap would call
     // them merely unknown.
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // Those given at fio's default value are dropped instead: they change nothing.
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == "bench") {
-        if let Err(f) = bench::refuse_fio_options(&args[2..]) {
-            eprintln!("driveprobe: error: {}", f.message);
-            return ExitCode::from(f.status);
+        match bench::refuse_fio_options(&args[2..]) {
+            Ok(kept) => {
+                args.truncate(2);
+                args.extend(kept);
+            }
+            Err(f) => {
+                eprintln!("driveprobe: error: {}", f.message);
+                return ExitCode::from(f.status);
+            }
         }
     }
-    let parsed = if std::env::args_os().len() <= 1 {
+    let parsed = if args.len() <= 1 {
         Ok(Cli {
             command: Command::Daemon(daemon::DaemonArgs::default()),
         })
     } else {
-        Cli::try_parse()
+        Cli::try_parse_from(&args)
     };
     let cli = match parsed {
         Ok(c) => c,

@@ -100,6 +100,52 @@ pub struct OpGen {
     n_zones: usize,
     /// Next sequential offset (relative to `start`).
     cursor: u64,
+    /// fio's random map, when the job asks for it and can have it.
+    perm: Option<Permutation>,
+}
+
+/// A permutation of `0..n` walked one value at a time, with O(1) state: a full-period
+/// LCG over `0..m` (m the power of two at or above n: a multiplier of 1 mod 4 and an odd
+/// increment give period m), each state scrambled by a bijection of `0..m` (an xorshift
+/// and an odd multiplier), states that land at or above n skipped (cycle walking; fewer
+/// than one skip per value on average). The order repeats after n values.
+#[derive(Debug, Clone)]
+struct Permutation {
+    n: u64,
+    mask: u64,
+    shift: u32,
+    a: u64,
+    c: u64,
+    mul: u64,
+    x: u64,
+}
+
+impl Permutation {
+    fn new(n: u64, rng: &mut Rng) -> Self {
+        let m = n.max(2).next_power_of_two();
+        let bits = m.trailing_zeros();
+        Permutation {
+            n,
+            mask: m - 1,
+            shift: (bits / 2).max(1),
+            a: (rng.next_u64() << 2) | 1,
+            c: rng.next_u64() | 1,
+            mul: rng.next_u64() | 1,
+            x: rng.next_u64() & (m - 1),
+        }
+    }
+
+    #[inline]
+    fn next(&mut self) -> u64 {
+        loop {
+            self.x = self.a.wrapping_mul(self.x).wrapping_add(self.c) & self.mask;
+            let y = self.x ^ (self.x >> self.shift);
+            let y = y.wrapping_mul(self.mul) & self.mask;
+            if y < self.n {
+                return y;
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -169,8 +215,13 @@ impl OpGen {
             }
             n_zones = zones.len();
         }
+        let mut rng = Rng::new(seed);
+        // The map covers fixed-size blocks of uniform, purely random I/O.
+        let bs = mix.max() as u64;
+        let perm = (job.random_map_applies() && bs % align == 0)
+            .then(|| Permutation::new(len / bs, &mut rng));
         Ok(OpGen {
-            rng: Rng::new(seed),
+            rng,
             start,
             len,
             align,
@@ -184,6 +235,7 @@ impl OpGen {
             zone_span,
             n_zones,
             cursor: (first / align * align) % len,
+            perm,
         })
     }
 
@@ -237,8 +289,9 @@ impl OpGen {
             0 => false,
             t => self.rng.below(10_000) < t,
         };
-        let rel = match random {
-            false => {
+        let rel = match (random, self.perm.as_mut()) {
+            (true, Some(p)) => p.next() * l,
+            (false, _) => {
                 if self.cursor + l > self.len {
                     self.cursor = 0;
                 }
@@ -246,8 +299,8 @@ impl OpGen {
                 self.cursor += l;
                 o
             }
-            true if self.n_zones == 0 => self.offset_in(0, self.len, l),
-            true => {
+            (true, None) if self.n_zones == 0 => self.offset_in(0, self.len, l),
+            (true, None) => {
                 let r = self.rng.below(self.zone_cum[self.n_zones - 1]);
                 let mut i = 0;
                 while i + 1 < self.n_zones && r >= self.zone_cum[i] {
@@ -274,6 +327,31 @@ mod tests {
         let mut s = JobSpec::default();
         f(&mut s);
         s.validate().unwrap()
+    }
+
+    #[test]
+    fn random_map_visits_every_block_once_per_pass() {
+        for blocks in [1u64, 2, 3, 7, 64, 1000, 4097] {
+            let j = job(|s| {
+                s.random_map = true;
+                s.read_pct = 0;
+            });
+            let mut g = OpGen::new(&j, 8192, blocks * 4096, 4096, 0, blocks).unwrap();
+            let mut seen = vec![0u32; blocks as usize];
+            for _ in 0..2 * blocks {
+                let op = g.next_op();
+                seen[((op.offset - 8192) / 4096) as usize] += 1;
+            }
+            assert!(seen.iter().all(|&n| n == 2), "{blocks} blocks: {seen:?}");
+        }
+        // Without the map, one pass's worth of draws leaves about 1/e untouched.
+        let j = job(|s| s.read_pct = 0);
+        let mut g = OpGen::new(&j, 0, 1000 * 4096, 4096, 0, 1).unwrap();
+        let mut seen = [false; 1000];
+        for _ in 0..1000 {
+            seen[(g.next_op().offset / 4096) as usize] = true;
+        }
+        assert!(seen.iter().filter(|&&b| b).count() < 800);
     }
 
     #[test]

@@ -258,6 +258,13 @@ pub enum Stop {
     Time(#[serde(with = "secs")] Duration),
     /// After this many bytes, over all workers.
     Bytes(u64),
+    /// After this many bytes or this long, whichever comes first (fio's size or io_size
+    /// with a runtime and without time_based).
+    TimeOrBytes {
+        #[serde(rename = "seconds", with = "secs")]
+        time: Duration,
+        bytes: u64,
+    },
 }
 
 /// Which I/O backend to use.
@@ -313,6 +320,10 @@ pub struct JobSpec {
     /// histogram) or 2 (within 1%, 37 KB: for always-on canaries on many drives).
     pub latency_digits: u8,
     pub cpu_policy: CpuPolicy,
+    /// fio's random map: each worker's random offsets visit every block of its region
+    /// once before any block again (a permutation), when the job has one block size, a
+    /// uniform distribution and only random I/O. Off: offsets are drawn independently.
+    pub random_map: bool,
 }
 
 impl Default for JobSpec {
@@ -339,6 +350,7 @@ impl Default for JobSpec {
             backend: BackendChoice::Auto,
             latency_digits: 3,
             cpu_policy: CpuPolicy::Split,
+            random_map: false,
         }
     }
 }
@@ -376,6 +388,7 @@ pub struct Job {
     pub(crate) latency_digits: u8,
     #[serde(rename = "cpus_allowed_policy")]
     pub(crate) cpu_policy: CpuPolicy,
+    pub(crate) random_map: bool,
 }
 
 impl JobSpec {
@@ -423,7 +436,12 @@ impl JobSpec {
         }
         match self.stop {
             Stop::Time(d) if d.is_zero() => return Err(JobError::Zero { what: "run time" }),
-            Stop::Bytes(0) => return Err(JobError::Zero { what: "byte count" }),
+            Stop::Bytes(0) | Stop::TimeOrBytes { bytes: 0, .. } => {
+                return Err(JobError::Zero { what: "byte count" })
+            }
+            Stop::TimeOrBytes { time, .. } if time.is_zero() => {
+                return Err(JobError::Zero { what: "run time" })
+            }
             _ => {}
         }
         Ok(Job {
@@ -446,6 +464,7 @@ impl JobSpec {
             backend: self.backend,
             latency_digits: self.latency_digits,
             cpu_policy: self.cpu_policy,
+            random_map: self.random_map,
         })
     }
 }
@@ -473,12 +492,25 @@ impl Job {
             backend: self.backend,
             latency_digits: self.latency_digits,
             cpu_policy: self.cpu_policy,
+            random_map: self.random_map,
         }
     }
 
     /// True when the job writes at all.
     pub fn writes(&self) -> bool {
         self.read_pct < 100
+    }
+    /// True when the job reads at all.
+    pub fn reads(&self) -> bool {
+        self.read_pct > 0
+    }
+    /// True when the random offsets follow fio's random map (see [`JobSpec::random_map`]):
+    /// asked for, one block size, a uniform distribution, only random I/O.
+    pub fn random_map_applies(&self) -> bool {
+        self.random_map
+            && self.sizes.entries().len() == 1
+            && matches!(self.distribution, Distribution::Uniform)
+            && self.random_pct == 100
     }
     pub fn depth(&self) -> u32 {
         self.depth

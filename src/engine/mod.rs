@@ -320,6 +320,7 @@ pub fn run_observed(
     let (byte_budget, runtime) = match job.stop {
         Stop::Time(d) => (u64::MAX, Some(d.as_nanos() as u64)),
         Stop::Bytes(b) => (b, None),
+        Stop::TimeOrBytes { time, bytes } => (bytes, Some(time.as_nanos() as u64)),
     };
     let in_memory = target.in_memory();
     let mut setups = Vec::new();

@@ -249,8 +249,8 @@ fn workload_text(w: &WorkloadDesc) -> String {
     workload_text_with(
         w,
         format!(
-            "{} workers × {} queue depth ({} in flight)",
-            w.workers,
+            "{} × queue depth {} ({} in flight)",
+            count(w.workers as usize, "worker"),
             w.depth,
             u64::from(w.workers) * u64::from(w.depth)
         ),
@@ -470,7 +470,12 @@ fn app_tip(p: &crate::app::AppPoint, unit: &str) -> String {
         let _ = write!(t, ", average per-second p99 {}", f::latency(a));
     }
     if p.errors + p.reconnects > 0 {
-        let _ = write!(t, ", {} errors, {} reconnects", p.errors, p.reconnects);
+        let _ = write!(
+            t,
+            ", {}, {}",
+            count(p.errors as usize, "error"),
+            count(p.reconnects as usize, "reconnect")
+        );
     }
     t
 }
@@ -1851,6 +1856,29 @@ mod tests {
     fn with_io(mut p: crate::app::AppPoint, direct: bool) -> crate::app::AppPoint {
         p.direct_io = Some(direct);
         p
+    }
+
+    #[test]
+    fn counts_in_tooltips_and_workload_lines_agree_with_their_nouns() {
+        let mut p = app_point("oltp_read_write", 1, 100.0, 2);
+        p.errors = 1;
+        p.reconnects = 1;
+        let t = app_tip(&p, "TPS");
+        assert!(t.contains(", 1 error, 1 reconnect"), "{t}");
+        p.errors = 2;
+        p.reconnects = 3;
+        let t = app_tip(&p, "TPS");
+        assert!(t.contains(", 2 errors, 3 reconnects"), "{t}");
+        let mut w = wd("4k-randread", "randread", "4k");
+        (w.workers, w.depth) = (1, 1);
+        let t = workload_text(&w);
+        assert!(t.contains("1 worker × queue depth 1 (1 in flight)"), "{t}");
+        (w.workers, w.depth) = (4, 8);
+        let t = workload_text(&w);
+        assert!(
+            t.contains("4 workers × queue depth 8 (32 in flight)"),
+            "{t}"
+        );
     }
 
     #[test]
