@@ -21,6 +21,7 @@ fn a_stall_shows_in_open_loop_latency() {
             "--iodepth=4",
             "--rate-iops=1000",
             "--runtime=3",
+            "--time_based",
             "--output-format=json",
         ])
         .stdout(Stdio::piped())
