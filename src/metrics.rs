@@ -513,7 +513,7 @@ impl Snapshot {
         );
         self.gauge_opt(
             "driveprobe_probe_cpu_wait_ratio",
-            "The highest share of an interval (1 s) that the canary probe's threads spent waiting for a CPU, over the intervals in its latency window, 0-1. From 0.02 on, the status page says the latency figures are likely the host's, not the drive's.",
+            "The highest share of an interval (1 s) that the canary probe's threads spent waiting for a CPU, over the intervals in its latency window, 0-1. From 0.02 on, and when the wait per I/O in the intervals holding the slowest 1% of I/Os is at least a quarter of the p99 latency, the status page says the latency figures are likely the host's, not the drive's.",
             &l(),
             p.cpu_wait.window_max_ratio,
         );
@@ -1211,6 +1211,8 @@ mod tests {
         p.cpu_wait = crate::status::CpuWait {
             seconds_total: 2.5,
             window_max_ratio: Some(0.41),
+            p99_wait_seconds: Some(4.1e-3),
+            p99_latency_seconds: Some(5e-3),
         };
         drive(&mut s, "d").probes.insert("c".into(), p);
         let t = render_opts(&s, Format::Text004, false);

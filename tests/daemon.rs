@@ -314,6 +314,93 @@ fn sighup_applies_a_good_config_and_keeps_the_old_one_on_a_bad_one() {
     assert!(st.success());
 }
 
+/// Review of issue 17, B4: a probe removed from the config stayed on every surface as
+/// "stopped" until a restart, and every reload logged "ended:" for holds that went on.
+/// After a SIGHUP that removes a probe, it is gone from /metrics, /api/v1/drives and the
+/// page; a drive-down hold carried across the reload is not logged as ended.
+#[test]
+fn sighup_removes_a_dropped_probe_from_every_surface_and_ends_no_hold() {
+    let dir = common::shm_dir("dp-daemon-");
+    let cfg = dir.path().join("d.toml");
+    let a = file_drive("a", &dir.path().join("a.dat"), "8MiB");
+    // Its directory does not exist: the drive is down and its probe held.
+    let down = file_drive("down", &dir.path().join("no/such/dir/d.dat"), "8MiB");
+    let rd = "[[probe]]\nname = \"rd\"\ndrives = [\"*\"]\nworkload = { rate_iops = 100 }\n\n";
+    let rd2 = "[[probe]]\nname = \"rd2\"\ndrives = [\"a\"]\nworkload = { rate_iops = 50 }\n\n";
+    write(&cfg, &format!("{}{a}{down}{rd}{rd2}", header(dir.path())));
+    let d = Daemon::start(&cfg, &[]);
+    let rd2_running = |e: &Exposition| {
+        e.value(
+            "driveprobe_probe_running",
+            &[("drive", "a"), ("probe", "rd2")],
+        ) == Some(1.0)
+    };
+    d.wait_for(
+        "rd2 running, the down drive held",
+        Duration::from_secs(30),
+        |e| {
+            rd2_running(e)
+                && e.value(
+                    "driveprobe_probe_state",
+                    &[("drive", "down"), ("probe", "rd"), ("state", "drive_down")],
+                ) == Some(1.0)
+        },
+    );
+    assert!(
+        d.log().contains("probe rd: canary drive_down"),
+        "{}",
+        d.log()
+    );
+    // rd2 leaves the config; the down drive and its held probe stay.
+    write(&cfg, &format!("{}{a}{down}{rd}", header(dir.path())));
+    d.signal("HUP");
+    let e = d.wait_for("rd2 gone from /metrics", Duration::from_secs(30), |e| {
+        e.value("driveprobe_config_last_reload_successful", &[]) == Some(1.0)
+            && e.find("driveprobe_probe_state", &[("probe", "rd2")])
+                .is_empty()
+    });
+    for name in ["driveprobe_probe_running", "driveprobe_probe_ops_total"] {
+        assert!(
+            e.find(name, &[("probe", "rd2")]).is_empty(),
+            "{name} of rd2 after the reload:\n{}",
+            e.text
+        );
+    }
+    let (_, _, api) = d.get("/api/v1/drives");
+    let v: serde_json::Value = serde_json::from_str(&api).unwrap();
+    let a_probes: Vec<&String> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "a")
+        .unwrap()["probes"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(a_probes, ["rd"], "{api}");
+    assert!(!api.contains("canary:rd2"), "its collector too: {api}");
+    let (_, _, page) = d.get("/");
+    assert!(!page.contains("data-probe=\"rd2\""), "{page}");
+    let seen = surfaces_agree(&d);
+    assert!(seen.iter().all(|(_, p, _)| p == "rd"), "{seen:?}");
+    // The hold goes on: the reload did not end it (the new generation logs its start).
+    d.wait_for(
+        "the down drive's probe held again",
+        Duration::from_secs(30),
+        |e| {
+            e.value(
+                "driveprobe_probe_state",
+                &[("drive", "down"), ("probe", "rd"), ("state", "drive_down")],
+            ) == Some(1.0)
+        },
+    );
+    let log = d.log();
+    assert!(!log.contains("ended: canary drive_down"), "{log}");
+    assert!(!log.contains("ended:"), "nothing ended: {log}");
+    d.terminate(Duration::from_secs(5));
+}
+
 /// A free port on loopback (bound, then let go: another process could take it meanwhile,
 /// which the test would see as a bind failure).
 fn free_port() -> u16 {
@@ -711,13 +798,48 @@ fn the_wear_budget_pauses_writing_probes_and_says_so() {
 }
 
 /// The status page, /api/v1/drives and /metrics of a live daemon, checked to agree.
+///
+/// The three are read one after the other, so a state that changes between them (a probe
+/// starting, a hold) would fail the check with no fault: the API is read before and after
+/// the page and the metrics, and the three are compared only when the states it gives
+/// did not change meanwhile (a consistent snapshot), else read again (bounded).
 fn surfaces_agree(d: &Daemon) -> Vec<(String, String, String)> {
-    let (code, _, page) = d.get("/");
-    assert_eq!(code, 200);
-    let (code, _, api) = d.get("/api/v1/drives");
-    assert_eq!(code, 200);
-    let drives: serde_json::Value = serde_json::from_str(&api).unwrap();
-    common::surfaces::assert_agree(&page, &drives, &d.scrape(), true)
+    let states = |api: &str| -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_str(api).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                let probes: Vec<String> = d["probes"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(n, p)| format!("{n}={}", p["state"]))
+                    .collect();
+                format!(
+                    "{} health={}/{} {probes:?}",
+                    d["name"], d["health_state"]["kind"], d["health_state"]["reason"]
+                )
+            })
+            .collect()
+    };
+    let mut last = Vec::new();
+    for _ in 0..20 {
+        let (code, _, before) = d.get("/api/v1/drives");
+        assert_eq!(code, 200);
+        let (code, _, page) = d.get("/");
+        assert_eq!(code, 200);
+        let e = d.scrape();
+        let (code, _, api) = d.get("/api/v1/drives");
+        assert_eq!(code, 200);
+        if states(&before) == states(&api) {
+            let drives: serde_json::Value = serde_json::from_str(&api).unwrap();
+            return common::surfaces::assert_agree(&page, &drives, &e, true);
+        }
+        last = [states(&before), states(&api)].concat();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("no consistent snapshot in 20 reads; the states kept changing: {last:?}")
 }
 
 /// Issue 17: with the wear budget spent, `driveprobe_probe_paused 1` (the drive's) stood

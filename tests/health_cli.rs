@@ -80,7 +80,10 @@ fn nvme_log_with_critical_warning_is_failing_with_status_4() {
     assert!(text.contains("verdict: FAILING"), "{text}");
     assert!(text.contains("reliability degraded"), "{text}");
     // A log page alone does not say who the drive is: unknown, not made up.
-    assert!(text.contains("?"), "{text}");
+    assert!(
+        text.contains("unknown model (nvme), serial unknown"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -314,4 +317,69 @@ fn json_error_object_when_the_drive_cannot_be_read() {
         assert!(v["device"].is_string(), "{v}");
         assert!(v.get("health").is_none());
     }
+}
+
+/// Review of issue 17, C2: `driveprobe health --json /nonexistent | true` panicked
+/// ("failed printing to stdout: Broken pipe"). Every subcommand that prints ends quietly
+/// on a closed stdout, with the status it has with an open one.
+#[test]
+fn a_closed_stdout_is_quiet_and_keeps_the_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("d.toml");
+    std::fs::write(&cfg, "").unwrap();
+    let scsi = fixture("smartctl/smart-scsi.json");
+    let cfg = cfg.to_str().unwrap();
+    let cases: [&[&str]; 6] = [
+        &["health", "--json", "/nonexistent"],
+        &["health", "--from-smartctl-json", &scsi],
+        &["health", "--from-smartctl-json", &scsi, "--json"],
+        &["health", "/nonexistent"],
+        &["bench", "--list-suites"],
+        &["check-config", cfg],
+    ];
+    for args in cases {
+        let open = Command::new(env!("CARGO_BIN_EXE_driveprobe"))
+            .args(args)
+            .output()
+            .unwrap();
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let closed = Command::new(env!("CARGO_BIN_EXE_driveprobe"))
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&closed.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(!err.contains("Broken pipe"), "{args:?}: {err}");
+        assert_eq!(closed.status.code(), open.status.code(), "{args:?}: {err}");
+        assert_eq!(
+            String::from_utf8_lossy(&open.stderr),
+            err,
+            "{args:?}: the same stderr"
+        );
+    }
+}
+
+/// Review of issue 17, C1: "a list of 2 device(s)", "? (unknown)".
+#[test]
+fn counts_and_unknowns_are_spelled_one_way() {
+    for (file, devices) in [
+        ("smartctl/scan-nvme.json", "a list of 1 device:"),
+        ("smartctl/scan-megaraid.json", "a list of 2 devices:"),
+    ] {
+        let out = health(&["--from-smartctl-json", &fixture(file)]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(devices), "{err}");
+        assert!(!err.contains("(s)"), "{err}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, "{}").unwrap();
+    let out = health(&["--from-smartctl-json", empty.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.lines().next().unwrap();
+    assert!(!first.contains('?'), "{first}");
+    assert!(first.contains("unknown model, serial unknown"), "{first}");
 }

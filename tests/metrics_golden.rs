@@ -144,6 +144,8 @@ fn nvme() -> DriveStatus {
             cpu_wait: CpuWait {
                 seconds_total: 0.125,
                 window_max_ratio: Some(0.002),
+                p99_wait_seconds: Some(20e-6),
+                p99_latency_seconds: Some(95e-6),
             },
         },
     );
@@ -158,6 +160,8 @@ fn nvme() -> DriveStatus {
             cpu_wait: CpuWait {
                 seconds_total: 31.5,
                 window_max_ratio: Some(0.41),
+                p99_wait_seconds: Some(50e-6),
+                p99_latency_seconds: Some(90e-6),
             },
         },
     );

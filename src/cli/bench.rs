@@ -1012,7 +1012,7 @@ pub(super) fn stop_on_signals() -> RunControl {
 
 pub fn run(a: BenchArgs) -> Result<u8, Failure> {
     if a.list_suites {
-        print!("{}", super::suite::list());
+        super::out(&super::suite::list())?;
         return Ok(0);
     }
     if a.suite.is_some() || a.fio_job.is_some() {

@@ -31,17 +31,17 @@ pub struct CheckConfigArgs {
 pub fn run(args: CheckConfigArgs) -> Result<u8, Failure> {
     if let Some(file) = &args.file {
         let config = Config::load(file).map_err(Failure::usage)?;
-        println!(
-            "{}: ok ({}, {}, {})",
+        super::out(&format!(
+            "{}: ok ({}, {}, {})\n",
             file.display(),
             count(config.drives.len() as u64, "drive", "drives"),
             count(config.probes.len() as u64, "probe", "probes"),
             count(config.schedules.len() as u64, "schedule", "schedules")
-        );
+        ))?;
     }
     if let Some(web) = &args.web_config_file {
         let w = WebConfig::load(web).map_err(Failure::usage)?;
-        println!("{}: ok ({})", web.display(), w.summary());
+        super::out(&format!("{}: ok ({})\n", web.display(), w.summary()))?;
     }
     Ok(0)
 }

@@ -103,7 +103,8 @@ pub fn run(a: HealthArgs) -> Result<u8, Failure> {
             exit_status: f.status,
         };
         if let Ok(j) = serde_json::to_string_pretty(&out) {
-            println!("{j}");
+            // The failure is already the result; a closed stdout adds nothing to it.
+            let _ = super::out(&format!("{j}\n"));
         }
     }
     result
@@ -194,9 +195,9 @@ fn read_and_print(a: HealthArgs) -> Result<u8, Failure> {
         };
         let json = serde_json::to_string_pretty(&out)
             .map_err(|e| Failure::runtime(format!("could not encode the result: {e}")))?;
-        println!("{json}");
+        super::out(&format!("{json}\n"))?;
     } else {
-        print!("{}", text(&device, &report, &assessment, &endurance, now));
+        super::out(&text(&device, &report, &assessment, &endurance, now))?;
     }
     Ok(match assessment.verdict {
         Verdict::Ok | Verdict::Unknown => 0,
@@ -230,12 +231,16 @@ fn text(device: &str, r: &HealthReport, a: &Assessment, e: &Endurance, now: f64)
     use std::fmt::Write as _;
     let mut o = String::new();
     let id = &r.identity;
-    let unknown = "?".to_string();
+    // One spelling for what is not known: "unknown" (not "?" beside "(unknown)").
+    let unknown = "unknown".to_string();
     let _ = writeln!(
         o,
-        "{device}: {} ({}), serial {}, firmware {}{}",
-        id.model.as_ref().unwrap_or(&unknown),
-        id.transport.name(),
+        "{device}: {}{}, serial {}, firmware {}{}",
+        id.model.as_deref().unwrap_or("unknown model"),
+        match &id.transport {
+            crate::health::model::Transport::Unknown => String::new(),
+            t => format!(" ({})", t.name()),
+        },
         id.serial.as_ref().unwrap_or(&unknown),
         id.firmware.as_ref().unwrap_or(&unknown),
         id.capacity_bytes

@@ -73,7 +73,6 @@ pub(crate) fn emit<T: serde::Serialize>(
     json_on_stdout: bool,
     text: impl FnOnce() -> String,
 ) -> Result<(), Failure> {
-    use std::io::Write;
     let json = serde_json::to_string_pretty(doc)
         .map_err(|e| Failure::runtime(format!("could not encode the result: {e}")))?;
     if let Some(out) = output {
@@ -81,13 +80,24 @@ pub(crate) fn emit<T: serde::Serialize>(
             Failure::runtime(format!("{}: cannot write the result: {e}", out.display()))
         })?;
     }
-    let mut stdout = std::io::stdout().lock();
-    let printed = if json_on_stdout {
-        writeln!(stdout, "{json}")
+    if json_on_stdout {
+        out(&format!("{json}\n"))
     } else {
-        write!(stdout, "{}", text())
-    };
-    match printed {
+        out(&text())
+    }
+}
+
+/// Writes `text` to stdout, as every subcommand prints its result. A closed pipe
+/// (`driveprobe health --json DEV | head -0`) is not an error: the reader left, as with
+/// `cat` or `ls`, the command ends quietly with the status of what it did (never a
+/// panic, as `print!` gives). Any other write error is one line and status 1.
+pub(crate) fn out(text: &str) -> Result<(), Failure> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
             Err(Failure::runtime(format!("cannot write to stdout: {e}")))
         }

@@ -30,6 +30,6 @@ pub fn run(a: ReportArgs) -> Result<u8, Failure> {
     let html = report::render(&report::label_documents(docs));
     std::fs::write(&a.output, html)
         .map_err(|e| Failure::runtime(format!("{}: {e}", a.output.display())))?;
-    println!("{}", a.output.display());
+    super::out(&format!("{}\n", a.output.display()))?;
     Ok(0)
 }

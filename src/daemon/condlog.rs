@@ -117,6 +117,12 @@ impl CondLog {
         keys.iter().filter_map(|k| self.ends(k)).collect()
     }
 
+    /// The loop stops watching (a shutdown or a reload): its open conditions did not end,
+    /// so nothing is logged. Returns the keys that were open.
+    pub fn close(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.open).into_keys().collect()
+    }
+
     /// The condition `key` holds now.
     pub fn is_open(&self, key: &str) -> bool {
         self.open.contains_key(key)

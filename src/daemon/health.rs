@@ -15,6 +15,7 @@ use crate::health::{self, ReadOptions};
 use crate::status::{CollectorStatus, HealthState, HealthStatus, ProbeStatus};
 
 use super::condlog::{CondLog, Level};
+use super::identity::NoDrive;
 use super::{now_unix, Ctx, DriveCtl};
 
 /// A health sample goes into the state at most this often.
@@ -30,13 +31,14 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>) {
         poll_once(&ctx, &drive, &name, &opts, &mut mark, &mut log);
         drive.sleep(ctx.config.health_interval);
     }
-    log.ends_all("");
+    // A stop ends no condition (a failing read goes on failing): nothing to log.
+    log.close();
 }
 
-/// Why a drive resolved to a file target with no block device under it has no health.
-pub fn not_applicable_reason(target: &std::path::Path) -> String {
+/// Why a drive resolved to a file target on a disk-less filesystem has no health.
+pub fn not_applicable_reason(target: &std::path::Path, fstype: &str) -> String {
     format!(
-        "no drive under the file target {} (tmpfs, overlay or a network filesystem): there is no SMART/health data to read",
+        "no drive under the file target {} ({fstype} has no block device): there is no SMART/health data to read",
         target.display()
     )
 }
@@ -123,18 +125,30 @@ fn poll_once(
     let resolved = drive.resolved();
     let Some(dev) = resolved.as_ref().ok().and_then(|r| r.device.clone()) else {
         // Down (the state stays what the last attempt found), or a file target with no
-        // drive under it (tmpfs): nothing to read.
-        let na = resolved
-            .as_ref()
-            .ok()
-            .map(|r| not_applicable_reason(&r.target));
-        if na.is_some() {
-            log.ends(COLLECTOR);
+        // drive found under it: not applicable on a disk-less filesystem (tmpfs), a
+        // failure otherwise (ZFS, a lookup error: a drive whose health goes unread).
+        let no_drive = resolved.as_ref().ok().and_then(|r| {
+            r.no_drive.as_ref().map(|n| match n {
+                NoDrive::NotApplicable { fstype } => Ok(not_applicable_reason(&r.target, fstype)),
+                NoDrive::NotFound { reason } => Err(reason.clone()),
+            })
+        });
+        match &no_drive {
+            Some(Ok(_)) => {
+                log.ends(COLLECTOR);
+            }
+            Some(Err(reason)) => {
+                log.holds(COLLECTOR, Level::Warn, format!("health not read: {reason}"));
+            }
+            None => {}
         }
-        ctx.shared.drive(name, |d| {
+        let now = now_unix();
+        ctx.drive_status(name, |d| {
             d.collectors.remove(COLLECTOR);
-            if let Some(reason) = na {
-                d.health_state = HealthState::NotApplicable { reason };
+            match no_drive {
+                Some(Ok(reason)) => d.health_state = HealthState::NotApplicable { reason },
+                Some(Err(reason)) => d.health_state = d.health_state.failed(reason, now),
+                None => {}
             }
         });
         return;
@@ -155,7 +169,7 @@ fn poll_once(
                 .cloned()
                 .unwrap_or_default();
             let self_written = ctx.store.lock().self_written_lifetime(name);
-            ctx.shared.drive(name, |d| {
+            ctx.drive_status(name, |d| {
                 d.collectors.insert(
                     COLLECTOR.into(),
                     CollectorStatus {
@@ -234,7 +248,7 @@ fn poll_once(
                 Level::Warn,
                 format!("health read of {} failed: {msg}", dev.display()),
             );
-            ctx.shared.drive(name, |d| {
+            ctx.drive_status(name, |d| {
                 d.health_state = d.health_state.failed(msg.clone(), now);
                 d.collectors.insert(
                     COLLECTOR.into(),

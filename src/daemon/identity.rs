@@ -19,6 +19,121 @@ pub struct Resolved {
     pub device_info: Option<BlockDeviceInfo>,
     /// Something worth a line in the log (several disks under a file target...).
     pub note: Option<String>,
+    /// Why `device` is `None`, for a file target with no disk found under it.
+    pub no_drive: Option<NoDrive>,
+}
+
+/// Why no disk was found under a file target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoDrive {
+    /// The filesystem has no block device at all (tmpfs, a network filesystem...): there
+    /// is no health to read, and that is not a fault.
+    NotApplicable { fstype: String },
+    /// There may well be a disk (ZFS, a fuse filesystem over disks, a lookup that
+    /// failed), but it was not found: the health is not read, which is a failure.
+    NotFound { reason: String },
+}
+
+/// Filesystem types (`/proc/self/mountinfo`'s fstype) that never have a local block
+/// device under them: memory filesystems and network or host-shared filesystems. Only
+/// these make the health "not applicable"; any other filesystem without a traceable
+/// disk (ZFS, bcachefs, mergerfs and other fuse filesystems over disks) has a drive
+/// whose health is not being read, which must show as a failure. An overlay is judged
+/// by the filesystem of its upper directory (see [`no_drive_of`]).
+pub const DISKLESS_FSTYPES: &[&str] = &[
+    // memory
+    "tmpfs",
+    "ramfs",
+    "devtmpfs",
+    "hugetlbfs",
+    // network and host-shared
+    "nfs",
+    "nfs4",
+    "cifs",
+    "smb3",
+    "9p",
+    "virtiofs",
+    "ceph",
+    "fuse.sshfs",
+    "fuse.glusterfs",
+    "fuse.s3fs",
+    "fuse.rclone",
+];
+
+/// Whether `fstype` is in [`DISKLESS_FSTYPES`].
+pub fn is_diskless_fstype(fstype: &str) -> bool {
+    DISKLESS_FSTYPES.contains(&fstype)
+}
+
+/// Why no disk was found under `file`, from the lookup's error. `upper_of_overlay`
+/// gives the upper directory of the overlay mounted at device `major:minor` (read from
+/// the mount table); an overlay is not applicable only when that directory is itself on
+/// a disk-less filesystem.
+pub fn no_drive_of(
+    file: &Path,
+    e: &DeviceError,
+    upper_of_overlay: &dyn Fn(u32, u32) -> Option<PathBuf>,
+) -> NoDrive {
+    let not_found = |why: String| {
+        NoDrive::NotFound {
+        reason: format!(
+            "no drive found under the file target {}: {why}; name the drive by its serial or WWN to read its health",
+            file.display()
+        ),
+    }
+    };
+    match e {
+        DeviceError::NotOnBlockDevice {
+            fstype: Some(fs),
+            major,
+            minor,
+            ..
+        } => {
+            if is_diskless_fstype(fs) {
+                return NoDrive::NotApplicable { fstype: fs.clone() };
+            }
+            if fs == "overlay" {
+                let upper = upper_of_overlay(*major, *minor);
+                let under = upper.as_deref().map(|u| match device::drives_of_file(u) {
+                    Err(DeviceError::NotOnBlockDevice {
+                        fstype: Some(f), ..
+                    }) if is_diskless_fstype(&f) => Ok(f),
+                    _ => Err(()),
+                });
+                return match under {
+                    Some(Ok(f)) => NoDrive::NotApplicable {
+                        fstype: format!("overlay over {f}"),
+                    },
+                    _ => not_found(
+                        "an overlay whose upper directory is not on a memory or network filesystem"
+                            .into(),
+                    ),
+                };
+            }
+            not_found(format!(
+                "its filesystem ({fs}) has no block device that could be traced"
+            ))
+        }
+        other => not_found(other.to_string()),
+    }
+}
+
+/// The `upperdir=` of the overlay mounted at `major:minor`, from `/proc/self/mountinfo`.
+fn overlay_upper(major: u32, minor: u32) -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    overlay_upper_in(&text, major, minor)
+}
+
+fn overlay_upper_in(mountinfo: &str, major: u32, minor: u32) -> Option<PathBuf> {
+    let dev = format!("{major}:{minor}");
+    let line = mountinfo
+        .lines()
+        .find(|l| l.split(' ').nth(2) == Some(dev.as_str()))?;
+    let (_, after) = line.split_once(" - ")?;
+    let opts = after.split(' ').nth(2)?;
+    opts.split(',')
+        .find_map(|o| o.strip_prefix("upperdir="))
+        .map(PathBuf::from)
 }
 
 /// Resolves `d` now. `Err` is the one-line reason the drive is down.
@@ -40,6 +155,7 @@ pub fn resolve(d: &Drive) -> Result<Resolved, String> {
                 device: Some(dev_path),
                 device_info: Some(info),
                 note: None,
+                no_drive: None,
             })
         }
     }
@@ -174,7 +290,8 @@ fn resolve_file_only(d: &Drive) -> Result<Resolved, String> {
     if !dir.is_dir() {
         return Err(format!("file target directory {} is absent", dir.display()));
     }
-    let (device, device_info, note) = match device::drives_of_file(&existing_ancestor(&ft.path)) {
+    let at = existing_ancestor(&ft.path);
+    let (device, device_info, note, no_drive) = match device::drives_of_file(&at) {
         Ok(mut fd) if !fd.disks.is_empty() => {
             let note = (fd.disks.len() > 1).then(|| {
                 let names: Vec<&str> = fd.disks.iter().map(|d| d.name.as_str()).collect();
@@ -191,16 +308,35 @@ fn resolve_file_only(d: &Drive) -> Result<Resolved, String> {
                 Some(PathBuf::from("/dev").join(&first.name)),
                 Some(first),
                 note,
+                None,
             )
         }
-        // tmpfs, overlay, NFS: no drive to read health from; probes still run.
-        _ => (None, None, None),
+        // No drive to read health from (probes still run): not applicable only for a
+        // filesystem known to have none (tmpfs, NFS...), a failure otherwise.
+        Ok(_) => (
+            None,
+            None,
+            None,
+            Some(NoDrive::NotFound {
+                reason: format!(
+                    "no drive found under the file target {}: the lookup found no whole disk",
+                    ft.path.display()
+                ),
+            }),
+        ),
+        Err(e) => (
+            None,
+            None,
+            None,
+            Some(no_drive_of(&ft.path, &e, &overlay_upper)),
+        ),
     };
     Ok(Resolved {
         target: ft.path.clone(),
         device,
         device_info,
         note,
+        no_drive,
     })
 }
 
@@ -233,6 +369,12 @@ mod tests {
         let r = resolve(&d).unwrap();
         assert_eq!(r.target, dir.path().join("x.dat"));
         assert!(r.device.is_none());
+        assert_eq!(
+            r.no_drive,
+            Some(NoDrive::NotApplicable {
+                fstype: "tmpfs".into()
+            })
+        );
         let gone = Drive {
             file_target: Some(crate::config::FileTarget {
                 path: dir.path().join("no/such/dir/x.dat"),
@@ -242,6 +384,85 @@ mod tests {
         };
         let e = resolve(&gone).unwrap_err();
         assert!(e.contains("absent"), "{e}");
+    }
+
+    fn not_on_block_device(fstype: Option<&str>) -> DeviceError {
+        DeviceError::NotOnBlockDevice {
+            path: "/x".into(),
+            fstype: fstype.map(String::from),
+            major: 0,
+            minor: 42,
+        }
+    }
+
+    /// Review of issue 17, A5: every lookup outcome but a disk was "not applicable", so a
+    /// file target on ZFS (or a failed lookup) hid a health that was never read.
+    #[test]
+    fn only_diskless_filesystems_make_health_not_applicable() {
+        let f = Path::new("/pool/x.dat");
+        let no_upper = |_: u32, _: u32| None;
+        for fs in [
+            "tmpfs",
+            "ramfs",
+            "nfs4",
+            "cifs",
+            "9p",
+            "virtiofs",
+            "fuse.sshfs",
+        ] {
+            assert_eq!(
+                no_drive_of(f, &not_on_block_device(Some(fs)), &no_upper),
+                NoDrive::NotApplicable { fstype: fs.into() },
+                "{fs}"
+            );
+        }
+        for fs in [Some("zfs"), Some("bcachefs"), Some("fuse.mergerfs"), None] {
+            match no_drive_of(f, &not_on_block_device(fs), &no_upper) {
+                NoDrive::NotFound { reason } => {
+                    assert!(reason.contains("/pool/x.dat"), "{reason}");
+                    if let Some(fs) = fs {
+                        assert!(reason.contains(fs), "{reason}");
+                    }
+                }
+                other => panic!("{fs:?}: {other:?}"),
+            }
+        }
+        let io = DeviceError::Io {
+            path: "/sys/dev/block/8:0".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        match no_drive_of(f, &io, &no_upper) {
+            NoDrive::NotFound { reason } => {
+                assert!(reason.contains("/sys/dev/block/8:0"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // An overlay: judged by its upper directory (a real tmpfs one here; a disk-backed
+        // or unknown one is not found).
+        let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+        let upper = shm.path().to_path_buf();
+        let on_tmpfs = move |_: u32, _: u32| Some(upper.clone());
+        assert_eq!(
+            no_drive_of(f, &not_on_block_device(Some("overlay")), &on_tmpfs),
+            NoDrive::NotApplicable {
+                fstype: "overlay over tmpfs".into()
+            }
+        );
+        assert!(matches!(
+            no_drive_of(f, &not_on_block_device(Some("overlay")), &no_upper),
+            NoDrive::NotFound { .. }
+        ));
+    }
+
+    #[test]
+    fn an_overlays_upper_directory_comes_from_the_mount_table() {
+        let mi = "30 1 0:31 / / rw,relatime - overlay overlay rw,lowerdir=/l1:/l2,upperdir=/var/lib/up,workdir=/var/lib/work\n\
+                  31 30 0:32 / /dev/shm rw - tmpfs shm rw,size=65536k\n";
+        assert_eq!(
+            overlay_upper_in(mi, 0, 31),
+            Some(PathBuf::from("/var/lib/up"))
+        );
+        assert_eq!(overlay_upper_in(mi, 0, 32), None);
     }
 
     #[test]

@@ -219,6 +219,8 @@ impl DriveCtl {
 #[derive(Debug)]
 pub struct Ctx {
     pub config: Config,
+    /// This generation's number: its threads write the status only while it is current.
+    pub generation: u64,
     pub shared: Arc<Shared>,
     pub store: Arc<Store>,
     pub drives: BTreeMap<String, Arc<DriveCtl>>,
@@ -228,6 +230,16 @@ pub struct Ctx {
 impl Ctx {
     pub fn state_dir(&self) -> &Path {
         &self.config.state_dir
+    }
+
+    /// Runs `f` on drive `name`'s status entry while this generation is current (see
+    /// [`Shared::drive_of_generation`]); `None` once a reload replaced it.
+    pub fn drive_status<R>(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut crate::status::DriveStatus) -> R,
+    ) -> Option<R> {
+        self.shared.drive_of_generation(self.generation, name, f)
     }
 
     fn capacity(&self, d: &DriveCtl) -> Option<u64> {
@@ -286,7 +298,9 @@ impl Ctx {
             }
             let r = d.resolved();
             let wear = self.wear(d);
-            self.shared.drive(&d.cfg.name, |s| {
+            // Of this generation only: a scheduler of a config a reload replaced must not
+            // write its view of the drive over the new one.
+            self.drive_status(&d.cfg.name, |s| {
                 s.up = r.is_ok();
                 s.down_reason = r.as_ref().err().cloned();
                 if let Ok(res) = &r {
@@ -365,6 +379,24 @@ pub fn window_of(w: &config::MaintenanceWindow) -> schedule::Window {
     }
 }
 
+/// Removes from `s` the drives `config` does not have, and on each drive the probes
+/// (with their canary collectors) `config` does not run on it.
+fn prune(s: &mut Status, config: &Config) {
+    s.drives
+        .retain(|name, _| config.drives.iter().any(|d| &d.name == name));
+    for (name, d) in s.drives.iter_mut() {
+        let keep = |probe: &str| {
+            config
+                .probes
+                .iter()
+                .any(|p| p.name == probe && p.drives.contains(name))
+        };
+        d.probes.retain(|p, _| keep(p));
+        d.collectors
+            .retain(|c, _| c.strip_prefix(canary::COLLECTOR_PREFIX).is_none_or(&keep));
+    }
+}
+
 /// The threads of one config.
 struct Generation {
     ctx: Arc<Ctx>,
@@ -390,13 +422,13 @@ impl Generation {
                 )
             })
             .collect();
-        {
-            // Drives no longer configured leave the status; new ones enter it.
-            let mut s = shared.lock();
-            s.drives.retain(|name, _| drives.contains_key(name));
-        }
+        // Drives and probes no longer configured leave the status (and so every
+        // surface); new ones enter it. From here on, the old generation's threads
+        // (some may still be going) cannot write it.
+        let generation = shared.begin_generation(|s| prune(s, &config));
         let ctx = Arc::new(Ctx {
             config,
+            generation,
             shared,
             store,
             drives,
@@ -540,11 +572,15 @@ fn summary_line(shared: &Shared) -> String {
     let s = shared.lock();
     let up = s.drives.values().filter(|d| d.up).count();
     let running = s.scheduler.running.len();
+    summary_text(s.drives.len(), up, running)
+}
+
+/// The systemd status line: "2 drives, 2 up, 1 run going".
+fn summary_text(drives: usize, up: usize, running: usize) -> String {
     format!(
-        "{} drive(s), {} up, {} run(s) going",
-        s.drives.len(),
-        up,
-        running
+        "{}, {up} up, {} going",
+        crate::units::count(drives as u64, "drive", "drives"),
+        crate::units::count(running as u64, "run", "runs")
     )
 }
 
@@ -930,7 +966,11 @@ impl Http {
 /// have turned TLS on or off).
 fn announce(bound: SocketAddr, web: &crate::http::WebHandle) {
     let scheme = web.current().map_or("http", |w| w.scheme());
-    println!("listening on {scheme}://{bound}/");
+    // Not `println!`: a closed stdout must not panic the daemon.
+    {
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout(), "listening on {scheme}://{bound}/");
+    }
 }
 
 /// A non-blocking listener on `addr`, and the address it got (the port, for port 0).
@@ -994,6 +1034,52 @@ fn restore_last_runs(ctx: &Ctx) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Review of issue 17, C1: the systemd status said "1 drive(s), 1 up, 0 run(s) going".
+    #[test]
+    fn the_status_line_counts_in_words() {
+        assert_eq!(summary_text(1, 1, 0), "1 drive, 1 up, 0 runs going");
+        assert_eq!(summary_text(2, 1, 1), "2 drives, 1 up, 1 run going");
+    }
+
+    /// Review of issue 17, B4: probes (and their canary collectors) the new config no
+    /// longer runs on a drive leave the status, with the drives it no longer has.
+    #[test]
+    fn a_reload_prunes_drives_and_probes_the_config_dropped() {
+        let cfg = |probes: &str| {
+            Config::parse(&format!(
+                "state_dir = \"/dev/shm/none\"\n\
+                 [[drive]]\nname = \"a\"\nfile_target = {{ path = \"/dev/shm/x/a.dat\", size = \"1MiB\" }}\n\
+                 {probes}"
+                ),
+                "t.toml",
+            )
+            .unwrap()
+        };
+        let probe = |n: &str| {
+            format!(
+                "[[probe]]\nname = \"{n}\"\ndrives = [\"a\"]\nworkload = {{ rate_iops = 10 }}\n"
+            )
+        };
+        let mut s = Status::default();
+        for d in ["a", "gone"] {
+            let e = s.drives.entry(d.into()).or_default();
+            for p in ["rd", "rd2"] {
+                e.probes.insert(p.into(), Default::default());
+                e.collectors
+                    .insert(canary::collector_name(p), Default::default());
+            }
+            e.collectors.insert("health".into(), Default::default());
+        }
+        prune(&mut s, &cfg(&probe("rd")));
+        assert_eq!(s.drives.keys().collect::<Vec<_>>(), ["a"]);
+        let a = &s.drives["a"];
+        assert_eq!(a.probes.keys().collect::<Vec<_>>(), ["rd"]);
+        assert_eq!(
+            a.collectors.keys().collect::<Vec<_>>(),
+            ["canary:rd", "health"]
+        );
+    }
 
     /// A reload whose reading never ends is given up at its limit, and the runtime's
     /// thread (HTTP, signals) goes on meanwhile.

@@ -402,7 +402,7 @@ fn skip(ctx: &Ctx, p: &Plan, due: i64, now: i64, bound: WriteBound, message: Str
         });
     });
     ctx.save_state();
-    ctx.shared.drive(&p.schedule.drive, |d| {
+    ctx.drive_status(&p.schedule.drive, |d| {
         let s = d.skipped.entry(p.config_name.clone()).or_default();
         s.count += 1;
         s.reason = "wear_budget".into();

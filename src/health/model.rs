@@ -1,6 +1,7 @@
 //! One health model across transports (NVMe, SATA, SAS). Every field is an `Option`:
 //! unknown is `None`, never a made-up zero. Parsers fill it; [`assess`] gives the verdict.
 
+use crate::units::count;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -279,19 +280,27 @@ pub fn assess(r: &HealthReport) -> Assessment {
         }
     }
     if r.media_errors.is_some_and(|m| m > 0) {
-        warning.push(format!(
-            "{} unrecovered media errors",
-            r.media_errors.unwrap_or(0)
+        warning.push(count(
+            r.media_errors.unwrap_or(0),
+            "unrecovered media error",
+            "unrecovered media errors",
         ));
     }
     if let Some(p) = r.pending_sectors.filter(|&p| p > 0) {
-        warning.push(format!("{p} sectors pending reallocation"));
+        warning.push(format!(
+            "{} pending reallocation",
+            count(p, "sector", "sectors")
+        ));
     }
     if let Some(o) = r.offline_uncorrectable.filter(|&o| o > 0) {
-        warning.push(format!("{o} offline uncorrectable sectors"));
+        warning.push(count(
+            o,
+            "offline uncorrectable sector",
+            "offline uncorrectable sectors",
+        ));
     }
     if let Some(re) = r.reallocated_sectors.filter(|&x| x > 0) {
-        warning.push(format!("{re} reallocated sectors"));
+        warning.push(count(re, "reallocated sector", "reallocated sectors"));
     }
     let known = r.smart_passed.is_some()
         || r.critical_warning.is_some()
@@ -321,6 +330,43 @@ pub fn assess(r: &HealthReport) -> Assessment {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 17 / review C1: "1 reallocated sectors", "1 unrecovered media errors".
+    #[test]
+    fn counted_reasons_agree_with_their_numbers() {
+        let one = HealthReport {
+            media_errors: Some(1),
+            pending_sectors: Some(1),
+            offline_uncorrectable: Some(1),
+            reallocated_sectors: Some(1),
+            ..Default::default()
+        };
+        assert_eq!(
+            assess(&one).reasons,
+            [
+                "1 unrecovered media error",
+                "1 sector pending reallocation",
+                "1 offline uncorrectable sector",
+                "1 reallocated sector"
+            ]
+        );
+        let two = HealthReport {
+            media_errors: Some(2),
+            pending_sectors: Some(2),
+            offline_uncorrectable: Some(2),
+            reallocated_sectors: Some(2),
+            ..Default::default()
+        };
+        assert_eq!(
+            assess(&two).reasons,
+            [
+                "2 unrecovered media errors",
+                "2 sectors pending reallocation",
+                "2 offline uncorrectable sectors",
+                "2 reallocated sectors"
+            ]
+        );
+    }
 
     #[test]
     fn verdicts() {

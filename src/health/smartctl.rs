@@ -91,7 +91,7 @@ pub enum SmartctlError {
         "smartctl output is a JSON {found}, not an object: give the output of `smartctl --json`"
     )]
     NotAnObject { found: &'static str },
-    #[error("this is the output of `smartctl --scan` (a list of {count} device(s): {names}), not one drive's data: run `smartctl --json=c -x {first}` and give its output")]
+    #[error("this is the output of `smartctl --scan` (a list of {}: {names}), not one drive's data: run `smartctl --json=c -x {first}` and give its output", crate::units::count(*count as u64, "device", "devices"))]
     ScanOutput {
         count: usize,
         names: String,

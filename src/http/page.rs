@@ -924,7 +924,14 @@ mod tests {
 
     #[test]
     fn the_host_is_named_when_the_probe_waited_for_a_cpu() {
-        for (ratio, busy) in [(None, false), (Some(0.003), false), (Some(0.41), true)] {
+        // (worst interval's share, wait per I/O at the p99, the p99, named)
+        for (ratio, wait, p99, busy) in [
+            (None, None, None, false),
+            (Some(0.003), Some(30e-6), Some(100e-6), false),
+            // Review of issue 17, B5: a busy interval beside a p99 it cannot explain.
+            (Some(0.41), Some(0.2e-3), Some(30e-3), false),
+            (Some(0.41), Some(4.1e-3), Some(5e-3), true),
+        ] {
             let mut s = drive_with(HealthState::NotReadYet, false);
             s.drives.get_mut("a").unwrap().probes.insert(
                 "rd".into(),
@@ -933,13 +940,16 @@ mod tests {
                     cpu_wait: crate::status::CpuWait {
                         seconds_total: 1.0,
                         window_max_ratio: ratio,
+                        p99_wait_seconds: wait,
+                        p99_latency_seconds: p99,
                     },
                     ..Default::default()
                 },
             );
             let html = render(&s, 2000.0);
+            assert_eq!(html.contains("host CPU busy"), busy, "{ratio:?} {wait:?}");
             assert_eq!(
-                html.contains("host CPU busy: the probe waited 41% of an interval for a CPU"),
+                html.contains("host CPU busy: at its p99 the probe waited about 4.10 ms per I/O for a CPU, 82% of its p99 latency (5.00 ms)"),
                 busy,
                 "{ratio:?}"
             );

@@ -2,7 +2,7 @@
 //! health state and each probe's state (and CPU wait) as /metrics and the status page
 //! render them. Shared by the HTTP tests (a fixed status) and the daemon tests (a live one).
 
-use driveprobe::status::CPU_WAIT_HOST_BUSY_RATIO;
+use driveprobe::status::CpuWait;
 use serde_json::Value;
 
 use super::daemon::Exposition;
@@ -153,7 +153,14 @@ pub fn assert_agree(
                 (None, None) => {}
                 other => panic!("{name}/{probe}: cpu wait API vs metrics: {other:?}"),
             }
-            let busy = ratio.is_some_and(|r| r >= CPU_WAIT_HOST_BUSY_RATIO);
+            let c = &p["cpu_wait"];
+            let busy = CpuWait {
+                seconds_total: c["seconds_total"].as_f64().unwrap_or(0.0),
+                window_max_ratio: ratio,
+                p99_wait_seconds: c["p99_wait_seconds"].as_f64(),
+                p99_latency_seconds: c["p99_latency_seconds"].as_f64(),
+            }
+            .host_busy();
             let sentence = format!("data-host-busy=\"{}\"", esc(probe));
             assert_eq!(
                 section.contains(&sentence),
