@@ -1192,12 +1192,13 @@ fn a_folder_swapped_for_a_link_while_the_daemon_runs_steers_no_write() {
         let away = dir.path().join(format!("a.away{round}"));
         std::fs::rename(&a, &away).unwrap();
         std::os::unix::fs::symlink(other, &a).unwrap();
-        // The canary notices within its file check, and every reopen is refused.
+        // The canary notices within its file check (logged once when the refusals start,
+        // once with their count when they end), and every reopen is refused.
         wait_until(
             "the canary refusing the link",
             Duration::from_secs(30),
             &d,
-            || count(&d.log(), "symbolic link") >= failed_before + 2,
+            || count(&d.log(), "symbolic link") > failed_before,
         );
         let e = d.scrape();
         assert_eq!(
@@ -1234,6 +1235,13 @@ fn a_folder_swapped_for_a_link_while_the_daemon_runs_steers_no_write() {
             &d,
             || writes(&d) > w + 100.0,
         );
+        // The refusals' end is logged, with their count.
+        let log = d.log();
+        let ended = log
+            .lines()
+            .filter(|l| l.contains("ended:") && l.contains("symbolic link"))
+            .count();
+        assert_eq!(ended, round + 1, "the end of refusal {round}:\n{log}");
     }
     let (st, _) = d.terminate(Duration::from_secs(10));
     assert!(st.success());
