@@ -531,14 +531,7 @@ impl Shared {
         if self.generation.load(std::sync::atomic::Ordering::SeqCst) != generation {
             return None;
         }
-        let d = s
-            .drives
-            .entry(name.to_string())
-            .or_insert_with(|| DriveStatus {
-                name: name.to_string(),
-                ..Default::default()
-            });
-        Some(f(d))
+        Some(f(s.drive_entry(name)))
     }
 
     /// The status, locked. A writer that panicked while holding the lock left plain data
@@ -549,15 +542,19 @@ impl Shared {
 
     /// Runs `f` on one drive's entry, creating it when missing.
     pub fn drive<R>(&self, name: &str, f: impl FnOnce(&mut DriveStatus) -> R) -> R {
-        let mut s = self.lock();
-        let d = s
-            .drives
+        f(self.lock().drive_entry(name))
+    }
+}
+
+impl Status {
+    /// Drive `name`'s entry, created when missing.
+    fn drive_entry(&mut self, name: &str) -> &mut DriveStatus {
+        self.drives
             .entry(name.to_string())
             .or_insert_with(|| DriveStatus {
                 name: name.to_string(),
                 ..Default::default()
-            });
-        f(d)
+            })
     }
 }
 

@@ -222,14 +222,11 @@ impl Cx<'_> {
         let mut w = WearBudget::default();
         let Some(raw) = raw else { return Ok(w) };
         if let Some(s) = raw.share_of_rated_dwpd {
-            let v = *s.get_ref();
-            if !(v > 0.0 && v <= 1.0) {
-                return Err(self.err(
-                    s.span(),
-                    format!("share_of_rated_dwpd {v} is out of range; give a fraction more than 0 and at most 1, such as 0.05 for 5% of the rated drive writes per day"),
-                ));
-            }
-            w.share_of_rated_dwpd = v;
+            w.share_of_rated_dwpd = self.fraction(
+                &s,
+                "share_of_rated_dwpd",
+                "0.05 for 5% of the rated drive writes per day",
+            )?;
         }
         if let Some(s) = raw.unrated_bytes_per_day {
             w.unrated_bytes_per_day =
@@ -246,20 +243,29 @@ impl Cx<'_> {
             w.period_days = (d.as_secs() / 86_400) as u32;
         }
         if let Some(s) = raw.scheduled_share_of_rated_writes {
-            let v = *s.get_ref();
-            if !(v > 0.0 && v <= 1.0) {
-                return Err(self.err(
-                    s.span(),
-                    format!("scheduled_share_of_rated_writes {v} is out of range; give a fraction more than 0 and at most 1, such as 0.25 for a quarter of the drive's rated writes over the period"),
-                ));
-            }
-            w.scheduled_share_of_rated_writes = v;
+            w.scheduled_share_of_rated_writes = self.fraction(
+                &s,
+                "scheduled_share_of_rated_writes",
+                "0.25 for a quarter of the drive's rated writes over the period",
+            )?;
         }
         if let Some(s) = raw.scheduled_unrated_bytes {
             w.scheduled_unrated_bytes =
                 self.size_at_most(&s, "scheduled_unrated_bytes", MAX_TARGET_BYTES)?;
         }
         Ok(w)
+    }
+
+    /// A share: more than 0 and at most 1; `example` completes "such as ...".
+    fn fraction(&self, s: &S<f64>, key: &str, example: &str) -> R<f64> {
+        let v = *s.get_ref();
+        if v > 0.0 && v <= 1.0 {
+            return Ok(v);
+        }
+        Err(self.err(
+            s.span(),
+            format!("{key} {v} is out of range; give a fraction more than 0 and at most 1, such as {example}"),
+        ))
     }
 
     fn runs(&self, raw: Option<raw::RawRuns>) -> R<RunsRetention> {

@@ -153,6 +153,27 @@ pub struct Plan {
     pub wear_budget: ScheduleBudget,
 }
 
+impl Plan {
+    /// The run index's record of run `id` of this plan, begun at `now` with `status`
+    /// and admitted (or skipped) with `bound`.
+    fn record(&self, id: &str, now: i64, status: RunStatus, bound: WriteBound) -> RunRecord {
+        RunRecord {
+            id: id.to_string(),
+            suite: self.suite.clone(),
+            drive: self.schedule.drive.clone(),
+            schedule: Some(self.config_name.clone()),
+            started: now,
+            ended: None,
+            status,
+            result_path: None,
+            reason: None,
+            write_bound_bytes: Some(bound.bytes),
+            stop: None,
+            written_bytes: None,
+        }
+    }
+}
+
 pub fn plans(ctx: &Ctx) -> Vec<Plan> {
     let mut out = Vec::new();
     for s in &ctx.config.schedules {
@@ -387,18 +408,9 @@ fn skip(ctx: &Ctx, p: &Plan, due: i64, now: i64, bound: WriteBound, message: Str
         b.start(due, now);
         b.finish(now);
         st.push_run(RunRecord {
-            id: id.clone(),
-            suite: p.suite.clone(),
-            drive: p.schedule.drive.clone(),
-            schedule: Some(p.config_name.clone()),
-            started: now,
             ended: Some(now),
-            status: RunStatus::Skipped,
-            result_path: None,
             reason: Some(message.clone()),
-            write_bound_bytes: Some(bound.bytes),
-            stop: None,
-            written_bytes: None,
+            ..p.record(&id, now, RunStatus::Skipped, bound)
         });
     });
     ctx.save_state();
@@ -459,20 +471,7 @@ fn try_start(
     let books_before = ctx.store.update(|st| {
         let before = *st.schedule_mut(&p.key, now);
         st.schedule_mut(&p.key, now).start(due, now);
-        st.push_run(RunRecord {
-            id: id.clone(),
-            suite: p.suite.clone(),
-            drive: p.schedule.drive.clone(),
-            schedule: Some(p.config_name.clone()),
-            started: now,
-            ended: None,
-            status: RunStatus::Running,
-            result_path: None,
-            reason: None,
-            write_bound_bytes: Some(bound.bytes),
-            stop: None,
-            written_bytes: None,
-        });
+        st.push_run(p.record(&id, now, RunStatus::Running, bound));
         before
     });
     if let Err(e) = ctx.store.save() {
