@@ -281,8 +281,12 @@ impl Snapshot {
         self.add(
             "driveprobe_build_info",
             Kind::Info,
-            "The driveprobe build: always 1, with the version as a label.",
-            vec![("version", env!("CARGO_PKG_VERSION").to_string())],
+            "The driveprobe build: always 1, with the version, the git revision and the Rust version as labels.",
+            vec![
+                ("version", crate::version::VERSION.to_string()),
+                ("revision", crate::version::REVISION.to_string()),
+                ("rustversion", crate::version::RUST_VERSION.to_string()),
+            ],
             Value::Info,
         );
         self.gauge(

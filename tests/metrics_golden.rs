@@ -435,11 +435,13 @@ fn rich_status() -> Status {
     }
 }
 
-/// The payload with the build's version replaced, so a version bump is not a diff.
+/// The payload with the build's version, git revision and Rust version replaced, so a
+/// version bump, a commit or a new compiler is not a diff.
 fn rendered(format: Format) -> String {
+    use driveprobe::version::{REVISION, RUST_VERSION, VERSION};
     render_opts(&rich_status(), format, false).replace(
-        &format!("version=\"{}\"", env!("CARGO_PKG_VERSION")),
-        "version=\"VERSION\"",
+        &format!("version=\"{VERSION}\",revision=\"{REVISION}\",rustversion=\"{RUST_VERSION}\""),
+        "version=\"VERSION\",revision=\"REVISION\",rustversion=\"RUSTVERSION\"",
     )
 }
 

@@ -8,6 +8,7 @@ use clap::Args;
 
 use super::Failure;
 use crate::daemon::{self, DaemonError, Options};
+use crate::logging::{LogFormat, LogLevel};
 
 #[derive(Debug, Args, Default)]
 #[command(
@@ -18,10 +19,38 @@ pub struct DaemonArgs {
     /// `driveprobe check-config`).
     #[arg(long, short = 'c', value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Listen on this address instead of the config's [server] listen (port 0 picks a free
-    /// port; the address is printed).
-    #[arg(long, value_name = "ADDR")]
-    listen: Option<SocketAddr>,
+    /// Listen on this address instead of the config's [server] listen; repeatable: the
+    /// daemon serves on every address given, all bound before it says it is ready (`:PORT`
+    /// is every IPv4 interface; port 0 picks a free port; each address is printed).
+    /// `--listen` is the same flag: given together, the addresses of both are served.
+    /// While one is given, a SIGHUP does not move the listeners.
+    #[arg(
+        long = "web.listen-address",
+        visible_alias = "listen",
+        value_name = "ADDR",
+        value_parser = parse_listen_address
+    )]
+    listen: Vec<SocketAddr>,
+    /// Serve the metrics at this path instead of /metrics (which then answers 404); the
+    /// status page, /healthz, /api/v1/ and /runs/ stay where they are, and a path among
+    /// them is refused.
+    #[arg(long = "web.telemetry-path", value_name = "PATH")]
+    telemetry_path: Option<String>,
+    /// Log only this level and more severe: debug, info, warn or error. Given, it wins
+    /// over RUST_LOG; without it RUST_LOG's directives apply (RUST_LOG=driveprobe=debug);
+    /// without both, info.
+    #[arg(long = "log.level", value_enum, value_name = "LEVEL")]
+    log_level: Option<LogLevel>,
+    /// The format of the log lines on stderr: logfmt (ts=... level=... msg=... key=value)
+    /// or json (one object per line). When stderr is the systemd journal, each line
+    /// starts with its priority (<3> error, <4> warn, <6> info, <7> debug).
+    #[arg(
+        long = "log.format",
+        value_enum,
+        value_name = "FORMAT",
+        default_value_t
+    )]
+    log_format: LogFormat,
     /// Keep state (and the built-in config's file target) here instead of the config's
     /// state_dir.
     #[arg(long, value_name = "DIR")]
@@ -38,12 +67,16 @@ pub struct DaemonArgs {
 }
 
 pub fn run(args: DaemonArgs) -> Result<u8, Failure> {
-    init_logging();
+    if let Some(p) = &args.telemetry_path {
+        crate::http::routes::check_telemetry_path(p).map_err(Failure::usage)?;
+    }
+    crate::logging::init(args.log_level, args.log_format);
     let opts = Options {
         config: args.config,
         listen: args.listen,
         state_dir: args.state_dir,
         web_config: args.web_config_file,
+        telemetry_path: args.telemetry_path,
     };
     match daemon::run(opts) {
         Ok(()) => Ok(0),
@@ -52,19 +85,18 @@ pub fn run(args: DaemonArgs) -> Result<u8, Failure> {
     }
 }
 
-fn init_logging() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    // Under systemd the journal stamps the time; elsewhere we do.
-    let journald = std::env::var_os("JOURNAL_STREAM").is_some();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_target(false);
-    let _ = if journald {
-        builder.without_time().try_init()
-    } else {
-        builder.try_init()
+/// An address as `--web.listen-address` takes it: `HOST:PORT`, `[V6]:PORT`, or `:PORT`
+/// for every IPv4 interface (as other exporters write it).
+fn parse_listen_address(s: &str) -> Result<SocketAddr, String> {
+    let full;
+    let a = match s.strip_prefix(':') {
+        Some(port) if !port.is_empty() => {
+            full = format!("0.0.0.0:{port}");
+            &full
+        }
+        _ => s,
     };
+    a.parse().map_err(|_| {
+        "not an address: expected HOST:PORT (127.0.0.1:39480, [::1]:39480) or :PORT".to_string()
+    })
 }

@@ -15,7 +15,7 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "driveprobe",
-    version,
+    version = crate::version::LONG,
     about = "Drive latency canaries, the enterprise drive test protocol and drive health, as Prometheus metrics",
     long_about = None
 )]

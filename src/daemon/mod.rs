@@ -53,7 +53,8 @@ pub enum DaemonError {
     Listen {
         addr: SocketAddr,
         source: std::io::Error,
-        /// The address came from `daemon --listen` (else from the config or its default).
+        /// The address came from `daemon --web.listen-address`/`--listen` (else from the
+        /// config or its default).
         from_flag: bool,
     },
     #[error("cannot start the runtime: {0}")]
@@ -67,9 +68,9 @@ pub enum DaemonError {
 /// section (the built-in config has none): both ways out are named.
 fn listen_fix(from_flag: bool) -> &'static str {
     if from_flag {
-        "give `daemon --listen` a free address (or stop what holds the port)"
+        "give `daemon --listen` a free address (or --web.listen-address, the same flag; or stop what holds the port)"
     } else {
-        "give a free address with `daemon --listen ADDR` or with `listen` in the config's [server] section (or stop what holds the port)"
+        "give a free address with `daemon --listen ADDR` (or --web.listen-address ADDR) or with `listen` in the config's [server] section (or stop what holds the port)"
     }
 }
 
@@ -78,13 +79,17 @@ fn listen_fix(from_flag: bool) -> &'static str {
 pub struct Options {
     /// The config file; None runs the built-in config.
     pub config: Option<PathBuf>,
-    /// Overrides `[server] listen`.
-    pub listen: Option<SocketAddr>,
+    /// Override `[server] listen` (`--web.listen-address`, repeatable): the daemon serves
+    /// on each, and a reload does not move them. Empty: `[server] listen`.
+    pub listen: Vec<SocketAddr>,
     /// Overrides `state_dir` (and, for the built-in config, where its file target lives).
     pub state_dir: Option<PathBuf>,
     /// The web config file (TLS, basic auth; exporter-toolkit's format), reread on SIGHUP.
     /// None serves plain HTTP without auth.
     pub web_config: Option<PathBuf>,
+    /// Where the metrics are served (`--web.telemetry-path`, checked by
+    /// `http::routes::check_telemetry_path`); None: `/metrics`.
+    pub telemetry_path: Option<String>,
 }
 
 pub fn now_unix() -> f64 {
@@ -541,8 +546,8 @@ fn load_config(opts: &Options) -> Result<Config, ConfigError> {
     if let Some(dir) = &opts.state_dir {
         c.state_dir = dir.clone();
     }
-    if let Some(l) = opts.listen {
-        c.server.listen = l;
+    if let Some(l) = opts.listen.first() {
+        c.server.listen = *l;
     }
     Ok(c)
 }
@@ -623,15 +628,30 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         .enable_all()
         .build()
         .map_err(DaemonError::Runtime)?;
-    let addr = config.server.listen;
-    let (std_listener, bound) = bind(addr).map_err(|e| match e {
-        DaemonError::Listen { addr, source, .. } => DaemonError::Listen {
-            addr,
-            source,
-            from_flag: opts.listen.is_some(),
-        },
-        e => e,
-    })?;
+    // Every address is bound before anything starts: one that cannot be is the whole
+    // start's one-line error. The first is the one a reload may move (when no flag pins
+    // them); the others (more `--web.listen-address`) stay as they are until the end.
+    let metrics_path: Arc<str> = opts
+        .telemetry_path
+        .as_deref()
+        .unwrap_or(crate::http::routes::DEFAULT_TELEMETRY_PATH)
+        .into();
+    let addrs = if opts.listen.is_empty() {
+        vec![config.server.listen]
+    } else {
+        opts.listen.clone()
+    };
+    let mut bound_all = Vec::with_capacity(addrs.len());
+    for addr in addrs {
+        bound_all.push(bind(addr).map_err(|e| match e {
+            DaemonError::Listen { addr, source, .. } => DaemonError::Listen {
+                addr,
+                source,
+                from_flag: !opts.listen.is_empty(),
+            },
+            e => e,
+        })?);
+    }
 
     let runs = Arc::new(Runs::default());
     scheduler::recover(&store, now_unix() as i64);
@@ -659,9 +679,20 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Runtime)?;
         let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Runtime)?;
         let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Runtime)?;
-        let mut http = Some(Http::start(std_listener, bound, &shared, &web)?);
-        announce(bound, &web);
-        tracing::info!(%bound, metrics = %format!("{scheme}://{bound}/metrics"), "driveprobe daemon started");
+        let mut http = None;
+        let mut pinned = Vec::new();
+        for (listener, bound) in bound_all {
+            let h = Http::start(listener, bound, &shared, &web, &metrics_path)?;
+            if http.is_none() {
+                http = Some(h);
+            } else {
+                pinned.push(h);
+            }
+        }
+        for bound in http.iter().chain(&pinned).map(|h| h.bound) {
+            announce(bound, &web);
+            tracing::info!(%bound, metrics = %format!("{scheme}://{bound}{metrics_path}"), "driveprobe daemon started");
+        }
         notify(&[
             sd_notify::NotifyState::Ready,
             sd_notify::NotifyState::Status(&summary_line(&shared)),
@@ -680,7 +711,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                         // A move that could not take the old address back left no
                         // listener: bind the configured one again, every tick until it can.
                         let to = generation.ctx.config.server.listen;
-                        match Http::open(to, &shared, &web) {
+                        match Http::open(to, &shared, &web, &metrics_path) {
                             Ok(h) => {
                                 announce(h.bound, &web);
                                 tracing::info!(bound = %h.bound, "listening again");
@@ -740,8 +771,8 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                         if http.is_none() || new.server.listen != generation.ctx.config.server.listen {
                             let to = new.server.listen;
                             let (now, moved) = match http.take() {
-                                Some(h) => h.move_to(to, &shared, &web).await,
-                                None => match Http::open(to, &shared, &web) {
+                                Some(h) => h.move_to(to, &shared, &web, &metrics_path).await,
+                                None => match Http::open(to, &shared, &web, &metrics_path) {
                                     Ok(h) => (Some(h), Ok(())),
                                     Err(e) => (None, Err(e.to_string())),
                                 },
@@ -786,7 +817,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         notify(&[sd_notify::NotifyState::Stopping, sd_notify::NotifyState::Status("stopping")]);
         tracing::info!("stopping");
         let deadline = Instant::now() + Duration::from_millis(4000);
-        if let Some(h) = &http {
+        for h in http.iter().chain(&pinned) {
             let _ = h.shutdown.send(true);
         }
         runs.stop_all(deadline);
@@ -798,7 +829,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         if let Err(e) = store.save() {
             tracing::error!(error = %e, "cannot save the state at exit");
         }
-        if let Some(h) = http {
+        for h in http.into_iter().chain(pinned) {
             let _ = tokio::time::timeout(Duration::from_millis(500), h.server).await;
         }
         tracing::info!("stopped");
@@ -887,6 +918,7 @@ impl Http {
         bound: SocketAddr,
         shared: &Arc<Shared>,
         web: &crate::http::WebHandle,
+        metrics_path: &Arc<str>,
     ) -> Result<Http, DaemonError> {
         let listener =
             tokio::net::TcpListener::from_std(listener).map_err(|source| DaemonError::Listen {
@@ -895,12 +927,10 @@ impl Http {
                 from_flag: false,
             })?;
         let (shutdown, rx) = tokio::sync::watch::channel(false);
-        let server = tokio::spawn(crate::http::serve_web(
-            listener,
-            shared.clone(),
-            rx,
-            web.clone(),
-        ));
+        let (shared, web, path) = (shared.clone(), web.clone(), metrics_path.clone());
+        let server = tokio::spawn(async move {
+            crate::http::serve_web_at(listener, shared, rx, web, &path).await
+        });
         Ok(Http {
             server,
             shutdown,
@@ -913,9 +943,10 @@ impl Http {
         addr: SocketAddr,
         shared: &Arc<Shared>,
         web: &crate::http::WebHandle,
+        metrics_path: &Arc<str>,
     ) -> Result<Http, DaemonError> {
         let (listener, bound) = bind(addr)?;
-        Http::start(listener, bound, shared, web)
+        Http::start(listener, bound, shared, web, metrics_path)
     }
 
     /// Stops accepting, and lets requests in flight finish (for a moment).
@@ -934,8 +965,9 @@ impl Http {
         to: SocketAddr,
         shared: &Arc<Shared>,
         web: &crate::http::WebHandle,
+        metrics_path: &Arc<str>,
     ) -> (Option<Http>, Result<(), String>) {
-        match Http::open(to, shared, web) {
+        match Http::open(to, shared, web, metrics_path) {
             Ok(new) => {
                 self.stop().await;
                 (Some(new), Ok(()))
@@ -946,9 +978,9 @@ impl Http {
             {
                 let old = self.bound;
                 self.stop().await;
-                match Http::open(to, shared, web) {
+                match Http::open(to, shared, web, metrics_path) {
                     Ok(new) => (Some(new), Ok(())),
-                    Err(e) => match Http::open(old, shared, web) {
+                    Err(e) => match Http::open(old, shared, web, metrics_path) {
                         Ok(back) => (Some(back), Err(e.to_string())),
                         Err(again) => {
                             tracing::error!(error = %again, "cannot take the old address back: no HTTP until it can be bound again (tried every tick, and at a reload)");

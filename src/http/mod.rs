@@ -119,7 +119,25 @@ pub async fn serve_web(
     shutdown: watch::Receiver<bool>,
     web: WebHandle,
 ) -> std::io::Result<()> {
-    let app = Arc::new(routes::App::new(shared));
+    serve_web_at(
+        listener,
+        shared,
+        shutdown,
+        web,
+        routes::DEFAULT_TELEMETRY_PATH,
+    )
+    .await
+}
+
+/// [`serve_web`] with the metrics at `metrics_path` (`--web.telemetry-path`).
+pub async fn serve_web_at(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    shutdown: watch::Receiver<bool>,
+    web: WebHandle,
+    metrics_path: &str,
+) -> std::io::Result<()> {
+    let app = Arc::new(routes::App::with_metrics_path(shared, metrics_path));
     server::run(listener, app, shutdown, Limits::default(), web).await
 }
 

@@ -232,17 +232,80 @@ fn guarded(what: &str, f: impl FnOnce() -> Reply) -> Reply {
     })
 }
 
+/// The metrics' path unless `--web.telemetry-path` moves them.
+pub const DEFAULT_TELEMETRY_PATH: &str = "/metrics";
+
+/// Whether `path` may serve the metrics (`--web.telemetry-path`): an absolute path of
+/// `[A-Za-z0-9._~/-]` that is none of the other routes: not `/` (the status page),
+/// `/healthz`, anything under `/api/v1` or `/runs/`. The error says what to do.
+pub fn check_telemetry_path(path: &str) -> Result<(), String> {
+    let fix = "choose another path, such as the default /metrics";
+    let refuse = |why: &str| Err(format!("--web.telemetry-path {path:?}: {why}; {fix}"));
+    if !path.starts_with('/') {
+        return refuse("a path starts with /");
+    }
+    if path.len() > 256 {
+        return refuse("longer than 256 characters");
+    }
+    if let Some(c) = path
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '~' | '/' | '-')))
+    {
+        return refuse(&format!(
+            "{c:?} is not allowed (letters, digits and . _ ~ / - are)"
+        ));
+    }
+    if path.contains("//") || path.split('/').any(|seg| seg == "." || seg == "..") {
+        return refuse("empty, . or .. segments are not allowed");
+    }
+    let under = |p: &str, prefix: &str| p == prefix || p.starts_with(&format!("{prefix}/"));
+    if path == "/" {
+        return refuse("/ is the status page");
+    }
+    if path == "/healthz" || path == "/healthz/" {
+        return refuse("/healthz is the health check");
+    }
+    if under(path.trim_end_matches('/'), "/api/v1") || path == "/api" || path == "/api/" {
+        return refuse("/api/v1 is the JSON API");
+    }
+    if under(path.trim_end_matches('/'), "/runs") {
+        return refuse("/runs/ holds the run reports");
+    }
+    Ok(())
+}
+
 /// The application: the status it shows and what it needs to answer.
 pub struct App {
     shared: Arc<Shared>,
     reports: Semaphore,
+    /// Where the metrics are served (`--web.telemetry-path`; checked by
+    /// [`check_telemetry_path`]).
+    metrics_path: String,
 }
 
 impl App {
     pub fn new(shared: Arc<Shared>) -> App {
+        App::with_metrics_path(shared, DEFAULT_TELEMETRY_PATH)
+    }
+
+    /// An app serving the metrics at `metrics_path` (and not at `/metrics` when that is
+    /// another path).
+    pub fn with_metrics_path(shared: Arc<Shared>, metrics_path: &str) -> App {
         App {
             shared,
             reports: Semaphore::new(CONCURRENT_REPORTS),
+            metrics_path: metrics_path.to_string(),
+        }
+    }
+
+    /// What `path` names, the metrics at their path.
+    fn route_of<'a>(&self, path: &'a str) -> Route<'a> {
+        if path == self.metrics_path {
+            return Route::Metrics;
+        }
+        match route(path) {
+            Route::Metrics => Route::NotFound,
+            r => r,
         }
     }
 
@@ -266,7 +329,7 @@ impl App {
                 return r.into_response(false);
             }
         };
-        let reply = match route(uri.path()) {
+        let reply = match self.route_of(uri.path()) {
             Route::Page => guarded("the status page", || self.page()),
             Route::Metrics => guarded("the metrics", || self.metrics(headers)),
             Route::Healthz => self.healthz(),
@@ -275,7 +338,10 @@ impl App {
             Route::Report(id) => self.report(id).await,
             Route::NotFound => Reply::line(
                 StatusCode::NOT_FOUND,
-                "not found: see / for the status page, /metrics, /healthz, /api/v1/drives, /api/v1/runs",
+                &format!(
+                    "not found: see / for the status page, {}, /healthz, /api/v1/drives, /api/v1/runs",
+                    self.metrics_path
+                ),
             ),
         };
         reply.into_response(head)
@@ -287,6 +353,15 @@ impl App {
             let s = self.shared.lock();
             page::render(&s, now)
         };
+        if self.metrics_path != DEFAULT_TELEMETRY_PATH {
+            // The page's links to the metrics follow them (the path is of URL-safe
+            // characters only, see `check_telemetry_path`).
+            let p = &self.metrics_path;
+            let html = html
+                .replace("href=\"/metrics\"", &format!("href=\"{p}\""))
+                .replace(">/metrics</a>", &format!(">{p}</a>"));
+            return Reply::html(html);
+        }
         Reply::html(html)
     }
 
@@ -463,6 +538,42 @@ mod tests {
             assert_eq!(route(&concrete).documented(), Some(p), "{p}");
         }
         assert_eq!(route("/nope").documented(), None);
+    }
+
+    #[test]
+    fn the_telemetry_path_moves_only_to_a_free_path() {
+        for ok in [
+            "/metrics",
+            "/prom",
+            "/x/metrics",
+            "/metrics.txt",
+            "/a-b_c~d/",
+        ] {
+            assert_eq!(check_telemetry_path(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "metrics",
+            "/",
+            "/healthz",
+            "/api/v1",
+            "/api/v1/",
+            "/api/v1/drives",
+            "/api/v1/metrics",
+            "/runs",
+            "/runs/x/report",
+            "/m?x",
+            "/m#x",
+            "/m x",
+            "/m\nx",
+            "//metrics",
+            "/a/../metrics",
+            "/é",
+        ] {
+            let e = check_telemetry_path(bad).unwrap_err();
+            assert!(e.starts_with("--web.telemetry-path "), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
     }
 
     #[test]
