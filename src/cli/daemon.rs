@@ -100,3 +100,43 @@ fn parse_listen_address(s: &str) -> Result<SocketAddr, String> {
         "not an address: expected HOST:PORT (127.0.0.1:39480, [::1]:39480) or :PORT".to_string()
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        d: DaemonArgs,
+    }
+
+    #[test]
+    fn listen_addresses_add_up_across_both_spellings() {
+        assert_eq!(
+            parse_listen_address(":9100").unwrap().to_string(),
+            "0.0.0.0:9100"
+        );
+        assert_eq!(
+            parse_listen_address("[::1]:1").unwrap().to_string(),
+            "[::1]:1"
+        );
+        for bad in [":", "", "host", "1.2.3.4", ":x", "localhost:80"] {
+            assert!(parse_listen_address(bad).is_err(), "{bad}");
+        }
+        let w = Wrap::try_parse_from([
+            "x",
+            "--listen",
+            "127.0.0.1:1",
+            "--web.listen-address",
+            ":2",
+            "--listen=127.0.0.1:3",
+        ])
+        .unwrap();
+        let got: Vec<String> = w.d.listen.iter().map(|a| a.to_string()).collect();
+        assert_eq!(got, ["127.0.0.1:1", "0.0.0.0:2", "127.0.0.1:3"]);
+        assert_eq!(w.d.log_format, LogFormat::Logfmt);
+        assert_eq!(w.d.log_level, None);
+    }
+}
