@@ -52,6 +52,8 @@ use serde_json::Value;
 /// The scrape job (the rules find the daemon by a job name containing "driveprobe").
 const JOB: &str = "driveprobe";
 const RULES: &str = "config/prometheus/driveprobe.rules.yml";
+/// The scrape job of node_exporter (any name: the rules join it by host and device).
+const NODE_JOB: &str = "node";
 /// Due since January 1st: with the schedule first seen long ago, the run starts at once.
 const DUE_LONG_AGO: &str = "0 0 1 1 *";
 /// The drive that has everything: health, a rating, a writing probe and the last run.
@@ -118,7 +120,12 @@ fn every_dashboard_query_and_recording_rule_returns_data_and_matches_the_status_
     assert!(!panels.is_empty(), "the dashboards have no panel queries");
 
     let mut rig = Rig::start();
-    let prom = Prometheus::start(JOB, &rig.daemon().addr, &[&rules_path]);
+    // node_exporter on the same host, for the rules that join its disk statistics.
+    let node = prometheus::NodeExporter::start();
+    let prom = Prometheus::start_jobs(
+        &[(JOB, &rig.daemon().addr), (NODE_JOB, &node.addr)],
+        &[&rules_path],
+    );
     println!(
         "daemon at {}, Prometheus at {} ({:.1?})",
         rig.daemon().addr,
@@ -253,6 +260,179 @@ fn every_dashboard_query_and_recording_rule_returns_data_and_matches_the_status_
     );
     rig.nothing_left_of_the_app_runs();
     println!("done in {:.1?}", t0.elapsed());
+}
+
+/// Issue 18's join, on its own: the daemon on a raw loop device over /dev/shm (named by its
+/// serial, a read canary), a real node_exporter and a real Prometheus on loopback with the
+/// shipped rules. `driveprobe_drive_info` names the loop device as node_exporter does; the
+/// recorded busy share of the drive's disk carries the drive, that device and the host, and
+/// its every sample is what Prometheus computes from node_exporter's own counter for that
+/// device at the sample's time; the canary's p99 is recorded beside it with the same
+/// device.
+#[test]
+fn node_exporter_busy_share_joins_the_drive_through_its_device() {
+    common::need_root();
+    let t0 = Instant::now();
+    prometheus::binary();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let rules_path = repo.join(RULES);
+    let dir = common::shm_dir("dp-e2e-join-");
+    let d = dir.path();
+    let img = d.join("j.img");
+    sparse_file(&img, 64 << 20);
+    let lp = common::Loop::attach(&img, &[]);
+    let kname = lp
+        .path()
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("loop device name")
+        .to_string();
+    let cfg = d.join("driveprobe.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "state_dir = \"{state}\"\nhealth_interval = \"2s\"\n\n\
+             [[drive]]\nname = \"j\"\nserial = \"{serial}\"\npath = \"{dev}\"\n\n\
+             [[probe]]\nname = \"rd\"\ndrives = [\"j\"]\nwindow = \"5s\"\n\
+             workload = {{ rate_iops = 200 }}\n",
+            state = d.join("state").display(),
+            serial = common::loop_serial(&img),
+            dev = lp.s(),
+        ),
+    )
+    .unwrap();
+    let daemon = Daemon::start(&cfg, &[]);
+    let node = prometheus::NodeExporter::start();
+    let prom = Prometheus::start_jobs(
+        &[(JOB, &daemon.addr), (NODE_JOB, &node.addr)],
+        &[&rules_path],
+    );
+    let limit = Duration::from_secs(60);
+
+    // The drive's identity names its disk as node_exporter does: no /dev/, no partition.
+    let info = prom.wait_for(
+        "drive_info with its device",
+        &format!("driveprobe_drive_info{{job=\"{JOB}\", drive=\"j\", device=\"{kname}\"}}"),
+        limit,
+    );
+    assert_eq!(info.series.len(), 1, "{info:?}");
+    assert_eq!(info.series[0].labels["path"], lp.s(), "{info:?}");
+    assert_eq!(
+        info.series[0].labels["serial"],
+        common::loop_serial(&img),
+        "{info:?}"
+    );
+    prom.wait_for(
+        "node_exporter's counter for the drive's device",
+        &format!("node_disk_io_time_seconds_total{{job=\"{NODE_JOB}\", device=\"{kname}\"}}"),
+        limit,
+    );
+
+    // The busy share, once the canary has kept the disk busy: one series with the drive's
+    // labels, its device and the host both targets share.
+    let busy_sel = format!("driveprobe:drive_busy:ratio_rate5m{{drive=\"j\"}}");
+    let busy = prom.wait_for(
+        "the busy share of drive j's disk",
+        &format!("{busy_sel} > 0"),
+        limit,
+    );
+    assert_eq!(busy.series.len(), 1, "{busy:?}");
+    let l = &busy.series[0].labels;
+    for (k, v) in [
+        ("job", JOB),
+        ("instance", daemon.addr.as_str()),
+        ("drive", "j"),
+        ("device", kname.as_str()),
+        ("host", "127.0.0.1"),
+    ] {
+        assert_eq!(l.get(k).map(String::as_str), Some(v), "{k}: {l:?}");
+    }
+    assert!(
+        busy.series[0].value > 0.0 && busy.series[0].value <= 1.0,
+        "a busy share is a ratio 0-1: {busy:?}"
+    );
+    let p99 = prom.wait_for(
+        "the canary's p99 beside it",
+        "driveprobe:probe_latency_p99_seconds:with_device{drive=\"j\"}",
+        limit,
+    );
+    assert_eq!(p99.series.len(), 1, "{p99:?}");
+    let l = &p99.series[0].labels;
+    for (k, v) in [
+        ("drive", "j"),
+        ("probe", "rd"),
+        ("op", "read"),
+        ("device", kname.as_str()),
+        ("host", "127.0.0.1"),
+    ] {
+        assert_eq!(l.get(k).map(String::as_str), Some(v), "{k}: {l:?}");
+    }
+    assert!(!l.contains_key("quantile"), "{l:?}");
+
+    // Let a few more evaluations land, then check the recorded samples against what
+    // Prometheus computes at each sample's own time from the sources.
+    std::thread::sleep(Duration::from_secs(8));
+    recorded_samples_match(
+        &prom,
+        &busy_sel,
+        &format!(
+            "rate(node_disk_io_time_seconds_total{{job=\"{NODE_JOB}\", device=\"{kname}\"}}[5m])"
+        ),
+        true,
+    );
+    recorded_samples_match(
+        &prom,
+        "driveprobe:probe_latency_p99_seconds:with_device{drive=\"j\"}",
+        &format!(
+            "driveprobe_probe_latency_quantile_seconds{{job=\"{JOB}\", drive=\"j\", quantile=\"0.99\"}}"
+        ),
+        false,
+    );
+    drop(prom);
+    drop(node);
+    let (st, _) = daemon.terminate(Duration::from_secs(10));
+    assert!(
+        st.success(),
+        "the daemon's exit status after SIGTERM: {st:?}"
+    );
+    println!("done in {:.1?}", t0.elapsed());
+}
+
+/// Each sample of the recording `recorded` (one series) in the last 20 s but the newest
+/// few equals `source` evaluated by Prometheus at that sample's time (one series). A rule
+/// evaluation can miss a scrape that started before it but was stored just after it, which
+/// the later query sees: so most samples, not all, must match exactly, and at least three.
+/// With `positive`, the matching values must be above zero (a join on the wrong device
+/// of an idle disk would match a zero too).
+fn recorded_samples_match(prom: &Prometheus, recorded: &str, source: &str, positive: bool) {
+    let raw = prom
+        .samples(&format!("{recorded}[20s]"))
+        .unwrap_or_else(|e| panic!("{recorded}: {e}"));
+    assert_eq!(raw.len(), 1, "{recorded}: one series expected: {raw:?}");
+    let newest = raw[0].1.last().map(|p| p.0).unwrap_or(0.0);
+    let mut matched = Vec::new();
+    let mut missed = Vec::new();
+    for &(t, v) in raw[0].1.iter().filter(|p| p.0 < newest - 2.0) {
+        let q = prom
+            .query_at(source, Some(t))
+            .unwrap_or_else(|e| panic!("{source} at {t}: {e}"));
+        assert_eq!(q.series.len(), 1, "{source} at {t}: {q:?}");
+        let want = q.series[0].value;
+        if same_f64(v, want) && (!positive || v > 0.0) {
+            matched.push((t, v));
+        } else {
+            missed.push((t, v, want));
+        }
+    }
+    println!(
+        "{recorded}: {} samples match {source}, {} do not: {missed:?}",
+        matched.len(),
+        missed.len()
+    );
+    assert!(
+        matched.len() >= 3 && matched.len() > missed.len(),
+        "{recorded} against {source}: matched {matched:?}, missed (time, recorded, source) {missed:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1275,9 +1455,15 @@ fn status_page_matches_prometheus(d: &Daemon, prom: &Prometheus, failures: &mut 
             ("model", id["model"].as_str().map(String::from)),
             ("serial", id["serial"].as_str().map(String::from)),
             ("firmware", id["firmware"].as_str().map(String::from)),
+            // The disk under the file target: /dev/loopN as the status page's device,
+            // loopN as node_exporter names it.
+            ("path", j["device"].as_str().map(String::from)),
             (
-                "capacity_bytes",
-                id["capacity_bytes"].as_u64().map(|c| c.to_string()),
+                "device",
+                j["device"]
+                    .as_str()
+                    .and_then(|d| d.strip_prefix("/dev/"))
+                    .map(String::from),
             ),
         ] {
             let json = json.unwrap_or_default();
@@ -1293,6 +1479,15 @@ fn status_page_matches_prometheus(d: &Daemon, prom: &Prometheus, failures: &mut 
             }
         }
     }
+
+    exact_match(
+        prom,
+        &mut compared,
+        "capacity",
+        j["identity"]["capacity_bytes"].as_f64(),
+        sel("driveprobe_drive_capacity_bytes", ""),
+        failures,
+    );
 
     // The last run: its summary and every point.
     let run = &j["last_runs"]["latency"];
