@@ -330,7 +330,7 @@ fn node_exporter_busy_share_joins_the_drive_through_its_device() {
 
     // The busy share, once the canary has kept the disk busy: one series with the drive's
     // labels, its device and the host both targets share.
-    let busy_sel = format!("driveprobe:drive_busy:ratio_rate5m{{drive=\"j\"}}");
+    let busy_sel = "driveprobe:drive_busy:ratio_rate5m{drive=\"j\"}";
     let busy = prom.wait_for(
         "the busy share of drive j's disk",
         &format!("{busy_sel} > 0"),
@@ -374,7 +374,7 @@ fn node_exporter_busy_share_joins_the_drive_through_its_device() {
     std::thread::sleep(Duration::from_secs(8));
     recorded_samples_match(
         &prom,
-        &busy_sel,
+        busy_sel,
         &format!(
             "rate(node_disk_io_time_seconds_total{{job=\"{NODE_JOB}\", device=\"{kname}\"}}[5m])"
         ),
