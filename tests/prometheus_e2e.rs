@@ -15,6 +15,11 @@
 //!   within the few seconds between the two samplings, the window quantiles among the
 //!   values the status page showed, and the gauges that do not move (the last runs' points,
 //!   the application points of the last oltp and kv runs among them) exactly;
+//! - issue 18's join: a real node_exporter (Debian `prometheus-node-exporter`) on loopback
+//!   is scraped too, so the rules that join its `node_disk_io_time_seconds_total` through
+//!   `driveprobe_drive_info`'s `device` label return data; the test
+//!   `node_exporter_busy_share_joins_the_drive_through_its_device` checks that join on its
+//!   own, sample by sample;
 //! - the application runs leave nothing: no MariaDB, sysbench or db_bench naming the
 //!   drive's directory, no datadir or database in it, once the runs passed and again
 //!   after the daemon stopped.
