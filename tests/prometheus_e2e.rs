@@ -374,24 +374,56 @@ fn node_exporter_busy_share_joins_the_drive_through_its_device() {
     }
     assert!(!l.contains_key("quantile"), "{l:?}");
 
-    // Let a few more evaluations land, then check the recorded samples against what
-    // Prometheus computes at each sample's own time from the sources.
+    // Let a few more evaluations land, then check against the sources, at times a few
+    // seconds past so that every scrape before them is stored.
     std::thread::sleep(Duration::from_secs(8));
-    recorded_samples_match(
-        &prom,
-        busy_sel,
-        &format!(
-            "rate(node_disk_io_time_seconds_total{{job=\"{NODE_JOB}\", device=\"{kname}\"}}[5m])"
-        ),
-        true,
+    let node_rate = format!(
+        "rate(node_disk_io_time_seconds_total{{job=\"{NODE_JOB}\", device=\"{kname}\"}}[5m])"
     );
+    let p99_source = format!(
+        "driveprobe_probe_latency_quantile_seconds{{job=\"{JOB}\", drive=\"j\", quantile=\"0.99\"}}"
+    );
+    // The rule's expression, as the file has it, evaluated by Prometheus: exactly node_exporter's
+    // rate for the drive's device, at every time checked.
+    let rules_text = std::fs::read_to_string(&rules_path).expect("the rules file");
+    let rule = parse_rules(&rules_text)
+        .expect("the rules file parses")
+        .into_iter()
+        .find(|r| r.record.as_deref() == Some("driveprobe:drive_busy:ratio_rate5m"))
+        .expect("the rules file records driveprobe:drive_busy:ratio_rate5m");
+    let now = now_unix();
+    for back in [3.0, 4.5, 6.0] {
+        let t = now - back;
+        let of = |expr: &str| -> BTreeMap<String, f64> {
+            prom.query_at(expr, Some(t))
+                .unwrap_or_else(|e| panic!("{expr} at {t}: {e}"))
+                .series
+                .into_iter()
+                .filter(|x| x.labels.get("drive").is_none_or(|d| d == "j"))
+                .map(|x| (x.labels.get("device").cloned().unwrap_or_default(), x.value))
+                .collect()
+        };
+        let joined = of(&rule.expr);
+        let source = of(&node_rate);
+        assert_eq!(joined.len(), 1, "the rule's expression at {t}: {joined:?}");
+        assert_eq!(source.len(), 1, "{node_rate} at {t}: {source:?}");
+        let (jv, sv) = (joined[&kname], source[&kname]);
+        assert!(
+            jv > 0.0 && same_f64(jv, sv),
+            "at {t}: the rule's expression gives {jv}, node_exporter's rate for {kname} {sv}"
+        );
+    }
+    // The recorded samples: Prometheus's own evaluations of the rule. An evaluation can
+    // miss a scrape that started before it but was stored just after it (a later query sees
+    // it), so a recorded busy share is node_exporter's rate over the samples stored before
+    // it, all of them or all but the newest; and a recorded p99 is one of the source's
+    // samples of the few seconds before it.
+    recorded_samples_match(&prom, busy_sel, &node_rate, Recorded::Rate5m);
     recorded_samples_match(
         &prom,
         "driveprobe:probe_latency_p99_seconds:with_device{drive=\"j\"}",
-        &format!(
-            "driveprobe_probe_latency_quantile_seconds{{job=\"{JOB}\", drive=\"j\", quantile=\"0.99\"}}"
-        ),
-        false,
+        &p99_source,
+        Recorded::GaugeSample,
     );
     drop(prom);
     drop(node);
@@ -403,41 +435,120 @@ fn node_exporter_busy_share_joins_the_drive_through_its_device() {
     println!("done in {:.1?}", t0.elapsed());
 }
 
-/// Each sample of the recording `recorded` (one series) in the last 20 s but the newest
-/// few equals `source` evaluated by Prometheus at that sample's time (one series). A rule
-/// evaluation can miss a scrape that started before it but was stored just after it, which
-/// the later query sees: so most samples, not all, must match exactly, and at least three.
-/// With `positive`, the matching values must be above zero (a join on the wrong device
-/// of an idle disk would match a zero too).
-fn recorded_samples_match(prom: &Prometheus, recorded: &str, source: &str, positive: bool) {
+/// How a recorded sample relates to its source series.
+enum Recorded {
+    /// A 5-minute rate (`source` is `rate(SELECTOR[5m])`): above 0 and, computed from the
+    /// counter's samples in the 5 minutes before it, either the rate of all of them (what
+    /// a query at that time gives) or of all but the newest.
+    Rate5m,
+    /// A gauge: one of the source's own sample values from the 5 s before it.
+    GaugeSample,
+}
+
+/// Every sample of the recording `recorded` (one series) in the last 20 s but the newest
+/// 2 s relates to `source` (one series) as `how` says, and there are at least three.
+fn recorded_samples_match(prom: &Prometheus, recorded: &str, source: &str, how: Recorded) {
     let raw = prom
         .samples(&format!("{recorded}[20s]"))
         .unwrap_or_else(|e| panic!("{recorded}: {e}"));
     assert_eq!(raw.len(), 1, "{recorded}: one series expected: {raw:?}");
     let newest = raw[0].1.last().map(|p| p.0).unwrap_or(0.0);
-    let mut matched = Vec::new();
-    let mut missed = Vec::new();
-    for &(t, v) in raw[0].1.iter().filter(|p| p.0 < newest - 2.0) {
-        let q = prom
-            .query_at(source, Some(t))
-            .unwrap_or_else(|e| panic!("{source} at {t}: {e}"));
-        assert_eq!(q.series.len(), 1, "{source} at {t}: {q:?}");
-        let want = q.series[0].value;
-        if same_f64(v, want) && (!positive || v > 0.0) {
-            matched.push((t, v));
-        } else {
-            missed.push((t, v, want));
+    let checked: Vec<(f64, f64)> = raw[0]
+        .1
+        .iter()
+        .copied()
+        .filter(|p| p.0 < newest - 2.0)
+        .collect();
+    assert!(
+        checked.len() >= 3,
+        "{recorded}: too few samples to check: {raw:?}"
+    );
+    for (t, v) in checked {
+        match how {
+            Recorded::Rate5m => {
+                let q = prom
+                    .query_at(source, Some(t))
+                    .unwrap_or_else(|e| panic!("{source} at {t}: {e}"));
+                assert_eq!(q.series.len(), 1, "{source} at {t}: {q:?}");
+                let want = q.series[0].value;
+                let selector = source
+                    .strip_prefix("rate(")
+                    .and_then(|r| r.strip_suffix("[5m])"))
+                    .expect("a rate(SELECTOR[5m])");
+                let counter = prom
+                    .samples(&format!("{selector}[5m] @ {t:.3}"))
+                    .unwrap_or_else(|e| panic!("{selector} before {t}: {e}"));
+                assert_eq!(counter.len(), 1, "{selector} before {t}: {counter:?}");
+                let pts = &counter[0].1;
+                let all = extrapolated_rate(pts, t - 300.0, t);
+                // The reading of Prometheus's rate() below is checked against Prometheus.
+                assert!(
+                    all.is_some_and(|a| same_f64(a, want)),
+                    "{source} at {t}: Prometheus says {want}, its samples give {all:?}: {pts:?}"
+                );
+                let but_newest = extrapolated_rate(&pts[..pts.len() - 1], t - 300.0, t);
+                assert!(
+                    v > 0.0 && (same_f64(v, want) || but_newest.is_some_and(|b| same_f64(v, b))),
+                    "{recorded} at {t} is {v}; {source} there is {want}, or {but_newest:?} \
+                     without the newest sample"
+                );
+            }
+            Recorded::GaugeSample => {
+                let src = prom
+                    .samples(&format!("{source}[5s] @ {t:.3}"))
+                    .unwrap_or_else(|e| panic!("{source} before {t}: {e}"));
+                assert_eq!(src.len(), 1, "{source} before {t}: {src:?}");
+                assert!(
+                    src[0].1.iter().any(|&(_, s)| same_f64(s, v)),
+                    "{recorded} at {t} is {v}, none of {source}'s samples before it: {src:?}"
+                );
+            }
         }
     }
-    println!(
-        "{recorded}: {} samples match {source}, {} do not: {missed:?}",
-        matched.len(),
-        missed.len()
-    );
-    assert!(
-        matched.len() >= 3 && matched.len() > missed.len(),
-        "{recorded} against {source}: matched {matched:?}, missed (time, recorded, source) {missed:?}"
-    );
+}
+
+/// Prometheus's `rate()` (2.42, `extrapolatedRate` in promql/functions.go) of the counter
+/// samples `pts` (unix seconds, value) selected by a range from `start` to `end`: the
+/// increase, counter resets included, extrapolated toward the range's ends (the whole way
+/// when within 1.1 average intervals, else half an interval, and never below a counter
+/// value of zero), over the range's seconds. `None` with fewer than two samples.
+fn extrapolated_rate(pts: &[(f64, f64)], start: f64, end: f64) -> Option<f64> {
+    if pts.len() < 2 {
+        return None;
+    }
+    // Prometheus keeps milliseconds as integers: durations from them, as it computes them.
+    let ms = |t: f64| (t * 1000.0).round() as i64;
+    let secs = |a: f64, b: f64| (ms(a) - ms(b)) as f64 / 1000.0;
+    let (first, last) = (pts[0], pts[pts.len() - 1]);
+    let mut increase = last.1 - first.1;
+    for w in pts.windows(2) {
+        if w[1].1 < w[0].1 {
+            increase += w[0].1;
+        }
+    }
+    let mut to_start = secs(first.0, start);
+    let to_end = secs(end, last.0);
+    let sampled = secs(last.0, first.0);
+    let average = sampled / (pts.len() - 1) as f64;
+    if increase > 0.0 && first.1 >= 0.0 {
+        let to_zero = sampled * (first.1 / increase);
+        if to_zero < to_start {
+            to_start = to_zero;
+        }
+    }
+    let threshold = average * 1.1;
+    let mut interval = sampled;
+    interval += if to_start < threshold {
+        to_start
+    } else {
+        average / 2.0
+    };
+    interval += if to_end < threshold {
+        to_end
+    } else {
+        average / 2.0
+    };
+    Some(increase * (interval / sampled) / secs(end, start))
 }
 
 // ---------------------------------------------------------------------------------------
