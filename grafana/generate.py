@@ -1064,6 +1064,38 @@ def drive():
                 h=8,
                 steps=thresholds((None, "orange"), (24, "green")),
             ),
+            timeseries(
+                "Canary p99 against the disk's busy share (node_exporter)",
+                "s",
+                [
+                    target(
+                        "driveprobe:probe_latency_p99_seconds:with_device{%s}" % SEL,
+                        "{{probe}} {{op}} p99 ({{device}})",
+                    ),
+                    target(
+                        "driveprobe:drive_busy:ratio_rate5m{%s}" % SEL,
+                        "{{device}} busy (node_exporter, 5m)",
+                    ),
+                ],
+                "The canary's p99 beside the share of time the drive's disk was busy, from "
+                "node_exporter's node_disk_io_time_seconds_total joined through "
+                "driveprobe_drive_info's device label (docs/alerts.md, \"Joining "
+                "node_exporter\"). A p99 that rises while the disk stays idle is the drive's "
+                "own doing; one that rises with the busy share is load. Empty when "
+                "Prometheus does not scrape node_exporter on the drive's host.",
+                w=24,
+                overrides=[
+                    {
+                        "matcher": {"id": "byFrameRefID", "options": "B"},
+                        "properties": [
+                            {"id": "unit", "value": "percentunit"},
+                            {"id": "custom.axisPlacement", "value": "right"},
+                            {"id": "min", "value": 0},
+                            {"id": "max", "value": 1},
+                        ],
+                    },
+                ],
+            ),
         ],
     )
 

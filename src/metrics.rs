@@ -335,22 +335,28 @@ impl Snapshot {
     fn drive(&mut self, name: &str, d: &DriveStatus) {
         let drive = || vec![("drive", name.to_string())];
         let id = &d.identity;
+        let (device, path) = device_labels(d);
         self.add(
             "driveprobe_drive_info",
             Kind::Info,
-            "The drive's identity, always 1: model, serial, firmware, transport (nvme, sata, sas, scsi, usb, unknown) and capacity_bytes as labels, empty when unknown. Join on the drive label to add them to other series.",
+            "The drive's identity, always 1, one series per drive: device (the kernel name, as node_exporter's device label: sda, nvme0n1; for a file target the whole disk under its filesystem; it follows the drive when it moves), serial, wwn, model, firmware, transport and path (the /dev path today) as labels, empty when unknown (device and path are empty while the drive is down). Join on the drive label to add them to other series, on device to join node_exporter's node_disk_* series.",
             vec![
                 ("drive", name.to_string()),
-                ("model", id.model.clone().unwrap_or_default()),
+                ("device", device),
                 ("serial", id.serial.clone().unwrap_or_default()),
+                ("wwn", id.wwn.clone().unwrap_or_default()),
+                ("model", id.model.clone().unwrap_or_default()),
                 ("firmware", id.firmware.clone().unwrap_or_default()),
                 ("transport", id.transport.name().to_string()),
-                (
-                    "capacity_bytes",
-                    id.capacity_bytes.map(|c| c.to_string()).unwrap_or_default(),
-                ),
+                ("path", path),
             ],
             Value::Info,
+        );
+        self.gauge_opt(
+            "driveprobe_drive_capacity_bytes",
+            "The drive's capacity in bytes (from the health reader or sysfs).",
+            &drive(),
+            id.capacity_bytes.map(|c| c as f64),
         );
         self.gauge(
             "driveprobe_drive_up",
@@ -918,6 +924,22 @@ impl From<u8> for Num {
     }
 }
 
+/// The `device` and `path` labels of `driveprobe_drive_info`: the kernel name of the whole
+/// disk the drive is today (`sda`, `nvme0n1`, as node_exporter's `device` label) and its
+/// `/dev` path; both empty when none is known or the drive is down (the last disk it was
+/// on may be another drive's by now).
+fn device_labels(d: &DriveStatus) -> (String, String) {
+    match d.device.as_deref().filter(|_| d.up) {
+        Some(dev) => (
+            dev.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            dev.display().to_string(),
+        ),
+        None => (String::new(), String::new()),
+    }
+}
+
 fn bool01(b: bool) -> f64 {
     if b {
         1.0
@@ -1083,7 +1105,7 @@ mod tests {
         d.down_reason = Some("absent".into());
         let t = render_opts(&s, Format::Text004, false);
         assert!(
-            t.contains("driveprobe_drive_info{drive=\"gone\",model=\"\",serial=\"\",firmware=\"\",transport=\"unknown\",capacity_bytes=\"\"} 1\n"),
+            t.contains("driveprobe_drive_info{drive=\"gone\",device=\"\",serial=\"\",wwn=\"\",model=\"\",firmware=\"\",transport=\"unknown\",path=\"\"} 1\n"),
             "{t}"
         );
         assert!(
@@ -1349,6 +1371,75 @@ mod tests {
         }
     }
 
+    /// The one `driveprobe_drive_info` line of drive `name` in `t`.
+    fn info_line<'a>(t: &'a str, name: &str) -> &'a str {
+        let mut lines = t
+            .lines()
+            .filter(|l| l.starts_with(&format!("driveprobe_drive_info{{drive=\"{name}\",")));
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("no drive_info of {name}: {t}"));
+        assert!(
+            lines.next().is_none(),
+            "two drive_info series of {name}: {t}"
+        );
+        line
+    }
+
+    #[test]
+    fn drive_info_names_the_device_as_node_exporter_does_and_follows_it() {
+        let mut s = Status::default();
+        let d = drive(&mut s, "db");
+        d.up = true;
+        d.device = Some("/dev/nvme0n1".into());
+        d.identity = Identity {
+            model: Some("M".into()),
+            serial: Some("S1".into()),
+            firmware: Some("F1".into()),
+            wwn: Some("eui.0025385b71b0b3a8".into()),
+            transport: Transport::Nvme,
+            capacity_bytes: Some(2_000_398_934_016),
+            ..Default::default()
+        };
+        let t = render_opts(&s, Format::Text004, false);
+        assert_eq!(
+            info_line(&t, "db"),
+            "driveprobe_drive_info{drive=\"db\",device=\"nvme0n1\",serial=\"S1\",wwn=\"eui.0025385b71b0b3a8\",model=\"M\",firmware=\"F1\",transport=\"nvme\",path=\"/dev/nvme0n1\"} 1"
+        );
+        assert!(
+            t.contains("driveprobe_drive_capacity_bytes{drive=\"db\"} 2000398934016"),
+            "{t}"
+        );
+        // The drive moved (resolved again by its identity): the same one series, with the
+        // new device and path and nothing else changed.
+        let d = drive(&mut s, "db");
+        d.device = Some("/dev/nvme1n1".into());
+        let moved = render_opts(&s, Format::Text004, false);
+        assert_eq!(
+            info_line(&moved, "db"),
+            "driveprobe_drive_info{drive=\"db\",device=\"nvme1n1\",serial=\"S1\",wwn=\"eui.0025385b71b0b3a8\",model=\"M\",firmware=\"F1\",transport=\"nvme\",path=\"/dev/nvme1n1\"} 1"
+        );
+        // Down: the last device may be another drive's now, so device and path are
+        // empty (still one series), and the capacity stays known.
+        let d = drive(&mut s, "db");
+        d.up = false;
+        let down = render_opts(&s, Format::Text004, false);
+        assert!(
+            info_line(&down, "db").contains("device=\"\",")
+                && info_line(&down, "db").contains("path=\"\"}"),
+            "{down}"
+        );
+        assert!(
+            down.contains("driveprobe_drive_capacity_bytes{drive=\"db\"} 2000398934016"),
+            "{down}"
+        );
+        // No capacity known: no capacity series (never a made-up zero).
+        let d = drive(&mut s, "db");
+        d.identity.capacity_bytes = None;
+        let t = render_opts(&s, Format::Text004, false);
+        assert!(!t.contains("driveprobe_drive_capacity_bytes"), "{t}");
+    }
+
     #[test]
     fn odd_label_values_are_escaped() {
         let mut s = Status::default();
@@ -1368,7 +1459,13 @@ mod tests {
             );
             assert!(out.contains("drive=\"we\\\"ird\\\\drive\\nname\""), "{out}");
             assert!(out.contains("serial=\"}{,=\""), "{out}");
-            assert!(out.contains("capacity_bytes=\"512\""), "{out}");
+            assert!(!out.contains("capacity_bytes=\""), "{out}");
+            assert!(
+                out.contains(
+                    "driveprobe_drive_capacity_bytes{drive=\"we\\\"ird\\\\drive\\nname\"} 512"
+                ),
+                "{out}"
+            );
             // No raw newline inside a sample: every line is a comment or starts with a name.
             for line in out.lines() {
                 assert!(

@@ -260,6 +260,75 @@ fn a_drive_whose_identity_matches_nothing_is_down_and_gets_no_io() {
     d.terminate(Duration::from_secs(5));
 }
 
+/// `driveprobe_drive_info`'s device and path labels of a drive named by its serial follow
+/// it to another device: its loop device is detached and its backing file attached again on
+/// another loop device, and the one drive_info series of the drive names the new device
+/// (the kernel name, as node_exporter writes it) and path, within the identity re-checks.
+#[test]
+fn drive_info_device_follows_the_drive_to_another_device() {
+    common::need_root();
+    let dir = common::shm_dir("dp-daemon-");
+    let img = common::image(dir.path(), "m.img", 8 << 20);
+    let filler_img = common::image(dir.path(), "filler.img", 1 << 20);
+    let first = common::Loop::attach(&img, &[]);
+    let first_path = first.s().to_string();
+    let kernel_name = |p: &str| p.strip_prefix("/dev/").expect("a /dev path").to_string();
+    let cfg = dir.path().join("d.toml");
+    // No probe on the moving drive (nothing holds its device open, so it detaches at
+    // once); a probe on another drive keeps the daemon busy as usual.
+    write(
+        &cfg,
+        &format!(
+            "{}[[drive]]\nname = \"m\"\nserial = \"{}\"\npath = \"{}\"\n\n{}\
+[[probe]]\nname = \"rd\"\ndrives = [\"ok\"]\nworkload = {{ rate_iops = 20 }}\n",
+            header(dir.path()),
+            common::loop_serial(&img),
+            first_path,
+            file_drive("ok", &dir.path().join("ok.dat"), "8MiB"),
+        ),
+    );
+    let d = Daemon::start(&cfg, &[]);
+    // (device, path) of drive m's one drive_info series, and whether it is up.
+    let info = |e: &Exposition| -> (String, String, f64) {
+        let f = e.find("driveprobe_drive_info", &[("drive", "m")]);
+        assert_eq!(f.len(), 1, "one drive_info series per drive:\n{}", e.text);
+        (
+            f[0].labels.get("device").cloned().unwrap_or_default(),
+            f[0].labels.get("path").cloned().unwrap_or_default(),
+            e.value("driveprobe_drive_up", &[("drive", "m")])
+                .unwrap_or(-1.0),
+        )
+    };
+    let want_first = (kernel_name(&first_path), first_path.clone(), 1.0);
+    d.wait_for(
+        "drive m on its first device",
+        Duration::from_secs(30),
+        |e| info(e) == want_first,
+    );
+
+    // The move: detach, let a filler take the freed number, attach the image again.
+    drop(first);
+    let _filler = common::Loop::attach(&filler_img, &[]);
+    let second = common::Loop::attach(&img, &[]);
+    assert_ne!(second.s(), first_path, "the image is on another device now");
+    let want_second = (kernel_name(second.s()), second.s().to_string(), 1.0);
+    let e = d.wait_for("drive m on its new device", Duration::from_secs(30), |e| {
+        info(e) == want_second
+    });
+    // The rest of the identity is the drive's, unchanged.
+    let f = e.find("driveprobe_drive_info", &[("drive", "m")]);
+    assert_eq!(
+        f[0].labels.get("serial").map(String::as_str),
+        Some(common::loop_serial(&img).as_str())
+    );
+    // A drive on tmpfs has no disk: its device and path are empty, not made up.
+    let ok = e.find("driveprobe_drive_info", &[("drive", "ok")]);
+    assert_eq!(ok.len(), 1, "{}", e.text);
+    assert_eq!(ok[0].labels.get("device").map(String::as_str), Some(""));
+    assert_eq!(ok[0].labels.get("path").map(String::as_str), Some(""));
+    d.terminate(Duration::from_secs(5));
+}
+
 #[test]
 fn sighup_applies_a_good_config_and_keeps_the_old_one_on_a_bad_one() {
     let dir = common::shm_dir("dp-daemon-");

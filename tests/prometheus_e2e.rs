@@ -15,6 +15,11 @@
 //!   within the few seconds between the two samplings, the window quantiles among the
 //!   values the status page showed, and the gauges that do not move (the last runs' points,
 //!   the application points of the last oltp and kv runs among them) exactly;
+//! - issue 18's join: a real node_exporter (Debian `prometheus-node-exporter`) on loopback
+//!   is scraped too, so the rules that join its `node_disk_io_time_seconds_total` through
+//!   `driveprobe_drive_info`'s `device` label return data; the test
+//!   `node_exporter_busy_share_joins_the_drive_through_its_device` checks that join on its
+//!   own, sample by sample;
 //! - the application runs leave nothing: no MariaDB, sysbench or db_bench naming the
 //!   drive's directory, no datadir or database in it, once the runs passed and again
 //!   after the daemon stopped.
@@ -52,6 +57,8 @@ use serde_json::Value;
 /// The scrape job (the rules find the daemon by a job name containing "driveprobe").
 const JOB: &str = "driveprobe";
 const RULES: &str = "config/prometheus/driveprobe.rules.yml";
+/// The scrape job of node_exporter (any name: the rules join it by host and device).
+const NODE_JOB: &str = "node";
 /// Due since January 1st: with the schedule first seen long ago, the run starts at once.
 const DUE_LONG_AGO: &str = "0 0 1 1 *";
 /// The drive that has everything: health, a rating, a writing probe and the last run.
@@ -118,7 +125,12 @@ fn every_dashboard_query_and_recording_rule_returns_data_and_matches_the_status_
     assert!(!panels.is_empty(), "the dashboards have no panel queries");
 
     let mut rig = Rig::start();
-    let prom = Prometheus::start(JOB, &rig.daemon().addr, &[&rules_path]);
+    // node_exporter on the same host, for the rules that join its disk statistics.
+    let node = prometheus::NodeExporter::start();
+    let prom = Prometheus::start_jobs(
+        &[(JOB, &rig.daemon().addr), (NODE_JOB, &node.addr)],
+        &[&rules_path],
+    );
     println!(
         "daemon at {}, Prometheus at {} ({:.1?})",
         rig.daemon().addr,
@@ -253,6 +265,290 @@ fn every_dashboard_query_and_recording_rule_returns_data_and_matches_the_status_
     );
     rig.nothing_left_of_the_app_runs();
     println!("done in {:.1?}", t0.elapsed());
+}
+
+/// Issue 18's join, on its own: the daemon on a raw loop device over /dev/shm (named by its
+/// serial, a read canary), a real node_exporter and a real Prometheus on loopback with the
+/// shipped rules. `driveprobe_drive_info` names the loop device as node_exporter does; the
+/// recorded busy share of the drive's disk carries the drive, that device and the host, and
+/// its every sample is what Prometheus computes from node_exporter's own counter for that
+/// device at the sample's time; the canary's p99 is recorded beside it with the same
+/// device.
+#[test]
+fn node_exporter_busy_share_joins_the_drive_through_its_device() {
+    common::need_root();
+    let t0 = Instant::now();
+    prometheus::binary();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let rules_path = repo.join(RULES);
+    let dir = common::shm_dir("dp-e2e-join-");
+    let d = dir.path();
+    let img = d.join("j.img");
+    sparse_file(&img, 64 << 20);
+    let lp = common::Loop::attach(&img, &[]);
+    let kname = lp
+        .path()
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("loop device name")
+        .to_string();
+    let cfg = d.join("driveprobe.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "state_dir = \"{state}\"\nhealth_interval = \"2s\"\n\n\
+             [[drive]]\nname = \"j\"\nserial = \"{serial}\"\npath = \"{dev}\"\n\n\
+             [[probe]]\nname = \"rd\"\ndrives = [\"j\"]\nwindow = \"5s\"\n\
+             workload = {{ rate_iops = 200 }}\n",
+            state = d.join("state").display(),
+            serial = common::loop_serial(&img),
+            dev = lp.s(),
+        ),
+    )
+    .unwrap();
+    let daemon = Daemon::start(&cfg, &[]);
+    let node = prometheus::NodeExporter::start();
+    let prom = Prometheus::start_jobs(
+        &[(JOB, &daemon.addr), (NODE_JOB, &node.addr)],
+        &[&rules_path],
+    );
+    let limit = Duration::from_secs(60);
+
+    // The drive's identity names its disk as node_exporter does: no /dev/, no partition.
+    let info = prom.wait_for(
+        "drive_info with its device",
+        &format!("driveprobe_drive_info{{job=\"{JOB}\", drive=\"j\", device=\"{kname}\"}}"),
+        limit,
+    );
+    assert_eq!(info.series.len(), 1, "{info:?}");
+    assert_eq!(info.series[0].labels["path"], lp.s(), "{info:?}");
+    assert_eq!(
+        info.series[0].labels["serial"],
+        common::loop_serial(&img),
+        "{info:?}"
+    );
+    prom.wait_for(
+        "node_exporter's counter for the drive's device",
+        &format!("node_disk_io_time_seconds_total{{job=\"{NODE_JOB}\", device=\"{kname}\"}}"),
+        limit,
+    );
+
+    // The busy share, once the canary has kept the disk busy: one series with the drive's
+    // labels, its device and the host both targets share.
+    let busy_sel = "driveprobe:drive_busy:ratio_rate5m{drive=\"j\"}";
+    let busy = prom.wait_for(
+        "the busy share of drive j's disk",
+        &format!("{busy_sel} > 0"),
+        limit,
+    );
+    assert_eq!(busy.series.len(), 1, "{busy:?}");
+    let l = &busy.series[0].labels;
+    for (k, v) in [
+        ("job", JOB),
+        ("instance", daemon.addr.as_str()),
+        ("drive", "j"),
+        ("device", kname.as_str()),
+        ("host", "127.0.0.1"),
+    ] {
+        assert_eq!(l.get(k).map(String::as_str), Some(v), "{k}: {l:?}");
+    }
+    assert!(
+        busy.series[0].value > 0.0 && busy.series[0].value <= 1.0,
+        "a busy share is a ratio 0-1: {busy:?}"
+    );
+    let p99 = prom.wait_for(
+        "the canary's p99 beside it",
+        "driveprobe:probe_latency_p99_seconds:with_device{drive=\"j\"}",
+        limit,
+    );
+    assert_eq!(p99.series.len(), 1, "{p99:?}");
+    let l = &p99.series[0].labels;
+    for (k, v) in [
+        ("drive", "j"),
+        ("probe", "rd"),
+        ("op", "read"),
+        ("device", kname.as_str()),
+        ("host", "127.0.0.1"),
+    ] {
+        assert_eq!(l.get(k).map(String::as_str), Some(v), "{k}: {l:?}");
+    }
+    assert!(!l.contains_key("quantile"), "{l:?}");
+
+    // Let a few more evaluations land, then check against the sources, at times a few
+    // seconds past so that every scrape before them is stored.
+    std::thread::sleep(Duration::from_secs(8));
+    let node_rate = format!(
+        "rate(node_disk_io_time_seconds_total{{job=\"{NODE_JOB}\", device=\"{kname}\"}}[5m])"
+    );
+    let p99_source = format!(
+        "driveprobe_probe_latency_quantile_seconds{{job=\"{JOB}\", drive=\"j\", quantile=\"0.99\"}}"
+    );
+    // The rule's expression, as the file has it, evaluated by Prometheus: exactly node_exporter's
+    // rate for the drive's device, at every time checked.
+    let rules_text = std::fs::read_to_string(&rules_path).expect("the rules file");
+    let rule = parse_rules(&rules_text)
+        .expect("the rules file parses")
+        .into_iter()
+        .find(|r| r.record.as_deref() == Some("driveprobe:drive_busy:ratio_rate5m"))
+        .expect("the rules file records driveprobe:drive_busy:ratio_rate5m");
+    let now = now_unix();
+    for back in [3.0, 4.5, 6.0] {
+        let t = now - back;
+        let of = |expr: &str| -> BTreeMap<String, f64> {
+            prom.query_at(expr, Some(t))
+                .unwrap_or_else(|e| panic!("{expr} at {t}: {e}"))
+                .series
+                .into_iter()
+                .filter(|x| x.labels.get("drive").is_none_or(|d| d == "j"))
+                .map(|x| (x.labels.get("device").cloned().unwrap_or_default(), x.value))
+                .collect()
+        };
+        let joined = of(&rule.expr);
+        let source = of(&node_rate);
+        assert_eq!(joined.len(), 1, "the rule's expression at {t}: {joined:?}");
+        assert_eq!(source.len(), 1, "{node_rate} at {t}: {source:?}");
+        let (jv, sv) = (joined[&kname], source[&kname]);
+        assert!(
+            jv > 0.0 && same_f64(jv, sv),
+            "at {t}: the rule's expression gives {jv}, node_exporter's rate for {kname} {sv}"
+        );
+    }
+    // The recorded samples: Prometheus's own evaluations of the rule. An evaluation can
+    // miss a scrape that started before it but was stored just after it (a later query sees
+    // it), so a recorded busy share is node_exporter's rate over the samples stored before
+    // it, all of them or all but the newest; and a recorded p99 is one of the source's
+    // samples of the few seconds before it.
+    recorded_samples_match(&prom, busy_sel, &node_rate, Recorded::Rate5m);
+    recorded_samples_match(
+        &prom,
+        "driveprobe:probe_latency_p99_seconds:with_device{drive=\"j\"}",
+        &p99_source,
+        Recorded::GaugeSample,
+    );
+    drop(prom);
+    drop(node);
+    let (st, _) = daemon.terminate(Duration::from_secs(10));
+    assert!(
+        st.success(),
+        "the daemon's exit status after SIGTERM: {st:?}"
+    );
+    println!("done in {:.1?}", t0.elapsed());
+}
+
+/// How a recorded sample relates to its source series.
+enum Recorded {
+    /// A 5-minute rate (`source` is `rate(SELECTOR[5m])`): above 0 and, computed from the
+    /// counter's samples in the 5 minutes before it, either the rate of all of them (what
+    /// a query at that time gives) or of all but the newest.
+    Rate5m,
+    /// A gauge: one of the source's own sample values from the 5 s before it.
+    GaugeSample,
+}
+
+/// Every sample of the recording `recorded` (one series) in the last 20 s but the newest
+/// 2 s relates to `source` (one series) as `how` says, and there are at least three.
+fn recorded_samples_match(prom: &Prometheus, recorded: &str, source: &str, how: Recorded) {
+    let raw = prom
+        .samples(&format!("{recorded}[20s]"))
+        .unwrap_or_else(|e| panic!("{recorded}: {e}"));
+    assert_eq!(raw.len(), 1, "{recorded}: one series expected: {raw:?}");
+    let newest = raw[0].1.last().map(|p| p.0).unwrap_or(0.0);
+    let checked: Vec<(f64, f64)> = raw[0]
+        .1
+        .iter()
+        .copied()
+        .filter(|p| p.0 < newest - 2.0)
+        .collect();
+    assert!(
+        checked.len() >= 3,
+        "{recorded}: too few samples to check: {raw:?}"
+    );
+    for (t, v) in checked {
+        match how {
+            Recorded::Rate5m => {
+                let q = prom
+                    .query_at(source, Some(t))
+                    .unwrap_or_else(|e| panic!("{source} at {t}: {e}"));
+                assert_eq!(q.series.len(), 1, "{source} at {t}: {q:?}");
+                let want = q.series[0].value;
+                let selector = source
+                    .strip_prefix("rate(")
+                    .and_then(|r| r.strip_suffix("[5m])"))
+                    .expect("a rate(SELECTOR[5m])");
+                let counter = prom
+                    .samples(&format!("{selector}[5m] @ {t:.3}"))
+                    .unwrap_or_else(|e| panic!("{selector} before {t}: {e}"));
+                assert_eq!(counter.len(), 1, "{selector} before {t}: {counter:?}");
+                let pts = &counter[0].1;
+                let all = extrapolated_rate(pts, t - 300.0, t);
+                // The reading of Prometheus's rate() below is checked against Prometheus.
+                assert!(
+                    all.is_some_and(|a| same_f64(a, want)),
+                    "{source} at {t}: Prometheus says {want}, its samples give {all:?}: {pts:?}"
+                );
+                let but_newest = extrapolated_rate(&pts[..pts.len() - 1], t - 300.0, t);
+                assert!(
+                    v > 0.0 && (same_f64(v, want) || but_newest.is_some_and(|b| same_f64(v, b))),
+                    "{recorded} at {t} is {v}; {source} there is {want}, or {but_newest:?} \
+                     without the newest sample"
+                );
+            }
+            Recorded::GaugeSample => {
+                let src = prom
+                    .samples(&format!("{source}[5s] @ {t:.3}"))
+                    .unwrap_or_else(|e| panic!("{source} before {t}: {e}"));
+                assert_eq!(src.len(), 1, "{source} before {t}: {src:?}");
+                assert!(
+                    src[0].1.iter().any(|&(_, s)| same_f64(s, v)),
+                    "{recorded} at {t} is {v}, none of {source}'s samples before it: {src:?}"
+                );
+            }
+        }
+    }
+}
+
+/// Prometheus's `rate()` (2.42, `extrapolatedRate` in promql/functions.go) of the counter
+/// samples `pts` (unix seconds, value) selected by a range from `start` to `end`: the
+/// increase, counter resets included, extrapolated toward the range's ends (the whole way
+/// when within 1.1 average intervals, else half an interval, and never below a counter
+/// value of zero), over the range's seconds. `None` with fewer than two samples.
+fn extrapolated_rate(pts: &[(f64, f64)], start: f64, end: f64) -> Option<f64> {
+    if pts.len() < 2 {
+        return None;
+    }
+    // Prometheus keeps milliseconds as integers: durations from them, as it computes them.
+    let ms = |t: f64| (t * 1000.0).round() as i64;
+    let secs = |a: f64, b: f64| (ms(a) - ms(b)) as f64 / 1000.0;
+    let (first, last) = (pts[0], pts[pts.len() - 1]);
+    let mut increase = last.1 - first.1;
+    for w in pts.windows(2) {
+        if w[1].1 < w[0].1 {
+            increase += w[0].1;
+        }
+    }
+    let mut to_start = secs(first.0, start);
+    let to_end = secs(end, last.0);
+    let sampled = secs(last.0, first.0);
+    let average = sampled / (pts.len() - 1) as f64;
+    if increase > 0.0 && first.1 >= 0.0 {
+        let to_zero = sampled * (first.1 / increase);
+        if to_zero < to_start {
+            to_start = to_zero;
+        }
+    }
+    let threshold = average * 1.1;
+    let mut interval = sampled;
+    interval += if to_start < threshold {
+        to_start
+    } else {
+        average / 2.0
+    };
+    interval += if to_end < threshold {
+        to_end
+    } else {
+        average / 2.0
+    };
+    Some(increase * (interval / sampled) / secs(end, start))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1275,9 +1571,15 @@ fn status_page_matches_prometheus(d: &Daemon, prom: &Prometheus, failures: &mut 
             ("model", id["model"].as_str().map(String::from)),
             ("serial", id["serial"].as_str().map(String::from)),
             ("firmware", id["firmware"].as_str().map(String::from)),
+            // The disk under the file target: /dev/loopN as the status page's device,
+            // loopN as node_exporter names it.
+            ("path", j["device"].as_str().map(String::from)),
             (
-                "capacity_bytes",
-                id["capacity_bytes"].as_u64().map(|c| c.to_string()),
+                "device",
+                j["device"]
+                    .as_str()
+                    .and_then(|d| d.strip_prefix("/dev/"))
+                    .map(String::from),
             ),
         ] {
             let json = json.unwrap_or_default();
@@ -1293,6 +1595,15 @@ fn status_page_matches_prometheus(d: &Daemon, prom: &Prometheus, failures: &mut 
             }
         }
     }
+
+    exact_match(
+        prom,
+        &mut compared,
+        "capacity",
+        j["identity"]["capacity_bytes"].as_f64(),
+        sel("driveprobe_drive_capacity_bytes", ""),
+        failures,
+    );
 
     // The last run: its summary and every point.
     let run = &j["last_runs"]["latency"];

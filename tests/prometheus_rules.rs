@@ -4,7 +4,8 @@
 //! (a severity, a `for:`, a summary, a description and a runbook URL), has a runbook
 //! section in `docs/alerts.md` and a unit test where it fires and one where it stays quiet,
 //! and every metric the rules read is one the daemon exports (the golden exposition
-//! `tests/snapshots/metrics.text004.txt`), `up`, or a recording rule of the file.
+//! `tests/snapshots/metrics.text004.txt`), `up`, node_exporter's disk time (the join of
+//! issue 18), or a recording rule of the file.
 //!
 //! promtool comes with the Debian package `prometheus`, which `scripts/test` installs:
 //! these tests fail (they do not skip) when it is missing. The YAML is read line by line
@@ -186,6 +187,9 @@ fn the_rules_file_has_the_alerts_and_recordings_of_the_contract() {
         "driveprobe:probe_iops:rate5m",
         "driveprobe:probe_errors:rate5m",
         "driveprobe:endurance_days_left",
+        // the join with node_exporter's disk statistics (issue 18)
+        "driveprobe:drive_busy:ratio_rate5m",
+        "driveprobe:probe_latency_p99_seconds:with_device",
         // thresholds
         "driveprobe:threshold:latency_regression_ratio",
         "driveprobe:threshold:spare_low_margin_ratio",
@@ -478,6 +482,7 @@ fn rules_read_only_exported_metrics_up_and_their_own_recordings() {
     for r in &rules {
         for name in metric_names(&r.expr()) {
             let ok = name == "up"
+                || NODE_EXPORTER_METRICS.contains(&name.as_str())
                 || exported.contains(name.as_str())
                 || recorded.contains(name.as_str());
             if !ok {
@@ -498,6 +503,8 @@ fn rules_read_only_exported_metrics_up_and_their_own_recordings() {
         "driveprobe_probe_latency_seconds_bucket",
         "driveprobe_run_iops",
         "driveprobe:threshold:latency_regression_ratio",
+        "node_disk_io_time_seconds_total",
+        "driveprobe_drive_info",
     ] {
         assert!(read_somewhere.contains(name), "no rule reads {name}?");
     }
@@ -510,6 +517,11 @@ fn rules_read_only_exported_metrics_up_and_their_own_recordings() {
         );
     }
 }
+
+/// node_exporter's metrics the rules join with driveprobe's (through `driveprobe_drive_info`'s
+/// `device` label; docs/alerts.md, "Joining node_exporter"). tests/prometheus_e2e.rs runs
+/// the rules on a real node_exporter's series.
+const NODE_EXPORTER_METRICS: &[&str] = &["node_disk_io_time_seconds_total"];
 
 /// Recordings kept for the dashboards (grafana/) only.
 fn is_dashboard_only(name: &str) -> bool {

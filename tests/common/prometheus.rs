@@ -1,7 +1,8 @@
 //! A real Prometheus (the Debian `prometheus` package, 2.42) for the end-to-end tests:
 //! started on loopback with its storage in a temp dir, a 1 s scrape and evaluation
-//! interval, one scrape job and the rule files given; queried over its HTTP API; killed on
-//! drop, with its log printed when the test failed.
+//! interval, the scrape jobs and the rule files given; queried over its HTTP API; killed on
+//! drop, with its log printed when the test failed. And a real node_exporter (the Debian
+//! `prometheus-node-exporter` package) on loopback, its disk statistics only.
 
 // Each test crate compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
@@ -93,6 +94,21 @@ impl Prometheus {
         rule_files: &[&Path],
         scrape_extra: &str,
     ) -> Prometheus {
+        Prometheus::start_jobs_with(&[(job, target)], rule_files, scrape_extra)
+    }
+
+    /// [`Prometheus::start`] with one scrape job per `(job, target)`, such as the daemon
+    /// and a node_exporter on the same host.
+    pub fn start_jobs(jobs: &[(&str, &str)], rule_files: &[&Path]) -> Prometheus {
+        Prometheus::start_jobs_with(jobs, rule_files, "")
+    }
+
+    /// [`Prometheus::start_jobs`] with `scrape_extra` added to the last scrape job.
+    fn start_jobs_with(
+        jobs: &[(&str, &str)],
+        rule_files: &[&Path],
+        scrape_extra: &str,
+    ) -> Prometheus {
         let bin = binary();
         let dir = tempfile::Builder::new()
             .prefix("dp-prometheus-")
@@ -109,12 +125,15 @@ impl Prometheus {
                 let _ = writeln!(cfg, "  - {}", yaml_quote(&abs.display().to_string()));
             }
         }
-        let _ = write!(
-            cfg,
-            "scrape_configs:\n  - job_name: {}\n    static_configs:\n      - targets: [{}]\n",
-            yaml_quote(job),
-            yaml_quote(target)
-        );
+        cfg.push_str("scrape_configs:\n");
+        for (job, target) in jobs {
+            let _ = write!(
+                cfg,
+                "  - job_name: {}\n    static_configs:\n      - targets: [{}]\n",
+                yaml_quote(job),
+                yaml_quote(target)
+            );
+        }
         cfg.push_str(scrape_extra);
         let cfg_path = dir.path().join("prometheus.yml");
         fs::write(&cfg_path, &cfg).expect("write prometheus.yml");
@@ -378,4 +397,103 @@ pub fn urlencode(s: &str) -> String {
         }
     }
     out
+}
+
+/// Where the Debian package `prometheus-node-exporter` puts node_exporter.
+pub const NODE_EXPORTER: &str = "/usr/bin/prometheus-node-exporter";
+
+/// A running node_exporter on loopback with its diskstats collector only (every block
+/// device but ram and floppy disks: loop devices included, which it leaves out by
+/// default), killed on drop, with its log printed when the test failed.
+pub struct NodeExporter {
+    child: Child,
+    /// `127.0.0.1:PORT`
+    pub addr: String,
+    log_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl NodeExporter {
+    /// Starts node_exporter on a free loopback port and waits until its `/metrics` has
+    /// `node_disk_io_time_seconds_total`.
+    pub fn start() -> NodeExporter {
+        let bin = PathBuf::from(NODE_EXPORTER);
+        assert!(
+            bin.is_file(),
+            "{NODE_EXPORTER} is missing: run scripts/test, which installs the Debian \
+             `prometheus-node-exporter` package this test needs"
+        );
+        let dir = tempfile::Builder::new()
+            .prefix("dp-node-exporter-")
+            .tempdir()
+            .expect("temp dir for node_exporter");
+        let log_path = dir.path().join("node_exporter.log");
+        let mut last_log = String::new();
+        for _attempt in 0..5 {
+            let addr = format!("127.0.0.1:{}", free_port());
+            let log = fs::File::create(&log_path).expect("create node_exporter.log");
+            let mut child = Command::new(&bin)
+                .arg("--collector.disable-defaults")
+                .arg("--collector.diskstats")
+                .arg("--collector.diskstats.device-exclude=^(ram|fd)[0-9]+$")
+                .arg(format!("--web.listen-address={addr}"))
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("dup log"))
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+            let t0 = Instant::now();
+            loop {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                if let Some((200, _, body)) = try_get(&addr, "/metrics") {
+                    if body.contains("node_disk_io_time_seconds_total{") {
+                        return NodeExporter {
+                            child,
+                            addr,
+                            log_path,
+                            _dir: dir,
+                        };
+                    }
+                }
+                if t0.elapsed() > Duration::from_secs(30) {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "node_exporter did not serve node_disk_io_time_seconds_total in 30 s; log:\n{}",
+                        fs::read_to_string(&log_path).unwrap_or_default()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.wait();
+            last_log = fs::read_to_string(&log_path).unwrap_or_default();
+            if !last_log.contains("address already in use") {
+                panic!("node_exporter exited at start; log:\n{last_log}");
+            }
+        }
+        panic!("node_exporter found no free port in 5 attempts; log:\n{last_log}");
+    }
+
+    /// node_exporter's log so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+}
+
+impl Drop for NodeExporter {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "----- node_exporter log ({}) -----\n{}----- end of node_exporter log -----",
+                self.log_path.display(),
+                self.log()
+            );
+        }
+    }
 }
