@@ -270,3 +270,46 @@ fn a_listed_drive_overrides_the_discovered_one() {
     assert_eq!(drives.as_array().unwrap().len(), 1, "{body}");
     assert_eq!(drives[0]["discovered"]["kernel_name"], kernel.as_str());
 }
+
+#[test]
+fn a_reload_applies_the_new_discovery_section() {
+    need_root();
+    let dir = shm_dir("dp-disc-");
+    let img = marked_image(dir.path(), "a.img", 16 * MIB);
+    let _lo = Loop::attach(&img, &[]);
+    let name = label(&img);
+    let cfg = dir.path().join("c.toml");
+    // First a filter that matches none of the test's devices.
+    let none = config(dir.path(), 5.0, "").replace(
+        "[discovery.include]\nserial = '^loop:",
+        "[discovery.include]\nserial = '^loop:/no-such-dir",
+    );
+    std::fs::write(&cfg, &none).unwrap();
+    let d = Daemon::start(&cfg, &[]);
+    let e = d.wait_for("a first scan", Duration::from_secs(30), |e| {
+        e.value("driveprobe_discovery_scans_total", &[]).is_some()
+    });
+    assert_eq!(up(&e, &name), None);
+    assert!(d.log().contains("skipping"), "{}", d.log());
+
+    // SIGHUP with the filter that names the test's files: the drive comes.
+    std::fs::write(&cfg, config(dir.path(), 5.0, "")).unwrap();
+    d.signal("HUP");
+    d.wait_for("the drive after the reload", Duration::from_secs(30), |e| {
+        up(e, &name) == Some(1.0)
+    });
+    assert!(d.log().contains("watching"), "{}", d.log());
+
+    // SIGHUP with discovery off: the discovered drive goes, and with it the figures.
+    std::fs::write(
+        &cfg,
+        config(dir.path(), 5.0, "").replace("[discovery]\n", "[discovery]\nenabled = false\n"),
+    )
+    .unwrap();
+    d.signal("HUP");
+    d.wait_for(
+        "no drive once discovery is off",
+        Duration::from_secs(30),
+        |e| up(e, &name).is_none() && !e.has("driveprobe_discovery_scans_total"),
+    );
+}

@@ -68,9 +68,9 @@ impl Discoverer {
                     &format!("gone:{k}"),
                     Level::Warn,
                     format!(
-                        "drive {k} ({}) is gone; it stays, down, for {} before it is dropped",
+                        "drive {k} ({}) is gone; it stays, down, for {} s before it is dropped",
                         f.kernel_name,
-                        format!("{} s", d.drop_after.as_secs())
+                        d.drop_after.as_secs()
                     ),
                 );
                 self.gone.insert(k, (f, now));
