@@ -301,6 +301,10 @@ pub fn run(
             disc.raid = None;
         }
         let d = ctl.current();
+        if !d.enabled && !poked && disc.gone.is_empty() {
+            // Off (a config without [discovery]): nothing to watch for until a reload.
+            continue;
+        }
         let now_print = discovery::fingerprint(&disc.paths);
         let plugged = now_print != print;
         let drop_due = disc.next_drop(&d).is_some_and(|t| Instant::now() >= t);
