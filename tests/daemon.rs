@@ -24,7 +24,7 @@ fn now() -> i64 {
 
 fn header(dir: &Path) -> String {
     format!(
-        "state_dir = \"{}\"\nhealth_interval = \"2s\"\n\n",
+        "state_dir = \"{}\"\ndiscovery.enabled = false\nhealth_interval = \"2s\"\n\n",
         dir.join("state").display()
     )
 }

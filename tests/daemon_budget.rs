@@ -25,7 +25,7 @@ fn config(dir: &Path, size: &str, max: &str, extra: &str) -> String {
 /// [`config`] with `rated` (datasheet keys) in the drive's table.
 fn config_rated(dir: &Path, size: &str, max: &str, extra: &str, rated: &str) -> String {
     format!(
-        "state_dir = \"{}\"\nhealth_interval = \"2s\"\n\n{extra}{}\n{rated}\n\
+        "state_dir = \"{}\"\ndiscovery.enabled = false\nhealth_interval = \"2s\"\n\n{extra}{}\n{rated}\n\
 [[probe]]\nname = \"rd\"\ndrives = [\"*\"]\nworkload = {{ rate_iops = 50 }}\n\n\
 [[schedule]]\nname = \"s\"\ndrives = [\"a\"]\nsuite = \"enterprise\"\nscale = \"quick\"\ncron = \"{DUE_LONG_AGO}\"\nmax_duration = \"{max}\"\n",
         dir.join("state").display(),

@@ -268,7 +268,7 @@ fn a_busy_port_error_names_daemon_listen_without_a_server_section() {
     std::fs::write(
         &config,
         format!(
-            "state_dir = \"{}\"\n\n[[drive]]\nname = \"a\"\nfile_target = {{ path = \"{}\", size = \"4MiB\" }}\n",
+            "state_dir = \"{}\"\ndiscovery.enabled = false\n\n[[drive]]\nname = \"a\"\nfile_target = {{ path = \"{}\", size = \"4MiB\" }}\n",
             dir.path().join("state").display(),
             dir.path().join("a.dat").display()
         ),

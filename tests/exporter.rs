@@ -125,7 +125,7 @@ fn config(dir: &Path) -> PathBuf {
     std::fs::write(
         &cfg,
         format!(
-            "state_dir = \"{}\"\n\n{}\
+            "state_dir = \"{}\"\ndiscovery.enabled = false\n\n{}\
              [[probe]]\nname = \"rd\"\ndrives = [\"a\"]\nwindow = \"5s\"\nworkload = {{ rate_iops = 20 }}\n",
             dir.join("state").display(),
             file_drive("a", &dir.join("a.dat"), "4MiB"),

@@ -173,7 +173,7 @@ fn two_hundred_scrapers_for_thirty_seconds() {
     std::fs::write(
         &cfg,
         format!(
-            "state_dir = \"{}\"\nhealth_interval = \"2s\"\n\n{}\
+            "state_dir = \"{}\"\ndiscovery.enabled = false\nhealth_interval = \"2s\"\n\n{}\
              [[probe]]\nname = \"rd\"\ndrives = [\"d\"]\nwindow = \"{WINDOW}\"\n\
              workload = {{ rate_iops = {RATE_IOPS}, arrival = \"linear\" }}\n",
             d.join("state").display(),

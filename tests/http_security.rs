@@ -278,7 +278,7 @@ impl Rig {
         std::fs::write(
             &config,
             format!(
-                "state_dir = \"{}\"\nhealth_interval = \"2s\"\n\n{}\
+                "state_dir = \"{}\"\ndiscovery.enabled = false\nhealth_interval = \"2s\"\n\n{}\
                  [[probe]]\nname = \"rd\"\ndrives = [\"*\"]\nwindow = \"5s\"\n\
                  workload = {{ rate_iops = 20 }}\n",
                 d.join("state").display(),

@@ -296,7 +296,7 @@ fn node_exporter_busy_share_joins_the_drive_through_its_device() {
     std::fs::write(
         &cfg,
         format!(
-            "state_dir = \"{state}\"\nhealth_interval = \"2s\"\n\n\
+            "state_dir = \"{state}\"\ndiscovery.enabled = false\nhealth_interval = \"2s\"\n\n\
              [[drive]]\nname = \"j\"\nserial = \"{serial}\"\npath = \"{dev}\"\n\n\
              [[probe]]\nname = \"rd\"\ndrives = [\"j\"]\nwindow = \"5s\"\n\
              workload = {{ rate_iops = 200 }}\n",
@@ -639,7 +639,7 @@ impl Rig {
 
         let cfg = d.join("driveprobe.toml");
         let config = format!(
-            "state_dir = \"{state}\"\nhealth_interval = \"2s\"\n\n\
+            "state_dir = \"{state}\"\ndiscovery.enabled = false\nhealth_interval = \"2s\"\n\n\
              [wear_budget]\nshare_of_rated_dwpd = 1.0\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n\
              [[drive]]\nname = \"{FULL}\"\nfile_target = {{ path = \"{a_dat}\", size = \"32MiB\" }}\n\
              rated_tbw_bytes = \"200TB\"\nwarranty_years = 5\nrated_mtbf_hours = 1600000\n\n\

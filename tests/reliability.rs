@@ -52,7 +52,7 @@ fn read_canary(
     std::fs::write(
         &cfg,
         format!(
-            "state_dir = \"{}\"\n\n{}[[probe]]\nname = \"rd\"\nworkload = {{ rate_iops = {rate_iops} }}\n",
+            "state_dir = \"{}\"\ndiscovery.enabled = false\n\n{}[[probe]]\nname = \"rd\"\nworkload = {{ rate_iops = {rate_iops} }}\n",
             dir.path().join("state").display(),
             file_drive("a", &target, "8MiB")
         ),
@@ -173,7 +173,7 @@ fn kill_9_at_random_moments_twenty_times_never_repeats_a_run() {
     let mut killed_running = 0;
     for life in 0..LIVES {
         let mut text = format!(
-            "state_dir = \"{}\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n{}\
+            "state_dir = \"{}\"\ndiscovery.enabled = false\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n{}\
 [[probe]]\nname = \"rd\"\nworkload = {{ rate_iops = 100 }}\n\n",
             state_dir.display(),
             file_drive("a", &dir.path().join("a.dat"), "16MiB")
@@ -273,7 +273,7 @@ fn count(log: &str, text: &str) -> usize {
 /// canary, and (when `schedule`) a short scheduled suite on `b`.
 fn two_canaries(dir: &Path, state: &Path, b_target: &Path, schedule: bool) -> String {
     let mut text = format!(
-        "state_dir = \"{}\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n{}{}\
+        "state_dir = \"{}\"\ndiscovery.enabled = false\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n{}{}\
 [[probe]]\nname = \"rd\"\ndrives = [\"a\"]\nworkload = {{ rate_iops = 200 }}\n\n\
 [[probe]]\nname = \"wr\"\ndrives = [\"b\"]\nworkload = {{ read_pct = 50, rate_iops = 200, verify = true }}\n\n",
         state.display(),
@@ -700,7 +700,7 @@ fn old_result_documents_are_deleted_by_count_and_bytes_with_their_runs() {
     let cfg = dir.path().join("d.toml");
     let config = |keep: &str| {
         format!(
-            "state_dir = \"{}\"\n\n[runs]\n{keep}\n\n{}",
+            "state_dir = \"{}\"\ndiscovery.enabled = false\n\n[runs]\n{keep}\n\n{}",
             state.display(),
             file_drive("a", &dir.path().join("a.dat"), "1MiB")
         )
@@ -936,7 +936,7 @@ fn smartctl_and_its_children_do_not_outlive_the_daemon() {
     std::fs::write(
         &cfg,
         format!(
-            "state_dir = \"{}\"\nhealth_interval = \"2s\"\n\n[[drive]]\nname = \"a\"\nserial = \"{}\"\npath = \"{}\"\n",
+            "state_dir = \"{}\"\ndiscovery.enabled = false\nhealth_interval = \"2s\"\n\n[[drive]]\nname = \"a\"\nserial = \"{}\"\npath = \"{}\"\n",
             dir.path().join("state").display(),
             common::loop_serial(&img),
             lo.path().display()
@@ -1023,7 +1023,7 @@ fn a_child_printing_100_mb_leaves_a_bounded_log_and_document() {
     std::fs::write(
         &cfg,
         format!(
-            "state_dir = \"{}\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n{}\
+            "state_dir = \"{}\"\ndiscovery.enabled = false\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n{}\
 [[schedule]]\nname = \"s\"\ndrives = [\"a\"]\nfio_job = \"{}\"\ncron = \"0 0 1 1 *\"\nmax_duration = \"2m\"\n",
             state.display(),
             file_drive("a", &dir.path().join("a.dat"), "8MiB"),
@@ -1162,7 +1162,7 @@ fn a_folder_swapped_for_a_link_while_the_daemon_runs_steers_no_write() {
     std::fs::write(
         &cfg,
         format!(
-            "state_dir = \"{}\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n{}[[probe]]\nname = \"wr\"\nworkload = {{ read_pct = 0, rate_iops = 500 }}\n",
+            "state_dir = \"{}\"\ndiscovery.enabled = false\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n{}[[probe]]\nname = \"wr\"\nworkload = {{ read_pct = 0, rate_iops = 500 }}\n",
             dir.path().join("state").display(),
             file_drive("a", &target, "8MiB")
         ),

@@ -299,7 +299,7 @@ fn daemon_config(dir: &Path, dev: &Path, identity: &str, destructive: bool) -> P
     std::fs::write(
         &cfg,
         format!(
-            "state_dir = \"{}\"\nhealth_interval = \"1s\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n\
+            "state_dir = \"{}\"\ndiscovery.enabled = false\nhealth_interval = \"1s\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n\
 [[drive]]\nname = \"d\"\n{identity}\npath = \"{}\"\n{destructive}\n\
 [[probe]]\nname = \"wr\"\ndrives = [\"d\"]\nworkload = {{ read_pct = 0, rate_iops = 500, verify = false }}\n\n\
 [[schedule]]\nname = \"s\"\ndrives = [\"d\"]\nsuite = \"enterprise\"\nscale = \"quick\"\ncron = \"0 0 1 1 *\"\nmax_duration = \"1m\"\n",
@@ -845,7 +845,7 @@ fn a_file_target_never_writes_outside_its_file() {
     std::fs::write(
         &cfg,
         format!(
-            "state_dir = \"{}\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n{}\
+            "state_dir = \"{}\"\ndiscovery.enabled = false\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n{}\
 [[probe]]\nname = \"wr\"\ndrives = [\"f\"]\nworkload = {{ read_pct = 50, rate_iops = 1000, depth = 4, verify = true }}\n\n\
 [[schedule]]\nname = \"s\"\ndrives = [\"f\"]\nsuite = \"latency\"\nscale = \"quick\"\ncron = \"0 0 1 1 *\"\nmax_duration = \"20s\"\n",
             state.display(),
@@ -1006,7 +1006,7 @@ fn links_are_not_a_way_around_the_gate() {
         std::fs::write(
             &cfg,
             format!(
-                "state_dir = \"{}\"\n\n{}[[probe]]\nname = \"wr\"\ndrives = [\"f\"]\nworkload = {{ read_pct = 0, rate_iops = 500 }}\n",
+                "state_dir = \"{}\"\ndiscovery.enabled = false\n\n{}[[probe]]\nname = \"wr\"\ndrives = [\"f\"]\nworkload = {{ read_pct = 0, rate_iops = 500 }}\n",
                 state.display(),
                 file_drive("f", path, "32MiB"),
             ),
@@ -1049,7 +1049,7 @@ fn own_config(dir: &Path, name: &str, target: &Path, size: &str, read_pct: u32) 
     std::fs::write(
         &cfg,
         format!(
-            "state_dir = \"{}\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n{}\
+            "state_dir = \"{}\"\ndiscovery.enabled = false\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n{}\
 [[probe]]\nname = \"p\"\ndrives = [\"f\"]\nworkload = {{ read_pct = {read_pct}, rate_iops = 2000, depth = 4 }}\n",
             dir.join(format!("state-{name}")).display(),
             file_drive("f", target, size),
@@ -1475,7 +1475,7 @@ fn a_mounted_filesystem_is_never_written_through_another_name() {
     std::fs::write(
         &img_cfg,
         format!(
-            "state_dir = \"{}\"\n\n{}[[probe]]\nname = \"wr\"\ndrives = [\"img\"]\nworkload = {{ read_pct = 0, rate_iops = 500, verify = false }}\n",
+            "state_dir = \"{}\"\ndiscovery.enabled = false\n\n{}[[probe]]\nname = \"wr\"\ndrives = [\"img\"]\nworkload = {{ read_pct = 0, rate_iops = 500, verify = false }}\n",
             dir.path().join("state-img").display(),
             file_drive("img", &file, "64MiB"),
         ),
@@ -1496,7 +1496,7 @@ fn a_mounted_filesystem_is_never_written_through_another_name() {
     std::fs::write(
         &cfg,
         format!(
-            "state_dir = \"{}\"\nhealth_interval = \"1s\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n\
+            "state_dir = \"{}\"\ndiscovery.enabled = false\nhealth_interval = \"1s\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n\
 [[drive]]\nname = \"second\"\nserial = \"{}\"\npath = \"{}\"\ndestructive = true\n\n\
 [[drive]]\nname = \"stacked\"\nserial = \"loop:{}\"\npath = \"{}\"\ndestructive = true\n\n\
 [[probe]]\nname = \"wr\"\ndrives = [\"second\", \"stacked\"]\nworkload = {{ read_pct = 0, rate_iops = 500, verify = false }}\n",

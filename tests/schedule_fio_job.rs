@@ -114,7 +114,7 @@ fn fio_daemon_config(dir: &Path, target: &Path, jobs: &[(&str, &str)]) -> PathBu
     std::fs::write(
         &cfg,
         format!(
-            "state_dir = \"{}\"\nhealth_interval = \"2s\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n{}\
+            "state_dir = \"{}\"\ndiscovery.enabled = false\nhealth_interval = \"2s\"\n\n[wear_budget]\nunrated_bytes_per_day = \"1TiB\"\nscheduled_unrated_bytes = \"1PiB\"\n\n{}\
 [[probe]]\nname = \"rd\"\nworkload = {{ rate_iops = 100 }}\n\n{schedules}",
             state.display(),
             file_drive("a", target, "32MiB"),

@@ -18,6 +18,7 @@ ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 mkdir -p /tmp/dp
 cat > /tmp/d.toml <<'EOF'
 state_dir = "/tmp/dp"
+discovery.enabled = false
 health_interval = "2s"
 
 [[drive]]

@@ -247,6 +247,7 @@ run mkfs mke2fs -q /dev/mapper/flaky
 run mount mount -t ext2 -o noatime /dev/mapper/flaky /mnt/flaky
 cat > /tmp/d.toml <<'END'
 state_dir = "/tmp/dp"
+discovery.enabled = false
 health_interval = "2s"
 
 [wear_budget]
@@ -688,6 +689,7 @@ const HOTPLUG: &str = r#"
 mkdir -p /tmp/dp
 cat > /tmp/d.toml <<'EOF'
 state_dir = "/tmp/dp"
+discovery.enabled = false
 health_interval = "2s"
 
 [wear_budget]

@@ -39,7 +39,7 @@ pub fn run(args: DiscoverArgs) -> Result<u8, Failure> {
 pub fn text(w: &Watch, enabled: bool) -> String {
     let mut out = String::new();
     if !enabled {
-        out.push_str("discovery is off ([discovery] enabled = false, or no [discovery] section in the config)\n");
+        out.push_str("discovery is off ([discovery] enabled = false in the config)\n");
     }
     out.push_str(&format!(
         "watching {}:\n",

@@ -153,7 +153,7 @@ impl Discovery {
         self.canary[Class::ALL.iter().position(|c| *c == class).unwrap_or(3)]
     }
 
-    /// Discovery as a config without a `[discovery]` section has it: off.
+    /// Discovery turned off (`[discovery] enabled = false`).
     pub fn off() -> Discovery {
         Discovery {
             enabled: false,

@@ -215,7 +215,10 @@ impl Cx<'_> {
             schedules.push(schedule);
         }
 
-        let discovery = self.discovery(raw.discovery)?;
+        let mut discovery = self.discovery(raw.discovery)?;
+        // Not root, the raw devices cannot be opened for a canary: health only, of the
+        // disks this user may open (as the built-in config does).
+        discovery.health_only = !rustix::process::geteuid().is_root();
         Ok(Config {
             server: Server { listen },
             state_dir,
@@ -231,11 +234,12 @@ impl Cx<'_> {
         })
     }
 
-    /// `[discovery]`: off when the section is absent (a config written before it keeps
-    /// its meaning: no drive is added to it); each key at its default otherwise.
+    /// `[discovery]`: on, every key at its default, when the section is absent (an
+    /// empty config file, such as the package's commented one, watches every drive);
+    /// `enabled = false` turns it off.
     fn discovery(&self, raw: Option<S<raw::RawDiscovery>>) -> R<Discovery> {
         let Some(raw) = raw else {
-            return Ok(Discovery::off());
+            return Ok(Discovery::default());
         };
         let raw = raw.into_inner();
         let mut d = Discovery::default();
