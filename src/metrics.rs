@@ -273,6 +273,7 @@ impl Snapshot {
         }
         if process {
             s.process(status.started_unix);
+            s.health_reads();
         }
         s
     }
@@ -895,6 +896,47 @@ impl Snapshot {
             "Start time of the process since unix epoch in seconds.",
             vec![],
             started_unix,
+        );
+    }
+}
+
+impl Snapshot {
+    /// The daemon's health read limiter ([`crate::daemon::pacing`]), when it runs.
+    fn health_reads(&mut self) {
+        let Some(l) = crate::daemon::pacing::ReadLimiter::global_if_used() else {
+            return;
+        };
+        let st = l.stats();
+        let g = |s: &mut Self, name, help, v: usize| s.gauge(name, help, vec![], v as f64);
+        g(
+            self,
+            "driveprobe_health_reads_limit",
+            "Health reads (smartctl runs, NVMe admin reads) the daemon makes at once at most.",
+            st.limit,
+        );
+        g(
+            self,
+            "driveprobe_health_reads_in_flight",
+            "Health reads going on now.",
+            st.in_flight,
+        );
+        g(
+            self,
+            "driveprobe_health_reads_waiting",
+            "Drives whose health read waits for one of the driveprobe_health_reads_limit places.",
+            st.waiting,
+        );
+        g(
+            self,
+            "driveprobe_health_reads_in_flight_max",
+            "The most health reads that went on at once since the daemon started.",
+            st.in_flight_max,
+        );
+        self.counter(
+            "driveprobe_health_reads_overdue_total",
+            "Health reads that outlived their time limit (a device that does not answer): their place went to the next drive.",
+            vec![],
+            st.overdue_total,
         );
     }
 }
