@@ -34,6 +34,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::hash::BuildHasherDefault;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
@@ -114,10 +115,43 @@ pub fn render(status: &Status, format: Format) -> String {
 /// The `/metrics` payload for `status`; `process` false leaves out the `process_*`
 /// families (and `driveprobe_process_threads`), which change from run to run.
 pub fn render_opts(status: &Status, format: Format, process: bool) -> String {
-    let snapshot = Snapshot::of(status, process);
+    encode(Snapshot::of(status, process), format)
+}
+
+/// What a scrape copied out of the status: taken while the status is locked, encoded
+/// ([`Frozen::render`]) after the lock is let go, so that the encoding (most of a
+/// scrape's time with hundreds of drives) holds no thread that writes the status.
+pub struct Frozen {
+    snapshot: Snapshot,
+    started_unix: f64,
+}
+
+/// The status's numbers, without the process families (read at [`Frozen::render`]).
+pub fn freeze(status: &Status) -> Frozen {
+    Frozen {
+        snapshot: Snapshot::of(status, false),
+        started_unix: status.started_unix,
+    }
+}
+
+impl Frozen {
+    /// The whole `/metrics` payload, process metrics included: as [`render`] would have
+    /// made it at the moment of the [`freeze`].
+    pub fn render(self, format: Format) -> String {
+        let mut s = self.snapshot;
+        s.process(self.started_unix);
+        s.health_reads();
+        encode(s, format)
+    }
+}
+
+fn encode(snapshot: Snapshot, format: Format) -> String {
+    // Room for the whole payload at once (about 90 bytes a line), not grown by doubling
+    // and copying a megabyte at a time with hundreds of drives.
+    let lines: usize = snapshot.families.values().map(|f| f.series.len()).sum();
+    let mut out = String::with_capacity(lines * 96 + 4096);
     let mut registry = Registry::default();
     registry.register_collector(Box::new(snapshot));
-    let mut out = String::new();
     // Writing to a String cannot fail, and the collector returns no error of its own.
     let _ = match format {
         Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry),
@@ -169,16 +203,64 @@ struct Family {
     help: &'static str,
     kind: Kind,
     series: Vec<Series>,
-    /// Index of each label set in `series`, so that a repeated one replaces the first.
-    index: HashMap<Labels, usize>,
+    /// Index in `series` by the hash of a label set ([`labels_hash`]), so that a
+    /// repeated one replaces the first. Keyed by the hash, not by a copy of the labels:
+    /// hashing and cloning every label set with SipHash was a fifth of a scrape's time.
+    index: HashMap<u64, usize, BuildHasherDefault<HashIsKey>>,
+}
+
+/// FNV-1a over the label names and values (with separators): the labels are the
+/// daemon's own, speed matters more here than resistance to crafted collisions, and a
+/// collision only costs a scan.
+fn labels_hash(labels: &Labels) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    };
+    for (k, v) in labels {
+        eat(k.as_bytes());
+        eat(v.as_bytes());
+    }
+    h
+}
+
+/// A hasher for keys that are hashes already.
+#[derive(Default)]
+struct HashIsKey(u64);
+
+impl std::hash::Hasher for HashIsKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
 }
 
 impl Family {
     fn push(&mut self, labels: Labels, value: Value) {
-        match self.index.get(&labels) {
-            Some(&i) => self.series[i].value = value,
+        let h = labels_hash(&labels);
+        match self.index.get(&h) {
+            Some(&i) if self.series[i].labels == labels => self.series[i].value = value,
+            Some(_) => {
+                // Another label set with the same hash: an equal one is found by a scan.
+                match self.series.iter_mut().find(|s| s.labels == labels) {
+                    Some(s) => s.value = value,
+                    None => self.series.push(Series { labels, value }),
+                }
+            }
             None => {
-                self.index.insert(labels.clone(), self.series.len());
+                self.index.insert(h, self.series.len());
                 self.series.push(Series { labels, value });
             }
         }
@@ -223,7 +305,7 @@ impl Snapshot {
             help,
             kind,
             series: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
         });
         debug_assert_eq!(f.kind, kind, "{name} is added with two types");
         f.push(labels, value);
@@ -273,6 +355,7 @@ impl Snapshot {
         }
         if process {
             s.process(status.started_unix);
+            s.health_reads();
         }
         s
     }
@@ -950,6 +1033,47 @@ impl Snapshot {
             "Start time of the process since unix epoch in seconds.",
             vec![],
             started_unix,
+        );
+    }
+}
+
+impl Snapshot {
+    /// The daemon's health read limiter ([`crate::daemon::pacing`]), when it runs.
+    fn health_reads(&mut self) {
+        let Some(l) = crate::daemon::pacing::ReadLimiter::global_if_used() else {
+            return;
+        };
+        let st = l.stats();
+        let g = |s: &mut Self, name, help, v: usize| s.gauge(name, help, vec![], v as f64);
+        g(
+            self,
+            "driveprobe_health_reads_limit",
+            "Health reads (smartctl runs, NVMe admin reads) the daemon makes at once at most.",
+            st.limit,
+        );
+        g(
+            self,
+            "driveprobe_health_reads_in_flight",
+            "Health reads going on now.",
+            st.in_flight,
+        );
+        g(
+            self,
+            "driveprobe_health_reads_waiting",
+            "Drives whose health read waits for one of the driveprobe_health_reads_limit places.",
+            st.waiting,
+        );
+        g(
+            self,
+            "driveprobe_health_reads_in_flight_max",
+            "The most health reads that went on at once since the daemon started.",
+            st.in_flight_max,
+        );
+        self.counter(
+            "driveprobe_health_reads_overdue_total",
+            "Health reads that outlived their time limit (a device that does not answer): their place went to the next drive.",
+            vec![],
+            st.overdue_total,
         );
     }
 }

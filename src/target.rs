@@ -661,7 +661,11 @@ pub fn create_file_if_missing(path: &Path, size: u64) -> Result<bool, TargetErro
             Err(e) => return Err(e.into()),
         }
         let mut rng = crate::engine::gen::Rng::new(size ^ 0x5eed);
-        let mut chunk = vec![0u8; 1 << 20];
+        // 64 KiB at a time: the daemon makes many file targets at once at its first
+        // start (one per canary thread), and a megabyte each, freed at once, left the
+        // heap that much larger for good (glibc's mmap threshold rises after the first
+        // free of a large block, so the later ones come from the heap).
+        let mut chunk = vec![0u8; 64 << 10];
         let mut left = size;
         while left > 0 {
             let n = left.min(chunk.len() as u64) as usize;

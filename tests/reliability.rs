@@ -987,6 +987,123 @@ fn smartctl_and_its_children_do_not_outlive_the_daemon() {
     }
 }
 
+/// Drives whose health the daemon reads at once in the test below: twice the limit.
+const HEALTH_DRIVES: usize = 8;
+/// The daemon's limit on health reads at once (`daemon::pacing::READS_AT_ONCE`).
+const HEALTH_READS_AT_ONCE: usize = 4;
+
+/// Issue 18: 8 drives whose smartctl hangs until the test lets it go: never more than 4
+/// smartctl at once (the others wait, `driveprobe_health_reads_waiting` 4), and once they
+/// are let go every drive gets its reading. Before, each drive's thread ran its own
+/// smartctl at the same moment: 256 drives, 256 smartctl.
+#[test]
+fn health_reads_of_many_drives_go_a_few_at_a_time() {
+    need_root();
+    let dir = common::shm_dir("dp-rel-");
+    let tools = dir.path().join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    let (inside, seen, counts, go) = (
+        dir.path().join("in"),
+        dir.path().join("seen"),
+        dir.path().join("counts"),
+        dir.path().join("go"),
+    );
+    std::fs::create_dir(&inside).unwrap();
+    // Each run: enters `in` (a directory per run), writes how many are in, the device it
+    // reads, waits for `go`, leaves, and fails the read (no output).
+    script(
+        &tools,
+        "smartctl",
+        &format!(
+            "mkdir {inside}/$$\nls {inside} | wc -l >> {counts}\nfor a; do d=$a; done\necho $d >> {seen}\n\
+             while [ ! -e {go} ]; do sleep 0.05; done\nrmdir {inside}/$$\nexit 2\n",
+            inside = inside.display(),
+            counts = counts.display(),
+            seen = seen.display(),
+            go = go.display(),
+        ),
+    );
+    let mut loops = Vec::new();
+    let mut cfg = format!(
+        "state_dir = \"{}\"\nhealth_interval = \"1h\"\n\n",
+        dir.path().join("state").display()
+    );
+    for i in 0..HEALTH_DRIVES {
+        let img = common::image(dir.path(), &format!("disk{i}.img"), 1 << 20);
+        let lo = common::Loop::attach(&img, &[]);
+        cfg += &format!(
+            "[[drive]]\nname = \"d{i}\"\nserial = \"{}\"\npath = \"{}\"\n\n",
+            common::loop_serial(&img),
+            lo.path().display()
+        );
+        loops.push(lo);
+    }
+    let cfg_path = dir.path().join("d.toml");
+    std::fs::write(&cfg_path, cfg).unwrap();
+    let d = Daemon::start(&cfg_path, &[("PATH", &path_with(&tools))]);
+    let inside_now = || std::fs::read_dir(&inside).unwrap().count();
+    let waiting = HEALTH_DRIVES - HEALTH_READS_AT_ONCE;
+    // The permits are taken before each smartctl starts: both are waited for.
+    d.wait_for(
+        "4 smartctl going, 4 drives waiting",
+        Duration::from_secs(60),
+        |e| {
+            e.value("driveprobe_health_reads_in_flight", &[]) == Some(HEALTH_READS_AT_ONCE as f64)
+                && e.value("driveprobe_health_reads_waiting", &[]) == Some(waiting as f64)
+                && inside_now() >= HEALTH_READS_AT_ONCE
+        },
+    );
+    assert_eq!(
+        inside_now(),
+        HEALTH_READS_AT_ONCE,
+        "smartctl runs going now"
+    );
+    std::fs::write(&go, "").unwrap();
+    wait_until(
+        "every drive's health read",
+        Duration::from_secs(60),
+        &d,
+        || {
+            let e = d.scrape();
+            (0..HEALTH_DRIVES).all(|i| {
+                e.value(
+                    "driveprobe_collector_success",
+                    &[("drive", &format!("d{i}")), ("collector", "health")],
+                ) == Some(0.0)
+            })
+        },
+    );
+    let read: std::collections::BTreeSet<String> = std::fs::read_to_string(&seen)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let devices: std::collections::BTreeSet<String> =
+        loops.iter().map(|l| l.s().to_string()).collect();
+    assert_eq!(read, devices, "every drive's device read");
+    let most = std::fs::read_to_string(&counts)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse::<usize>().ok())
+        .max();
+    assert_eq!(
+        most,
+        Some(HEALTH_READS_AT_ONCE),
+        "smartctl runs at once at most"
+    );
+    let e = d.scrape();
+    assert_eq!(
+        e.value("driveprobe_health_reads_in_flight_max", &[]),
+        Some(HEALTH_READS_AT_ONCE as f64)
+    );
+    assert_eq!(
+        e.value("driveprobe_health_reads_limit", &[]),
+        Some(HEALTH_READS_AT_ONCE as f64)
+    );
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success(), "{st}");
+}
+
 /// How much the stand-in fio prints (on stderr, as one line) before it fails.
 const CHATTY_BYTES: u64 = 100_000_000;
 

@@ -1,5 +1,6 @@
 //! Health polling of one drive: a dedicated thread (a hung device stalls only its own
-//! drive's health), reading SMART/Health every `health_interval`, with the sleeping-disk
+//! drive's health), reading SMART/Health every `health_interval` at the drive's own slot
+//! in the interval, at most a few drives at a time ([`super::pacing`]), with the sleeping-disk
 //! rule (smartctl runs with `--nocheck=standby`; a disk found asleep keeps its last
 //! reading and is not woken), the verdict, and the endurance estimate from the samples
 //! kept in the state file (one per hour at most, so the rate is drive writes per day
@@ -16,7 +17,7 @@ use crate::status::{CollectorStatus, HealthState, HealthStatus, ProbeStatus};
 
 use super::condlog::{CondLog, Level};
 use super::identity::NoDrive;
-use super::{now_unix, Ctx, DriveCtl};
+use super::{now_unix, pacing, Ctx, DriveCtl};
 
 /// A health sample goes into the state at most this often.
 const SAMPLE_EVERY: f64 = 3600.0;
@@ -31,9 +32,31 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>) {
     };
     let mut mark = ErrorMark::default();
     let mut log = CondLog::new(format!("drive {name}"));
+    let interval = ctx.config.health_interval;
+    // Made here, so that /metrics shows the limit from the start.
+    let limiter = pacing::ReadLimiter::global();
+    let offset = pacing::offset_of(&name, interval);
+    let origin = pacing::origin();
+    // A drive read less than an interval ago (the generation before a reload read it)
+    // waits for its slot; any other reads at once.
+    let fresh = ctx
+        .shared
+        .lock()
+        .drives
+        .get(&name)
+        .and_then(|d| d.collectors.get(COLLECTOR))
+        .is_some_and(|c| now_unix() - c.last_unix < interval.as_secs_f64());
+    if fresh {
+        let now = origin.elapsed();
+        drive.sleep(pacing::next_slot(now, offset, interval) - now);
+    }
     while !drive.stopped() {
-        poll_once(&ctx, &drive, &name, &opts, &mut mark, &mut log);
-        drive.sleep(ctx.config.health_interval);
+        let polled = origin.elapsed();
+        poll_once(&ctx, &drive, limiter, &opts, &mut mark, &mut log);
+        let now = origin.elapsed();
+        let next = pacing::after_poll(polled, offset, interval)
+            .max(pacing::next_slot(now, offset, interval));
+        drive.sleep(next - now);
     }
     // A stop ends no condition (a failing read goes on failing): nothing to log.
     log.close();
@@ -121,11 +144,12 @@ fn new_canary_errors(
 fn poll_once(
     ctx: &Ctx,
     drive: &DriveCtl,
-    name: &str,
+    limiter: &pacing::ReadLimiter,
     opts: &ReadOptions,
     mark: &mut ErrorMark,
     log: &mut CondLog,
 ) {
+    let name = drive.cfg.name.as_str();
     let resolved = drive.resolved();
     let Some(dev) = resolved.as_ref().ok().and_then(|r| r.device.clone()) else {
         // Down (the state stays what the last attempt found), or a file target with no
@@ -157,9 +181,15 @@ fn poll_once(
         });
         return;
     };
+    // At most a few reads at once in the process; a drive of a generation that stops
+    // while it waits reads nothing.
+    let Some(permit) = limiter.acquire(&|| drive.stopped()) else {
+        return;
+    };
     let t0 = Instant::now();
     let read = health::read(&dev, opts);
     let took = t0.elapsed();
+    drop(permit);
     let now = now_unix();
     match read {
         Ok(report) => {

@@ -18,6 +18,7 @@ pub mod condlog;
 pub mod discover;
 pub mod health;
 pub mod identity;
+pub mod pacing;
 pub mod scheduler;
 pub mod store;
 pub mod window;
@@ -534,6 +535,8 @@ impl Generation {
         for d in self.ctx.drives.values() {
             d.request_stop();
         }
+        // Health pollers waiting for a read permit see their stop.
+        pacing::ReadLimiter::global().wake_all();
         for t in self.threads {
             while !t.is_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));

@@ -121,7 +121,9 @@ impl RunControl {
         }
     }
     /// A control whose runs keep no interval list in their result (`on_interval` still
-    /// sees every interval): memory stays flat however long the run.
+    /// sees every interval): memory stays flat however long the run. Nor a latency
+    /// histogram of the whole run: the result's totals have the counts, mean, minimum and
+    /// maximum, and no percentiles (the minimum stands in for them).
     pub fn discarding_intervals(mut self) -> RunControl {
         self.discard_intervals = true;
         self
@@ -344,7 +346,12 @@ pub fn run_observed(
             .verify
             .then(|| VerifyState::new(min_bs, start, len, !job.writes()));
         let (spare_tx, spare_rx) = sync_channel(4);
-        for _ in 0..2 {
+        // A run that keeps no interval list (a daemon's canary, for hours, at a few I/Os
+        // an interval) gets one spare: its buffer comes back long before the next
+        // interval ends, and a buffer fewer is a histogram fewer on each of hundreds of
+        // drives. Others get two, slack for a collector that falls behind.
+        let spares = if control.discard_intervals { 1 } else { 2 };
+        for _ in 0..spares {
             let _ = spare_tx.send(IntervalStats::new(job.latency_digits));
         }
         spare_txs.push(spare_tx);
@@ -552,6 +559,14 @@ impl Collector {
     }
 
     fn add(&mut self, w: usize, b: &IntervalStats, emit: &mut Emit) {
+        if self.workers == 1 && self.pending.is_empty() {
+            // One worker: its interval is the whole interval, emitted as it came, with no
+            // copy into an aggregate (a histogram fewer per direction, kept all along, in
+            // each of a daemon's canaries; and a walk over its counts fewer per interval).
+            self.last_index[w] = Some(b.index);
+            self.emit_interval(b, emit);
+            return;
+        }
         let (spare, digits) = (&mut self.spare, self.digits);
         let agg = self.pending.entry(b.index).or_insert_with(|| {
             // Reuse a merged interval already emitted: no large allocation per interval.
@@ -580,34 +595,7 @@ impl Collector {
                 break;
             }
             let agg = self.pending.remove(&k).expect("present");
-            let start = self.measure_start + k * self.interval;
-            let secs = agg.end_ns.saturating_sub(start) as f64 / 1e9;
-            let summary = IntervalSummary {
-                end_seconds: agg.end_ns.saturating_sub(self.measure_start) as f64 / 1e9,
-                read: agg.read.interval_summary(secs),
-                write: agg.write.interval_summary(secs),
-                slot_idle_seconds: ns_to_s(agg.slots.idle_ns),
-                slot_uncounted_seconds: ns_to_s(agg.slots.uncounted_ns),
-                in_flight_seconds: ns_to_s(agg.slots.in_flight_ns),
-                due_missed_ops: agg.slots.due_missed_ops,
-                issue_late_max_seconds: ns_to_s(agg.slots.issue_late_max_ns),
-                run_delay_seconds: ns_to_s(agg.slots.run_delay_ns),
-            };
-            self.total_slots.merge(&agg.slots);
-            self.total_read.merge(&agg.read);
-            self.total_write.merge(&agg.write);
-            self.last_end = self.last_end.max(agg.end_ns);
-            self.written.fetch_add(agg.write.bytes, Ordering::Relaxed);
-            emit(
-                &summary,
-                &IntervalDetail {
-                    read: &agg.read,
-                    write: &agg.write,
-                },
-            );
-            if !self.discard_intervals {
-                self.intervals.push(summary);
-            }
+            self.emit_interval(&agg, emit);
             let mut agg = agg;
             agg.read.reset();
             agg.write.reset();
@@ -616,6 +604,45 @@ impl Collector {
             if self.spare.len() < 2 {
                 self.spare.push(agg);
             }
+        }
+    }
+
+    /// Emits one whole interval (all workers' parts merged) and counts it into the totals.
+    fn emit_interval(&mut self, agg: &IntervalStats, emit: &mut Emit) {
+        let start = self.measure_start + agg.index * self.interval;
+        let secs = agg.end_ns.saturating_sub(start) as f64 / 1e9;
+        let summary = IntervalSummary {
+            end_seconds: agg.end_ns.saturating_sub(self.measure_start) as f64 / 1e9,
+            read: agg.read.interval_summary(secs),
+            write: agg.write.interval_summary(secs),
+            slot_idle_seconds: ns_to_s(agg.slots.idle_ns),
+            slot_uncounted_seconds: ns_to_s(agg.slots.uncounted_ns),
+            in_flight_seconds: ns_to_s(agg.slots.in_flight_ns),
+            due_missed_ops: agg.slots.due_missed_ops,
+            issue_late_max_seconds: ns_to_s(agg.slots.issue_late_max_ns),
+            run_delay_seconds: ns_to_s(agg.slots.run_delay_ns),
+        };
+        self.total_slots.merge(&agg.slots);
+        if self.discard_intervals {
+            // No latency histogram of the whole run either (its caller reads latencies
+            // from the intervals): one histogram fewer per canary.
+            self.total_read.merge_counts(&agg.read);
+            self.total_write.merge_counts(&agg.write);
+        } else {
+            self.total_read.merge(&agg.read);
+            self.total_write.merge(&agg.write);
+        }
+        self.last_end = self.last_end.max(agg.end_ns);
+        self.written.fetch_add(agg.write.bytes, Ordering::Relaxed);
+        emit(
+            &summary,
+            &IntervalDetail {
+                read: &agg.read,
+                write: &agg.write,
+            },
+        );
+        if !self.discard_intervals {
+            self.intervals.push(summary);
         }
     }
 }

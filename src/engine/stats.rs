@@ -81,7 +81,24 @@ pub struct DirStats {
     lat_sq_sum: u128,
     lat_min: u64,
     lat_max: u64,
-    hist: Histogram<u64>,
+    /// Made at the first record or merge: a direction a job never uses (a read-only
+    /// canary's writes) costs no histogram (37 KB at 2 digits, 270 KB at 3), in every
+    /// interval buffer the engine keeps.
+    hist: Option<Histogram<u64>>,
+    digits: u8,
+}
+
+/// A histogram with the engine's bounds and `digits` significant digits.
+fn new_histogram(digits: u8) -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_TRACKED_NS, digits)
+        .expect("static histogram bounds are valid")
+}
+
+/// An empty histogram of `digits` (2 or 3) digits, for a direction with none yet.
+fn empty_histogram(digits: u8) -> &'static Histogram<u64> {
+    static EMPTY: [std::sync::OnceLock<Histogram<u64>>; 2] =
+        [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+    EMPTY[usize::from(digits != 2)].get_or_init(|| new_histogram(digits))
 }
 
 impl Default for DirStats {
@@ -109,12 +126,13 @@ impl DirStats {
             lat_sq_sum: 0,
             lat_min: u64::MAX,
             lat_max: 0,
-            hist: Histogram::new_with_bounds(1, MAX_TRACKED_NS, digits)
-                .expect("static histogram bounds are valid"),
+            hist: None,
+            digits,
         }
     }
 
-    /// Records one completed I/O. No allocation, no lock.
+    /// Records one completed I/O. No lock; no allocation but the histogram's, at the
+    /// first record.
     #[inline]
     pub fn record(&mut self, lat_ns: u64, bytes: u32) {
         let lat = lat_ns.max(1);
@@ -124,7 +142,10 @@ impl DirStats {
         self.lat_sq_sum += (lat as u128) * (lat as u128);
         self.lat_min = self.lat_min.min(lat);
         self.lat_max = self.lat_max.max(lat);
-        self.hist.saturating_record(lat.min(MAX_TRACKED_NS));
+        let digits = self.digits;
+        self.hist
+            .get_or_insert_with(|| new_histogram(digits))
+            .saturating_record(lat.min(MAX_TRACKED_NS));
     }
 
     /// Counts one failed I/O; `errno` 0 is a short transfer.
@@ -139,6 +160,23 @@ impl DirStats {
     }
 
     pub fn merge(&mut self, other: &DirStats) {
+        self.merge_counts(other);
+        if other.ops == 0 {
+            // Nothing recorded: skip the walk over the histogram's counts.
+            return;
+        }
+        let Some(h) = &other.hist else { return };
+        // Same bounds on both sides: add cannot fail or grow.
+        let digits = self.digits;
+        self.hist
+            .get_or_insert_with(|| new_histogram(digits))
+            .add(h)
+            .expect("histograms share their bounds");
+    }
+
+    /// Merges the counts, sums, minimum and maximum, not the histogram: the percentiles
+    /// stay those of what was recorded or merged whole.
+    pub fn merge_counts(&mut self, other: &DirStats) {
         self.ops += other.ops;
         self.bytes += other.bytes;
         self.errors += other.errors;
@@ -148,14 +186,6 @@ impl DirStats {
         self.lat_sq_sum += other.lat_sq_sum;
         self.lat_min = self.lat_min.min(other.lat_min);
         self.lat_max = self.lat_max.max(other.lat_max);
-        if other.ops == 0 {
-            // Nothing recorded: skip the walk over the histogram's counts.
-            return;
-        }
-        // Same bounds on both sides: add cannot fail or grow.
-        self.hist
-            .add(&other.hist)
-            .expect("histograms share their bounds");
     }
 
     pub fn reset(&mut self) {
@@ -170,8 +200,8 @@ impl DirStats {
         self.lat_max = 0;
         // Clearing writes every count (and makes every page of them resident): skip it
         // when nothing was recorded (a read-only job's write side, an idle interval).
-        if !self.hist.is_empty() {
-            self.hist.reset();
+        if let Some(h) = self.hist.as_mut().filter(|h| !h.is_empty()) {
+            h.reset();
         }
     }
 
@@ -216,7 +246,7 @@ impl DirStats {
         if self.ops == 0 {
             return 0;
         }
-        self.hist
+        self.histogram()
             .value_at_percentile(p)
             .min(self.lat_max)
             .max(self.min_ns())
@@ -224,7 +254,9 @@ impl DirStats {
 
     /// The histogram itself (for exporters that need buckets).
     pub fn histogram(&self) -> &Histogram<u64> {
-        &self.hist
+        self.hist
+            .as_ref()
+            .unwrap_or_else(|| empty_histogram(self.digits))
     }
 
     pub fn summary(&self, seconds: f64) -> DirSummary {
@@ -353,6 +385,32 @@ pub struct IntervalSummary {
 mod tests {
     use super::*;
     use crate::engine::errno_name;
+
+    /// Issue 18: a direction nothing is recorded in holds no histogram (a read-only
+    /// canary's write side, in each of its buffers), and reads as an empty one; the first
+    /// record or merge makes it, with the same percentiles as before.
+    #[test]
+    fn a_direction_unused_holds_no_histogram() {
+        let mut unused = DirStats::with_digits(2);
+        unused.reset();
+        let mut other = DirStats::with_digits(2);
+        unused.merge(&other);
+        assert!(unused.hist.is_none());
+        assert_eq!(unused.histogram().len(), 0);
+        assert_eq!(unused.percentile_ns(99.0), 0);
+        for v in [1_000, 2_000, 3_000, 50_000] {
+            other.record(v, 4096);
+        }
+        unused.merge(&other);
+        assert!(unused.hist.is_some());
+        assert_eq!(unused.percentile_ns(99.0), other.percentile_ns(99.0));
+        assert_eq!(unused.histogram().len(), 4);
+        // Counts only: the totals of a run that keeps no histogram.
+        let mut counts = DirStats::with_digits(2);
+        counts.merge_counts(&other);
+        assert!(counts.hist.is_none());
+        assert_eq!((counts.ops, counts.max_ns()), (4, 50_000));
+    }
 
     #[test]
     fn errors_are_the_device_s_or_the_host_s() {

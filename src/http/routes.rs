@@ -374,10 +374,9 @@ impl App {
             .collect();
         let accept = (!accept.is_empty()).then(|| accept.join(", "));
         let format = Format::negotiate(accept.as_deref());
-        let text = {
-            let s = self.shared.lock();
-            metrics::render(&s, format)
-        };
+        // Copied out under the lock, encoded after it.
+        let frozen = metrics::freeze(&self.shared.lock());
+        let text = frozen.render(format);
         let mut r = Reply::new(StatusCode::OK, format.content_type(), text);
         r.extra
             .push((header::VARY, HeaderValue::from_static("Accept")));
