@@ -1025,7 +1025,7 @@ fn health_reads_of_many_drives_go_a_few_at_a_time() {
     );
     let mut loops = Vec::new();
     let mut cfg = format!(
-        "state_dir = \"{}\"\nhealth_interval = \"1h\"\n\n",
+        "state_dir = \"{}\"\ndiscovery.enabled = false\nhealth_interval = \"1h\"\n\n",
         dir.path().join("state").display()
     );
     for i in 0..HEALTH_DRIVES {
