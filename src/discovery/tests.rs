@@ -487,9 +487,12 @@ fn discovery_off_and_health_only() {
     let base = config("[discovery]\nenabled = false\n");
     let (c, w) = merge(&base, &scan(&f.paths, &Discovery::default()));
     assert!(c.drives.is_empty() && w.watched.is_empty() && w.skipped.is_empty());
-    // No [discovery] section: off (a config written before it keeps its meaning).
-    assert!(!config("").discovery.enabled);
-    assert!(config("[discovery]\n").discovery.enabled);
+    // No [discovery] section: on, every key at its default (an empty config watches
+    // every drive); health only when not root.
+    let empty = config("").discovery;
+    assert!(empty.enabled && config("[discovery]\n").discovery.enabled);
+    assert_eq!(empty.rescan_interval, Discovery::default().rescan_interval);
+    assert_eq!(empty.health_only, !rustix::process::geteuid().is_root());
 
     let mut base = config("[discovery]\n");
     base.discovery.health_only = true;
