@@ -18,6 +18,7 @@ pub mod condlog;
 pub mod health;
 pub mod identity;
 pub mod scheduler;
+pub mod standby;
 pub mod store;
 pub mod window;
 
