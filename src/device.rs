@@ -715,7 +715,7 @@ fn walk_to_disks(
 /// What [`inspect_with`] reports for the whole disk `name`, read from sysfs alone (the
 /// disk is found by kernel name, not opened). `path` is `/dev/NAME`, canonicalised when
 /// that node exists with the disk's device number.
-fn whole_disk_info(paths: &SystemPaths, name: &str) -> Result<BlockDeviceInfo, DeviceError> {
+pub fn whole_disk_info(paths: &SystemPaths, name: &str) -> Result<BlockDeviceInfo, DeviceError> {
     let class_dir = paths.class_block(name);
     let (major, minor) = read_dev_numbers(&class_dir.join("dev"))?;
     let node = PathBuf::from(format!("/dev/{name}"));

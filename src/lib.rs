@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod device;
+pub mod discovery;
 pub mod engine;
 pub mod health;
 pub mod http;

@@ -44,3 +44,8 @@ fn bench_help() {
 fn daemon_help() {
     check(&["daemon", "--help"], "daemon-help.txt");
 }
+
+#[test]
+fn discover_help() {
+    check(&["discover", "--help"], "discover-help.txt");
+}

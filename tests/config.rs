@@ -141,6 +141,26 @@ fn raw_keys_list_every_field_of_the_raw_structs() {
         ("probe.workload", "[[probe]]\nworkload = { bogus = 1 }\n"),
         ("schedule", "[[schedule]]\nbogus = 1\n"),
         ("schedule.window", "[[schedule]]\nwindow = { bogus = 1 }\n"),
+        ("discovery", "[discovery]\nbogus = 1\n"),
+        ("discovery.include", "[discovery.include]\nbogus = 1\n"),
+        ("discovery.exclude", "[discovery.exclude]\nbogus = 1\n"),
+        ("discovery.canary", "[discovery.canary]\nbogus = 1\n"),
+        (
+            "discovery.canary.hdd",
+            "[discovery.canary.hdd]\nbogus = 1\n",
+        ),
+        (
+            "discovery.canary.ssd",
+            "[discovery.canary.ssd]\nbogus = 1\n",
+        ),
+        (
+            "discovery.canary.nvme",
+            "[discovery.canary.nvme]\nbogus = 1\n",
+        ),
+        (
+            "discovery.canary.virtual",
+            "[discovery.canary.virtual]\nbogus = 1\n",
+        ),
     ] {
         let err = toml::from_str::<raw::RawConfig>(doc).unwrap_err();
         let msg = err.message();
@@ -410,7 +430,13 @@ fn no_prefix_of_the_example_panics() {
 #[test]
 fn embedded_default() {
     let dir = Path::new("/var/tmp/dp-state");
-    let c = Config::embedded_default(dir);
+    // As root: discovery, nothing else (every drive, read-only, at its class's rate).
+    let root = Config::embedded_default_for(dir, true);
+    assert!(root.discovery.enabled && !root.discovery.health_only);
+    assert!(root.drives.is_empty() && root.probes.is_empty());
+    // Not root: the file target, and the discovered drives for their health only.
+    let c = Config::embedded_default_for(dir, false);
+    assert!(c.discovery.enabled && c.discovery.health_only);
     assert_eq!(c.server.listen.to_string(), "127.0.0.1:39480");
     assert_eq!(c.state_dir, dir);
     let d = &c.drives[0];

@@ -175,6 +175,7 @@ fn read_and_print(a: HealthArgs) -> Result<u8, Failure> {
         let opts = ReadOptions {
             smartctl_timeout: timeout.max(Duration::from_millis(100)),
             nvme_via_smartctl: a.via_smartctl,
+            smartctl_type: None,
         };
         let r = health::read(&dev, &opts).map_err(Failure::runtime)?;
         (dev.display().to_string(), r)

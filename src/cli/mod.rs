@@ -4,6 +4,7 @@
 pub mod bench;
 mod check_config;
 mod daemon;
+mod discover;
 mod health;
 mod report;
 mod suite;
@@ -38,6 +39,9 @@ enum Command {
     /// Check a daemon config file without starting anything: ok, or what is wrong at
     /// FILE:LINE:COLUMN.
     CheckConfig(check_config::CheckConfigArgs),
+    /// Show what the daemon would watch on this host (every whole disk, filtered by the
+    /// config's [discovery]) and what it skips, and why.
+    Discover(discover::DiscoverArgs),
     /// Run the daemon: canary probes, health polling and scheduled runs on the configured
     /// drives, served as Prometheus metrics and a status page (the default command).
     Daemon(daemon::DaemonArgs),
@@ -143,6 +147,7 @@ pub fn main() -> ExitCode {
         Command::Health(args) => health::run(*args),
         Command::Report(args) => report::run(*args),
         Command::CheckConfig(args) => check_config::run(args),
+        Command::Discover(args) => discover::run(args),
         Command::Daemon(args) => daemon::run(args),
     };
     match result {

@@ -10,10 +10,12 @@ mod validate;
 
 pub use validate::{fio_job_label, FIO_JOB_SUITE_PREFIX};
 
+use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::discovery::Class;
 use crate::engine::{Arrival, CpuPolicy, Job, JobSpec, Pattern, RateLimit, Stop};
 use crate::health::endurance::Rating;
 use crate::protocol::result::Rated;
@@ -64,6 +66,124 @@ pub struct Config {
     pub drives: Vec<Drive>,
     pub probes: Vec<Probe>,
     pub schedules: Vec<Schedule>,
+    /// `[discovery]`: what the daemon finds by itself.
+    pub discovery: Discovery,
+    /// The drives discovery put in (or matched to a listed drive), by drive name: empty
+    /// in a config as loaded, filled by [`crate::discovery::merge`].
+    pub discovered: BTreeMap<String, Discovered>,
+}
+
+/// `[discovery]`: every whole disk the kernel shows, and drives behind RAID controllers.
+#[derive(Debug, Clone)]
+pub struct Discovery {
+    pub enabled: bool,
+    pub rescan_interval: Duration,
+    /// How long a removed drive stays (`driveprobe_drive_up 0`) before it is dropped.
+    pub drop_after: Duration,
+    pub max_drives: usize,
+    pub include_loop: bool,
+    /// Drives behind RAID controllers through `smartctl --scan-open` (health only).
+    pub raid: bool,
+    pub include: DiscoveryFilters,
+    pub exclude: DiscoveryFilters,
+    /// The canary of each class, in [`Class::ALL`] order (hdd, ssd, nvme, virtual).
+    pub canary: [ClassCanary; 4],
+    /// Discovered drives get health polling only, no canary, and only those whose device
+    /// this user can open are kept (the built-in config when not root).
+    pub health_only: bool,
+}
+
+/// The regexes of `[discovery.include]` or `[discovery.exclude]`.
+#[derive(Debug, Clone, Default)]
+pub struct DiscoveryFilters {
+    pub name: Option<regex::Regex>,
+    pub model: Option<regex::Regex>,
+    pub serial: Option<regex::Regex>,
+    pub transport: Option<regex::Regex>,
+}
+
+impl DiscoveryFilters {
+    /// name, model, serial, transport.
+    pub fn all(&self) -> [Option<&regex::Regex>; 4] {
+        [
+            self.name.as_ref(),
+            self.model.as_ref(),
+            self.serial.as_ref(),
+            self.transport.as_ref(),
+        ]
+    }
+}
+
+/// What a class's canary is set to: 4 KiB random reads, QD1, at `rate_iops`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClassCanary {
+    pub rate_iops: f64,
+    pub window: Duration,
+}
+
+/// The class defaults: each canary costs its drive about 1% of what it can do, or less.
+pub const DEFAULT_CLASS_CANARY: [ClassCanary; 4] = [
+    // hdd: a 7,200 rpm disk does 100-200 random IOPS.
+    ClassCanary {
+        rate_iops: 1.0,
+        window: Duration::from_secs(600),
+    },
+    // ssd (SATA/SAS)
+    ClassCanary {
+        rate_iops: 20.0,
+        window: Duration::from_secs(60),
+    },
+    // nvme
+    ClassCanary {
+        rate_iops: 50.0,
+        window: Duration::from_secs(60),
+    },
+    // virtual: the host's disk is shared, and of unknown capability.
+    ClassCanary {
+        rate_iops: 5.0,
+        window: Duration::from_secs(300),
+    },
+];
+
+impl Discovery {
+    pub fn canary(&self, class: Class) -> ClassCanary {
+        self.canary[Class::ALL.iter().position(|c| *c == class).unwrap_or(3)]
+    }
+
+    /// Discovery as a config without a `[discovery]` section has it: off.
+    pub fn off() -> Discovery {
+        Discovery {
+            enabled: false,
+            ..Discovery::default()
+        }
+    }
+}
+
+impl Default for Discovery {
+    /// `[discovery]` with every key at its default (enabled).
+    fn default() -> Self {
+        Discovery {
+            enabled: true,
+            rescan_interval: Duration::from_secs(60),
+            drop_after: Duration::from_secs(3600),
+            max_drives: 256,
+            include_loop: false,
+            raid: true,
+            include: DiscoveryFilters::default(),
+            exclude: DiscoveryFilters::default(),
+            canary: DEFAULT_CLASS_CANARY,
+            health_only: false,
+        }
+    }
+}
+
+/// What discovery knows of a drive in the effective config.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Discovered {
+    pub class: Class,
+    pub transport: crate::discovery::Transport,
+    pub kernel_name: String,
+    pub source: crate::discovery::Source,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,6 +294,10 @@ pub struct Drive {
     pub file_target: Option<FileTarget>,
     pub rating: Rating,
     pub rated: Rated,
+    /// smartctl's `-d TYPE` for health reads (`megaraid,1` for a drive behind a RAID
+    /// controller, `sat`...). With it and no identity nor file target, the drive is
+    /// health-only: `path` is what smartctl is given, and no probe may run on it.
+    pub smartctl_type: Option<String>,
 }
 
 impl Drive {
@@ -284,12 +408,19 @@ impl Config {
         )
     }
 
-    /// The config `driveprobe daemon` runs without one: a 256 MiB file target in
-    /// `state_dir` (drive "default") with one read-only 4 KiB random-read canary at
-    /// 50 IOPS, QD1, listening on 127.0.0.1:39480.
+    /// The config `driveprobe daemon` runs without one, listening on 127.0.0.1:39480:
+    /// as root, discovery with its defaults (every whole disk, a read-only canary at its
+    /// class's rate, no file target); not root, a 256 MiB file target in `state_dir`
+    /// (drive "default") with one read-only 4 KiB random-read canary at 50 IOPS, QD1,
+    /// plus the discovered drives this user can open, for their health only.
     pub fn embedded_default(state_dir: &Path) -> Config {
+        Config::embedded_default_for(state_dir, rustix::process::geteuid().is_root())
+    }
+
+    /// [`Config::embedded_default`] as root (`root`) or not.
+    pub fn embedded_default_for(state_dir: &Path, root: bool) -> Config {
         let window = Duration::from_secs(60);
-        Config {
+        let mut c = Config {
             server: Server {
                 listen: DEFAULT_LISTEN,
             },
@@ -297,7 +428,14 @@ impl Config {
             health_interval: validate::DEFAULT_HEALTH_INTERVAL,
             wear_budget: WearBudget::default(),
             runs: RunsRetention::default(),
-            drives: vec![Drive {
+            drives: Vec::new(),
+            probes: Vec::new(),
+            schedules: Vec::new(),
+            discovery: Discovery::default(),
+            discovered: BTreeMap::new(),
+        };
+        if !root {
+            c.drives.push(Drive {
                 name: "default".into(),
                 identity: None,
                 path: None,
@@ -308,21 +446,24 @@ impl Config {
                 }),
                 rating: Rating::default(),
                 rated: Rated::default(),
-            }],
-            probes: vec![Probe {
+                smartctl_type: None,
+            });
+            c.probes.push(Probe {
                 name: "canary-4k-read".into(),
                 drives: vec!["default".into()],
-                job: canary_job(window),
+                job: canary_job(validate::DEFAULT_PROBE_IOPS, window),
                 window,
                 writes: false,
-            }],
-            schedules: Vec::new(),
+            });
+            c.discovery.health_only = true;
+            c.discovery.raid = false;
         }
+        c
     }
 }
 
-/// The built-in canary: 4 KiB random reads, QD1, 50 IOPS.
-fn canary_job(window: Duration) -> Job {
+/// The built-in canary: 4 KiB random reads, QD1, at `iops`.
+pub fn canary_job(iops: f64, window: Duration) -> Job {
     let spec = JobSpec {
         pattern: Pattern::Random,
         read_pct: 100,
@@ -330,7 +471,7 @@ fn canary_job(window: Duration) -> Job {
         workers: 1,
         stop: Stop::Time(window),
         rate: Some(RateLimit {
-            iops: validate::DEFAULT_PROBE_IOPS,
+            iops,
             arrival: Arrival::Poisson,
         }),
         // A canary is not confined to a CPU: its latency must not depend on how busy one
@@ -369,7 +510,11 @@ mod tests {
 
     #[test]
     fn embedded_default_is_what_it_says() {
-        let c = Config::embedded_default(Path::new("/tmp/dp"));
+        let root = Config::embedded_default_for(Path::new("/tmp/dp"), true);
+        assert!(root.drives.is_empty() && root.probes.is_empty());
+        assert!(root.discovery.enabled && !root.discovery.health_only);
+        let c = Config::embedded_default_for(Path::new("/tmp/dp"), false);
+        assert!(c.discovery.enabled && c.discovery.health_only);
         assert_eq!(c.server.listen.to_string(), "127.0.0.1:39480");
         assert_eq!(c.drives.len(), 1);
         let t = c.drives[0].file_target.as_ref().unwrap();

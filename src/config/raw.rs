@@ -39,6 +39,7 @@ pub const KEYS: &[&str] = &[
     "drive.rated_write_iops_4k",
     "drive.rated_seq_read_bw",
     "drive.rated_seq_write_bw",
+    "drive.smartctl_type",
     "probe",
     "probe.name",
     "probe.drives",
@@ -64,6 +65,36 @@ pub const KEYS: &[&str] = &[
     "schedule.window.start",
     "schedule.window.end",
     "schedule.window.days",
+    "discovery",
+    "discovery.enabled",
+    "discovery.rescan_interval",
+    "discovery.drop_after",
+    "discovery.max_drives",
+    "discovery.include_loop",
+    "discovery.raid",
+    "discovery.include",
+    "discovery.include.name",
+    "discovery.include.model",
+    "discovery.include.serial",
+    "discovery.include.transport",
+    "discovery.exclude",
+    "discovery.exclude.name",
+    "discovery.exclude.model",
+    "discovery.exclude.serial",
+    "discovery.exclude.transport",
+    "discovery.canary",
+    "discovery.canary.hdd",
+    "discovery.canary.hdd.rate_iops",
+    "discovery.canary.hdd.window",
+    "discovery.canary.ssd",
+    "discovery.canary.ssd.rate_iops",
+    "discovery.canary.ssd.window",
+    "discovery.canary.nvme",
+    "discovery.canary.nvme.rate_iops",
+    "discovery.canary.nvme.window",
+    "discovery.canary.virtual",
+    "discovery.canary.virtual.rate_iops",
+    "discovery.canary.virtual.window",
 ];
 
 pub type S<T> = Spanned<T>;
@@ -82,6 +113,47 @@ pub struct RawConfig {
     pub probe: Vec<S<RawProbe>>,
     #[serde(default)]
     pub schedule: Vec<S<RawSchedule>>,
+    pub discovery: Option<S<RawDiscovery>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDiscovery {
+    pub enabled: Option<S<bool>>,
+    pub rescan_interval: Option<S<String>>,
+    pub drop_after: Option<S<String>>,
+    pub max_drives: Option<S<i64>>,
+    pub include_loop: Option<S<bool>>,
+    pub raid: Option<S<bool>>,
+    pub include: Option<RawFilters>,
+    pub exclude: Option<RawFilters>,
+    pub canary: Option<RawClassCanaries>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFilters {
+    pub name: Option<S<String>>,
+    pub model: Option<S<String>>,
+    pub serial: Option<S<String>>,
+    pub transport: Option<S<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClassCanaries {
+    pub hdd: Option<RawClassCanary>,
+    pub ssd: Option<RawClassCanary>,
+    pub nvme: Option<RawClassCanary>,
+    #[serde(rename = "virtual")]
+    pub virtual_: Option<RawClassCanary>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClassCanary {
+    pub rate_iops: Option<S<f64>>,
+    pub window: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -125,6 +197,7 @@ pub struct RawDrive {
     pub rated_write_iops_4k: Option<S<f64>>,
     pub rated_seq_read_bw: Option<S<String>>,
     pub rated_seq_write_bw: Option<S<String>>,
+    pub smartctl_type: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]

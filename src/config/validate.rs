@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use super::raw::{self, RawConfig, S};
 use super::{
-    default_state_dir, Config, ConfigError, Drive, FileTarget, Identity, MaintenanceWindow, Probe,
-    RunsRetention, Schedule, ScheduleBudget, Server, TimeOfDay, WearBudget, Weekday,
-    DEFAULT_LISTEN,
+    default_state_dir, Config, ConfigError, Discovery, DiscoveryFilters, Drive, FileTarget,
+    Identity, MaintenanceWindow, Probe, RunsRetention, Schedule, ScheduleBudget, Server, TimeOfDay,
+    WearBudget, Weekday, DEFAULT_LISTEN,
 };
+use crate::discovery::Class;
 use crate::engine::{Arrival, CpuPolicy, JobSpec, Pattern, RateLimit, SizeMix, Stop};
 use crate::health::endurance::Rating;
 use crate::protocol::result::Rated;
@@ -48,6 +49,14 @@ pub const WEAR_PERIOD_RANGE: (Duration, Duration) = (
 );
 /// A rated endurance or bandwidth in bytes: at most 1 EiB.
 pub const MAX_RATED_BYTES: u64 = 1 << 60;
+/// `[discovery] rescan_interval`: from a second to a day.
+pub const RESCAN_INTERVAL_RANGE: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(86_400));
+/// `[discovery] drop_after`: from a second to 30 days.
+pub const DROP_AFTER_RANGE: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(30 * 86_400));
+/// `[discovery] max_drives` at most.
+pub const MAX_DISCOVERED: usize = 4096;
 /// The most `[[drive]]`, `[[probe]]` or `[[schedule]]` tables one config may have.
 pub const MAX_TABLES: usize = 100_000;
 
@@ -206,6 +215,7 @@ impl Cx<'_> {
             schedules.push(schedule);
         }
 
+        let discovery = self.discovery(raw.discovery)?;
         Ok(Config {
             server: Server { listen },
             state_dir,
@@ -215,7 +225,93 @@ impl Cx<'_> {
             drives,
             probes,
             schedules,
+            discovery,
+            discovered: Default::default(),
         })
+    }
+
+    /// `[discovery]`: off when the section is absent (a config written before it keeps
+    /// its meaning: no drive is added to it); each key at its default otherwise.
+    fn discovery(&self, raw: Option<S<raw::RawDiscovery>>) -> R<Discovery> {
+        let Some(raw) = raw else {
+            return Ok(Discovery::off());
+        };
+        let raw = raw.into_inner();
+        let mut d = Discovery::default();
+        if let Some(e) = &raw.enabled {
+            d.enabled = *e.get_ref();
+        }
+        if let Some(s) = &raw.rescan_interval {
+            d.rescan_interval = self.duration(s, "rescan_interval", RESCAN_INTERVAL_RANGE)?;
+        }
+        if let Some(s) = &raw.drop_after {
+            d.drop_after = self.duration(s, "drop_after", DROP_AFTER_RANGE)?;
+        }
+        if let Some(m) = &raw.max_drives {
+            let v = *m.get_ref();
+            if !(1..=MAX_DISCOVERED as i64).contains(&v) {
+                return Err(self.err(
+                    m.span(),
+                    format!("max_drives {v} is out of range; give 1 to {MAX_DISCOVERED}"),
+                ));
+            }
+            d.max_drives = v as usize;
+        }
+        if let Some(b) = &raw.include_loop {
+            d.include_loop = *b.get_ref();
+        }
+        if let Some(b) = &raw.raid {
+            d.raid = *b.get_ref();
+        }
+        let filters = |f: &Option<raw::RawFilters>, table: &str| -> R<DiscoveryFilters> {
+            let Some(f) = f else {
+                return Ok(DiscoveryFilters::default());
+            };
+            let re = |s: &Option<S<String>>, key: &str| -> R<Option<regex::Regex>> {
+                s.as_ref()
+                    .map(|s| {
+                        regex::RegexBuilder::new(s.get_ref())
+                            .size_limit(1 << 20)
+                            .build()
+                            .map_err(|e| {
+                                self.err(
+                                    s.span(),
+                                    format!("[discovery.{table}] {key} is not a regular expression ({}); write one such as \"^nvme\"", one_line(&e.to_string())),
+                                )
+                            })
+                    })
+                    .transpose()
+            };
+            Ok(DiscoveryFilters {
+                name: re(&f.name, "name")?,
+                model: re(&f.model, "model")?,
+                serial: re(&f.serial, "serial")?,
+                transport: re(&f.transport, "transport")?,
+            })
+        };
+        d.include = filters(&raw.include, "include")?;
+        d.exclude = filters(&raw.exclude, "exclude")?;
+        if let Some(c) = &raw.canary {
+            let classes = [&c.hdd, &c.ssd, &c.nvme, &c.virtual_];
+            for (i, (class, given)) in Class::ALL.iter().zip(classes).enumerate() {
+                let Some(given) = given else { continue };
+                if let Some(r) = &given.rate_iops {
+                    let v = *r.get_ref();
+                    let (lo, hi) = PROBE_IOPS_RANGE;
+                    if !(v.is_finite() && v >= lo && v <= hi) {
+                        return Err(self.err(
+                            r.span(),
+                            format!("[discovery.canary.{}] rate_iops {v} is out of range; give {lo} to {hi}", class.name()),
+                        ));
+                    }
+                    d.canary[i].rate_iops = v;
+                }
+                if let Some(w) = &given.window {
+                    d.canary[i].window = self.duration(w, "window", PROBE_WINDOW_RANGE)?;
+                }
+            }
+        }
+        Ok(d)
     }
 
     fn wear_budget(&self, raw: Option<raw::RawWearBudget>) -> R<WearBudget> {
@@ -383,6 +479,24 @@ impl Cx<'_> {
             }
         };
         let destructive = d.destructive.as_ref().is_some_and(|s| *s.get_ref());
+        let smartctl_type = match &d.smartctl_type {
+            None => None,
+            Some(t) => {
+                let v = t.get_ref().trim();
+                let ok = !v.is_empty()
+                    && v.len() <= 64
+                    && v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+                    && v.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || ",_+-/".contains(c));
+                if !ok {
+                    return Err(self.err(
+                        t.span(),
+                        format!("smartctl_type '{}' is not a smartctl -d type; give one such as \"sat\" or \"megaraid,1\" (see `smartctl --scan-open`)", t.get_ref()),
+                    ));
+                }
+                Some(v.to_string())
+            }
+        };
         if identity.is_none() && file_target.is_none() {
             return Err(self.err(
                 span,
@@ -461,6 +575,7 @@ impl Cx<'_> {
             file_target,
             rating,
             rated,
+            smartctl_type,
         })
     }
 

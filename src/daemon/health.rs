@@ -24,7 +24,11 @@ pub const COLLECTOR: &str = "health";
 
 pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>) {
     let name = drive.cfg.name.clone();
-    let opts = ReadOptions::default();
+    let opts = ReadOptions {
+        // A drive behind a RAID controller is read with its `-d` type.
+        smartctl_type: drive.cfg.smartctl_type.clone(),
+        ..ReadOptions::default()
+    };
     let mut mark = ErrorMark::default();
     let mut log = CondLog::new(format!("drive {name}"));
     while !drive.stopped() {

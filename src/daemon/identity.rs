@@ -139,6 +139,7 @@ fn overlay_upper_in(mountinfo: &str, major: u32, minor: u32) -> Option<PathBuf> 
 /// Resolves `d` now. `Err` is the one-line reason the drive is down.
 pub fn resolve(d: &Drive) -> Result<Resolved, String> {
     match &d.identity {
+        None if d.file_target.is_none() && d.path.is_some() => resolve_path_only(d),
         None => resolve_file_only(d),
         Some(id) => {
             let info = find_device(id, d.path.as_deref())?;
@@ -183,7 +184,7 @@ fn matches(id: &Identity, info: &BlockDeviceInfo) -> bool {
 
 /// WWNs are written as `0x5002538e...`, `naa.5002538e...` or `eui.0025...`: compare the
 /// hex digits.
-fn normalize_wwn(w: &str) -> String {
+pub fn normalize_wwn(w: &str) -> String {
     let w = w.trim().to_ascii_lowercase();
     let w = w
         .strip_prefix("0x")
@@ -281,6 +282,33 @@ fn existing_ancestor(p: &Path) -> PathBuf {
     }
 }
 
+/// A discovered drive with neither serial nor WWN (a virtio disk without one), or one
+/// behind a RAID controller (health only, through smartctl's `-d` type: its path need
+/// not be a node here): it is at its path.
+fn resolve_path_only(d: &Drive) -> Result<Resolved, String> {
+    let path = d.path.clone().unwrap_or_default();
+    if d.smartctl_type.is_some() {
+        return Ok(Resolved {
+            target: path.clone(),
+            device: Some(path),
+            device_info: None,
+            note: None,
+            no_drive: None,
+        });
+    }
+    let info = device::inspect(&path).map_err(|e| format!("{} is gone: {e}", path.display()))?;
+    if info.size_bytes == 0 {
+        return Err(format!("{} has size 0 (nothing attached)", path.display()));
+    }
+    Ok(Resolved {
+        target: path.clone(),
+        device: Some(path),
+        device_info: Some(info),
+        note: None,
+        no_drive: None,
+    })
+}
+
 fn resolve_file_only(d: &Drive) -> Result<Resolved, String> {
     let ft = d
         .file_target
@@ -365,6 +393,7 @@ mod tests {
             }),
             rating: Default::default(),
             rated: Default::default(),
+            smartctl_type: None,
         };
         let r = resolve(&d).unwrap();
         assert_eq!(r.target, dir.path().join("x.dat"));
@@ -475,6 +504,7 @@ mod tests {
             file_target: None,
             rating: Default::default(),
             rated: Default::default(),
+            smartctl_type: None,
         };
         let e = resolve(&d).unwrap_err();
         assert!(e.contains("NO-SUCH-SERIAL-42"), "{e}");

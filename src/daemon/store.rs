@@ -231,6 +231,7 @@ mod tests {
             file_target: None,
             rating,
             rated: Default::default(),
+            smartctl_type: None,
         }
     }
 

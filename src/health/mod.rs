@@ -48,6 +48,9 @@ pub struct ReadOptions {
     pub smartctl_timeout: Duration,
     /// Read NVMe drives through smartctl instead of the admin ioctl.
     pub nvme_via_smartctl: bool,
+    /// smartctl's `-d TYPE` (a drive behind a RAID controller: `megaraid,1`): the drive
+    /// is read through smartctl with it, whatever `dev` is.
+    pub smartctl_type: Option<String>,
 }
 
 impl Default for ReadOptions {
@@ -55,6 +58,7 @@ impl Default for ReadOptions {
         ReadOptions {
             smartctl_timeout: Duration::from_secs(30),
             nvme_via_smartctl: false,
+            smartctl_type: None,
         }
     }
 }
@@ -72,6 +76,15 @@ pub fn is_nvme(dev: &Path) -> bool {
 
 /// Reads a live device: NVMe by ioctl, everything else through smartctl.
 pub fn read(dev: &Path, opts: &ReadOptions) -> Result<HealthReport, HealthError> {
+    if let Some(t) = &opts.smartctl_type {
+        let program = smartctl::find_smartctl().ok_or(smartctl::SmartctlError::NotInstalled)?;
+        return Ok(smartctl::read_device_typed_with(
+            &program,
+            dev,
+            Some(t),
+            opts.smartctl_timeout,
+        )?);
+    }
     let meta = std::fs::metadata(dev).map_err(|e| HealthError::Open {
         path: dev.to_path_buf(),
         source: e,

@@ -1404,13 +1404,40 @@ pub fn read_device_with(
     dev: &Path,
     timeout: Duration,
 ) -> Result<HealthReport, SmartctlError> {
-    if std::fs::symlink_metadata(dev).is_err() {
+    read_device_typed_with(program, dev, None, timeout)
+}
+
+/// [`read_device_with`] with smartctl's `-d TYPE` (`megaraid,1`, `cciss,0`, `sat`...):
+/// a drive behind a RAID controller is reached through the controller's device, which
+/// need not be a node here (smartctl maps `/dev/bus/0` itself), so it is not checked.
+pub fn read_device_typed_with(
+    program: &Path,
+    dev: &Path,
+    dev_type: Option<&str>,
+    timeout: Duration,
+) -> Result<HealthReport, SmartctlError> {
+    if dev_type.is_none() && std::fs::symlink_metadata(dev).is_err() {
         return Err(SmartctlError::NoDevice {
             dev: dev.to_path_buf(),
         });
     }
-    let out = run_with_timeout(program, dev, timeout)?;
+    let mut args: Vec<&OsStr> = SMARTCTL_ARGS.iter().map(OsStr::new).collect();
+    if let Some(t) = dev_type {
+        args.push(OsStr::new("-d"));
+        args.push(OsStr::new(t));
+    }
+    args.push(dev.as_os_str());
+    let out = run_with_timeout(program, &args, dev, timeout)?;
     interpret(dev, out.status, &out.stdout, &out.stderr)
+}
+
+/// Runs `smartctl --scan-open --json=c` (each device opened to learn its type: this is
+/// how drives behind RAID controllers are found), killed after `timeout`; its stdout.
+pub fn scan_open(timeout: Duration) -> Result<String, SmartctlError> {
+    let program = find_smartctl().ok_or(SmartctlError::NotInstalled)?;
+    let args = [OsStr::new("--scan-open"), OsStr::new("--json=c")];
+    let out = run_with_timeout(&program, &args, Path::new("--scan-open"), timeout)?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 struct RunOutput {
@@ -1419,8 +1446,10 @@ struct RunOutput {
     stderr: Vec<u8>,
 }
 
+/// Runs `program` with `args`; `dev` names what is read, in errors.
 fn run_with_timeout(
     program: &Path,
+    args: &[&OsStr],
     dev: &Path,
     timeout: Duration,
 ) -> Result<RunOutput, SmartctlError> {
@@ -1432,8 +1461,7 @@ fn run_with_timeout(
     // daemon stops), through the one child supervisor.
     let mut child = crate::process::spawn(
         Command::new(program)
-            .args(SMARTCTL_ARGS)
-            .arg(dev)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped()),

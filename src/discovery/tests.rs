@@ -1,0 +1,518 @@
+use std::fs;
+use std::path::Path;
+
+use super::*;
+use crate::config::{Config, Discovery, Probe};
+
+/// A fake sysfs: `devices/...` directories with `class/block` links to them.
+struct FakeSys {
+    _dir: tempfile::TempDir,
+    paths: SystemPaths,
+}
+
+fn write(path: &Path, text: &str) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, text).unwrap();
+}
+
+/// One block device of the fake tree.
+struct Dev<'a> {
+    name: &'a str,
+    /// Under `sys/devices/`, without the trailing `block/NAME`.
+    at: &'a str,
+    size_sectors: u64,
+    rotational: bool,
+    serial: Option<&'a str>,
+    wwn: Option<&'a str>,
+    model: Option<&'a str>,
+}
+
+impl<'a> Dev<'a> {
+    fn new(name: &'a str, at: &'a str) -> Dev<'a> {
+        Dev {
+            name,
+            at,
+            size_sectors: 2048,
+            rotational: false,
+            serial: None,
+            wwn: None,
+            model: None,
+        }
+    }
+    fn serial(mut self, s: &'a str) -> Self {
+        self.serial = Some(s);
+        self
+    }
+    fn wwn(mut self, s: &'a str) -> Self {
+        self.wwn = Some(s);
+        self
+    }
+    fn model(mut self, s: &'a str) -> Self {
+        self.model = Some(s);
+        self
+    }
+    fn rotational(mut self) -> Self {
+        self.rotational = true;
+        self
+    }
+    fn size(mut self, sectors: u64) -> Self {
+        self.size_sectors = sectors;
+        self
+    }
+}
+
+impl FakeSys {
+    fn new() -> FakeSys {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::create_dir_all(root.join("sys/class/block")).unwrap();
+        fs::create_dir_all(root.join("udev")).unwrap();
+        let paths = SystemPaths {
+            sys: root.join("sys"),
+            mountinfo: root.join("mountinfo"),
+            swaps: root.join("swaps"),
+            udev_data: root.join("udev"),
+        };
+        FakeSys { _dir: dir, paths }
+    }
+
+    fn add(&self, d: Dev, minor: u32) -> &Self {
+        let dir = self
+            .paths
+            .sys
+            .join("devices")
+            .join(d.at)
+            .join("block")
+            .join(d.name);
+        write(&dir.join("dev"), &format!("8:{minor}\n"));
+        write(&dir.join("size"), &format!("{}\n", d.size_sectors));
+        write(&dir.join("queue/logical_block_size"), "512\n");
+        write(&dir.join("queue/physical_block_size"), "4096\n");
+        write(
+            &dir.join("queue/rotational"),
+            if d.rotational { "1\n" } else { "0\n" },
+        );
+        if let Some(s) = d.serial {
+            write(&dir.join("device/serial"), &format!("{s}\n"));
+        }
+        if let Some(w) = d.wwn {
+            write(&dir.join("wwid"), &format!("{w}\n"));
+        }
+        if let Some(m) = d.model {
+            write(&dir.join("device/model"), &format!("{m}\n"));
+        }
+        std::os::unix::fs::symlink(&dir, self.paths.sys.join("class/block").join(d.name)).unwrap();
+        self
+    }
+
+    /// A partition `part` of the disk `disk` (already added).
+    fn partition(&self, disk: &str, part: &str) -> &Self {
+        let disk_dir = fs::canonicalize(self.paths.sys.join("class/block").join(disk)).unwrap();
+        let dir = disk_dir.join(part);
+        write(&dir.join("dev"), "8:99\n");
+        write(&dir.join("size"), "100\n");
+        write(&dir.join("partition"), "1\n");
+        std::os::unix::fs::symlink(&dir, self.paths.sys.join("class/block").join(part)).unwrap();
+        self
+    }
+
+    fn attr(&self, name: &str, attr: &str, value: &str) -> &Self {
+        write(
+            &self.paths.sys.join("class/block").join(name).join(attr),
+            value,
+        );
+        self
+    }
+}
+
+const ATA: &str = "pci0000:00/0000:00:1f.2/ata1/host0/target0:0:0/0:0:0:0";
+const ATA2: &str = "pci0000:00/0000:00:1f.2/ata2/host1/target1:0:0/1:0:0:0";
+const SAS: &str = "pci0000:00/0000:00:03.0/host2/port-2:0/end_device-2:0/target2:0:0/2:0:0:0";
+const SCSI: &str = "pci0000:00/0000:00:04.0/host3/target3:0:0/3:0:0:0";
+const USB: &str = "pci0000:00/0000:00:14.0/usb2/2-1/2-1:1.0/host4/target4:0:0/4:0:0:0";
+const NVME: &str = "pci0000:00/0000:00:1d.0/0000:3d:00.0/nvme/nvme0";
+const VIRTIO: &str = "pci0000:00/0000:00:05.0/virtio2";
+const MMC: &str = "platform/fe320000.mmc/mmc_host/mmc1/mmc1:0001";
+const XEN: &str = "vbd-51712";
+const VIRTUAL: &str = "virtual";
+
+/// The host of the classification test: one of each transport.
+fn host() -> FakeSys {
+    let f = FakeSys::new();
+    f.add(
+        Dev::new("sda", ATA)
+            .serial("HDD1")
+            .model("ST4000NM")
+            .rotational(),
+        0,
+    )
+    .add(
+        Dev::new("sdb", ATA2)
+            .serial("SSD1")
+            .wwn("naa.5000000000000001"),
+        16,
+    )
+    .add(Dev::new("sdc", SAS).serial("SAS1").rotational(), 32)
+    .add(Dev::new("sdd", SCSI).serial("SCSI1"), 48)
+    .add(Dev::new("sde", USB).serial("USB1").rotational(), 64)
+    .add(
+        Dev::new("nvme0n1", NVME)
+            .serial("NV1")
+            .wwn("eui.0025385b71b0"),
+        1,
+    )
+    .add(Dev::new("vda", VIRTIO).rotational(), 2)
+    .add(Dev::new("mmcblk0", MMC).serial("0x1234"), 3)
+    .add(Dev::new("xvda", XEN), 4);
+    f
+}
+
+fn found<'a>(s: &'a Scan, name: &str) -> &'a Found {
+    s.found
+        .iter()
+        .find(|f| f.kernel_name == name)
+        .unwrap_or_else(|| panic!("{name} not found: {s:#?}"))
+}
+
+fn skipped<'a>(s: &'a Scan, name: &str) -> &'a str {
+    &s.skipped
+        .iter()
+        .find(|k| k.name == name)
+        .unwrap_or_else(|| panic!("{name} not skipped: {s:#?}"))
+        .reason
+}
+
+#[test]
+fn every_transport_is_classified() {
+    let f = host();
+    let s = scan(&f.paths, &Discovery::default());
+    let want = [
+        ("sda", Transport::Sata, Class::Hdd),
+        ("sdb", Transport::Sata, Class::Ssd),
+        ("sdc", Transport::Sas, Class::Hdd),
+        ("sdd", Transport::Scsi, Class::Ssd),
+        ("sde", Transport::Usb, Class::Hdd),
+        ("nvme0n1", Transport::Nvme, Class::Nvme),
+        // virtio reports rotational, yet its class is virtual (the host's disk).
+        ("vda", Transport::Virtio, Class::Virtual),
+        ("mmcblk0", Transport::Mmc, Class::Ssd),
+        ("xvda", Transport::Xen, Class::Virtual),
+    ];
+    for (name, t, c) in want {
+        let x = found(&s, name);
+        assert_eq!((x.transport, x.class), (t, c), "{name}");
+        assert_eq!(x.path, Path::new("/dev").join(name));
+        assert_eq!(x.source, Source::Sysfs);
+        assert!(!x.health_only());
+    }
+    assert_eq!(s.found.len(), want.len(), "{s:#?}");
+    assert!(s.skipped.is_empty(), "{s:#?}");
+    // Natural order: deterministic whatever readdir gives.
+    let names: Vec<&str> = s.found.iter().map(|f| f.kernel_name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["mmcblk0", "nvme0n1", "sda", "sdb", "sdc", "sdd", "sde", "vda", "xvda"]
+    );
+    let a = found(&s, "sda");
+    assert_eq!(a.identity.model.as_deref(), Some("ST4000NM"));
+    assert_eq!(a.size_bytes, 2048 * 512);
+    assert_eq!(a.label(), "HDD1");
+    assert_eq!(found(&s, "vda").label(), "vda");
+}
+
+#[test]
+fn what_is_not_a_drive_is_skipped_with_its_reason() {
+    let f = FakeSys::new();
+    f.add(
+        Dev::new("sda", ATA).serial("A").wwn("naa.5000000000000001"),
+        0,
+    )
+    .partition("sda", "sda1")
+    // The same LUN on a second path (no multipath): one drive.
+    .add(
+        Dev::new("sdb", SAS)
+            .serial("A2")
+            .wwn("naa.5000000000000001"),
+        16,
+    )
+    .add(Dev::new("sdc", ATA2).serial("Z").size(0), 32);
+    for (i, name) in [
+        "loop0",
+        "ram0",
+        "zram0",
+        "dm-0",
+        "md127",
+        "nbd0",
+        "sr0",
+        "fd0",
+        "mtdblock0",
+        "zd0",
+        "rbd0",
+        "drbd1",
+        "bcache0",
+        "nullb0",
+        "pmem0",
+    ]
+    .iter()
+    .enumerate()
+    {
+        f.add(
+            Dev::new(name, VIRTUAL).serial(&format!("x{i}").leak()),
+            100 + i as u32,
+        );
+    }
+    f.add(Dev::new("nvme0c0n1", NVME).serial("NVH"), 200)
+        .attr("nvme0c0n1", "hidden", "1\n");
+    let s = scan(&f.paths, &Discovery::default());
+    let names: Vec<&str> = s.found.iter().map(|f| f.kernel_name.as_str()).collect();
+    assert_eq!(names, ["sda"], "{s:#?}");
+    for (name, why) in [
+        ("sda1", "partition"),
+        ("sdb", "the same drive as sda (WWN naa.5000000000000001)"),
+        ("sdc", "size 0"),
+        ("loop0", "include_loop"),
+        ("ram0", "RAM disk"),
+        ("zram0", "zram"),
+        ("dm-0", "device-mapper"),
+        ("md127", "md RAID"),
+        ("nbd0", "nbd"),
+        ("sr0", "optical"),
+        ("fd0", "floppy"),
+        ("mtdblock0", "mtd"),
+        ("zd0", "ZFS"),
+        ("rbd0", "Ceph"),
+        ("drbd1", "DRBD"),
+        ("bcache0", "bcache"),
+        ("nullb0", "null block"),
+        ("pmem0", "persistent memory"),
+        ("nvme0c0n1", "hidden NVMe path"),
+    ] {
+        let r = skipped(&s, name);
+        assert!(r.contains(why), "{name}: {r}");
+    }
+    assert_eq!(s.skipped.len(), 19, "{s:#?}");
+}
+
+#[test]
+fn loop_devices_are_kept_when_asked() {
+    let f = FakeSys::new();
+    f.add(Dev::new("loop3", VIRTUAL), 3)
+        .attr("loop3", "loop/backing_file", "/dev/shm/x/img\n")
+        // A loop device with nothing attached.
+        .add(Dev::new("loop4", VIRTUAL).size(0), 4);
+    let d = Discovery {
+        include_loop: true,
+        ..Discovery::default()
+    };
+    let s = scan(&f.paths, &d);
+    let l = found(&s, "loop3");
+    assert_eq!((l.transport, l.class), (Transport::Loop, Class::Virtual));
+    assert_eq!(l.identity.serial.as_deref(), Some("loop:/dev/shm/x/img"));
+    assert_eq!(l.label(), "loop:_dev_shm_x_img");
+    assert!(skipped(&s, "loop4").contains("size 0"));
+}
+
+fn re(s: &str) -> Option<regex::Regex> {
+    Some(regex::Regex::new(s).unwrap())
+}
+
+#[test]
+fn include_and_exclude_filters() {
+    let f = host();
+    let mut d = Discovery::default();
+    d.include.name = re("^(sd|nvme)");
+    d.exclude.model = re("^ST4000");
+    d.exclude.transport = re("^usb$");
+    let s = scan(&f.paths, &d);
+    let names: Vec<&str> = s.found.iter().map(|f| f.kernel_name.as_str()).collect();
+    assert_eq!(names, ["nvme0n1", "sdb", "sdc", "sdd"]);
+    assert!(skipped(&s, "vda").contains("[discovery.include] name"));
+    assert!(skipped(&s, "sda").contains("[discovery.exclude] model"));
+    assert!(skipped(&s, "sde").contains("[discovery.exclude] transport"));
+
+    // Include on a field a drive does not have: not matched.
+    let mut d = Discovery::default();
+    d.include.serial = re("^(SSD|NV)");
+    let s = scan(&f.paths, &d);
+    let names: Vec<&str> = s.found.iter().map(|f| f.kernel_name.as_str()).collect();
+    assert_eq!(names, ["nvme0n1", "sdb"]);
+    assert!(skipped(&s, "xvda").contains("serial \"\" does not match"));
+}
+
+#[test]
+fn max_drives_keeps_the_first_in_order() {
+    let f = host();
+    let mut s = scan(&f.paths, &Discovery::default());
+    limit(&mut s, 3);
+    let names: Vec<&str> = s.found.iter().map(|f| f.kernel_name.as_str()).collect();
+    assert_eq!(names, ["mmcblk0", "nvme0n1", "sda"]);
+    assert_eq!(s.skipped.len(), 6);
+    assert!(skipped(&s, "xvda").contains("max_drives (3)"));
+}
+
+#[test]
+fn natural_order() {
+    let mut v = vec!["sdaa", "nvme10n1", "sdb", "nvme2n1", "sda"];
+    v.sort_by_key(|n| natural_key(n));
+    assert_eq!(v, ["nvme2n1", "nvme10n1", "sda", "sdaa", "sdb"]);
+}
+
+fn fixture(name: &str) -> String {
+    fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/smartctl")
+            .join(name),
+    )
+    .unwrap()
+}
+
+#[test]
+fn raid_drives_come_from_scan_open() {
+    let s = raid_drives(&fixture("scan-open-raid.json"), &Discovery::default()).unwrap();
+    let got: Vec<(&str, &str, Option<&str>)> = s
+        .found
+        .iter()
+        .map(|f| {
+            (
+                f.kernel_name.as_str(),
+                f.path.to_str().unwrap(),
+                f.smartctl_type.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("bus/0:sat+megaraid,0", "/dev/bus/0", Some("sat+megaraid,0")),
+            ("bus/0:megaraid,1", "/dev/bus/0", Some("megaraid,1")),
+            ("sg1:cciss,0", "/dev/sg1", Some("cciss,0")),
+        ]
+    );
+    for f in &s.found {
+        assert!(f.health_only());
+        assert_eq!((f.transport, f.source), (Transport::Raid, Source::Smartctl));
+    }
+    assert_eq!(s.found[1].label(), "bus_0:megaraid_1");
+    let mut d = Discovery::default();
+    d.exclude.name = re("cciss");
+    let s = raid_drives(&fixture("scan-open-raid.json"), &d).unwrap();
+    assert_eq!(s.found.len(), 2);
+    assert!(skipped(&s, "sg1:cciss,0").contains("exclude"));
+    assert!(raid_drives("not json", &d).is_err());
+}
+
+#[test]
+fn labels_stay_in_the_label_set() {
+    assert_eq!(label_of("S3Z9NB0K123456 X/Y"), "S3Z9NB0K123456_X_Y");
+    assert_eq!(label_of(&"x".repeat(100)).len(), 64);
+    assert_eq!(label_of(""), "_");
+}
+
+fn config(text: &str) -> Config {
+    Config::parse(text, "t.toml").unwrap()
+}
+
+#[test]
+fn listed_drives_override_discovered_ones_and_the_rest_get_class_canaries() {
+    let f = host();
+    let base = config(
+        "[discovery]\n\
+         [discovery.canary.hdd]\nrate_iops = 0.5\nwindow = \"20m\"\n\
+         [[drive]]\nname = \"boot\"\nserial = \"SSD1\"\nrated_dwpd = 1\nwarranty_years = 5\n\
+         [[drive]]\nname = \"elsewhere\"\nwwn = \"0x5000000000000099\"\n\
+         [[probe]]\nname = \"fast\"\ndrives = [\"boot\"]\n[probe.workload]\nrate_iops = 100\n",
+    );
+    let s = scan(&f.paths, &base.discovery);
+    let (c, w) = merge(&base, &s);
+    // The listed drive keeps its name, rating and probe; the discovered sdb is not added.
+    let boot = c.drives.iter().find(|d| d.name == "boot").unwrap();
+    assert!(boot.rating.dwpd.is_some());
+    assert_eq!(c.discovered["boot"].kernel_name, "sdb");
+    assert!(!c.drives.iter().any(|d| d.name == "SSD1"));
+    assert!(!c
+        .probes
+        .iter()
+        .any(|p| p.name == CANARY && p.drives.contains(&"boot".to_string())));
+    // A listed drive discovery did not find stays, without discovery's fields.
+    assert!(c.drives.iter().any(|d| d.name == "elsewhere"));
+    assert!(!c.discovered.contains_key("elsewhere"));
+    // Every discovered drive: read-only, its class's canary.
+    for d in c
+        .drives
+        .iter()
+        .filter(|d| !["boot", "elsewhere"].contains(&d.name.as_str()))
+    {
+        assert!(
+            !d.destructive && d.file_target.is_none() && !d.writable(),
+            "{d:?}"
+        );
+        let class = c.discovered[&d.name].class;
+        let p: Vec<&Probe> = c
+            .probes
+            .iter()
+            .filter(|p| p.drives.contains(&d.name))
+            .collect();
+        assert_eq!(p.len(), 1, "{}", d.name);
+        assert_eq!(p[0].name, CANARY);
+        assert!(!p[0].writes && !p[0].job.writes());
+        let want = base.discovery.canary(class);
+        assert_eq!(p[0].job.rate().map(|r| r.iops), Some(want.rate_iops));
+        assert_eq!(p[0].window, want.window);
+    }
+    assert_eq!(base.discovery.canary(Class::Hdd).rate_iops, 0.5);
+    assert_eq!(
+        base.discovery.canary(Class::Nvme),
+        crate::config::DEFAULT_CLASS_CANARY[2]
+    );
+    // Drives of one class share one probe.
+    let hdd = c
+        .probes
+        .iter()
+        .find(|p| p.name == CANARY && p.drives.contains(&"HDD1".to_string()))
+        .unwrap();
+    assert_eq!(hdd.drives, ["HDD1", "SAS1", "USB1"]);
+    let e = w.watched.iter().find(|x| x.name == "boot").unwrap();
+    assert_eq!(e.source, "listed+sysfs");
+    let e = w.watched.iter().find(|x| x.name == "NV1").unwrap();
+    assert_eq!(
+        (e.source.as_str(), e.canary_rate_iops),
+        ("sysfs", Some(50.0))
+    );
+    assert_eq!(w.watched.len(), c.drives.len());
+}
+
+#[test]
+fn discovery_off_and_health_only() {
+    let f = host();
+    let base = config("[discovery]\nenabled = false\n");
+    let (c, w) = merge(&base, &scan(&f.paths, &Discovery::default()));
+    assert!(c.drives.is_empty() && w.watched.is_empty() && w.skipped.is_empty());
+    // No [discovery] section: off (a config written before it keeps its meaning).
+    assert!(!config("").discovery.enabled);
+    assert!(config("[discovery]\n").discovery.enabled);
+
+    let mut base = config("[discovery]\n");
+    base.discovery.health_only = true;
+    let (c, w) = merge(&base, &scan(&f.paths, &base.discovery));
+    assert_eq!(c.drives.len(), 9);
+    assert!(c.probes.is_empty());
+    assert!(w.watched.iter().all(|x| x.health_only));
+
+    // RAID drives are health-only, with their -d type.
+    let base = config("[discovery]\n");
+    let r = raid_drives(&fixture("scan-open-raid.json"), &base.discovery).unwrap();
+    let (c, _) = merge(&base, &r);
+    assert_eq!(c.drives.len(), 3);
+    assert!(c.probes.is_empty());
+    assert_eq!(c.drives[1].smartctl_type.as_deref(), Some("megaraid,1"));
+}
+
+#[test]
+fn a_label_taken_falls_back_to_the_kernel_name() {
+    let f = host();
+    let base = config(
+        "[discovery]\n[[drive]]\nname = \"HDD1\"\nfile_target = { path = \"/dev/shm/no-such-dir/x\", size = \"1MiB\" }\n",
+    );
+    let (c, _) = merge(&base, &scan(&f.paths, &base.discovery));
+    assert_eq!(c.discovered["sda"].kernel_name, "sda");
+}
