@@ -29,12 +29,14 @@ use serde_json::Value;
 const SATA_SERIAL: &str = "QM00005";
 const HOT_SERIAL: &str = "VIRTSN02";
 const CANARY: &str = "canary-4k-read";
-/// (drive label, kernel name, class, transport, class rate in IOPS)
+/// (drive label, model in sysfs, class, transport, class rate in IOPS). The kernel name
+/// comes from the guest: the two AHCI ports are probed in parallel, so either SATA disk
+/// may be `sda`.
 const DRIVES: [(&str, &str, &str, &str, f64); 4] = [
-    (NVME_SERIAL, "nvme0n1", "nvme", "nvme", 50.0),
-    (SATA_SERIAL, "sda", "ssd", "sata", 20.0),
-    (HDD_SERIAL, "sdb", "hdd", "sata", 1.0),
-    (VIRTIO_SERIAL, "vda", "virtual", "virtio", 5.0),
+    (NVME_SERIAL, "QEMU NVMe Ctrl", "nvme", "nvme", 50.0),
+    (SATA_SERIAL, "QEMU HARDDISK", "ssd", "sata", 20.0),
+    (HDD_SERIAL, "QEMU SPINNING DI", "hdd", "sata", 1.0),
+    (VIRTIO_SERIAL, "", "virtual", "virtio", 5.0),
 ];
 /// Phase 2's rescan interval.
 const RESCAN_SECONDS: u32 = 4;
@@ -44,7 +46,7 @@ const PAYLOAD: &str = r#"
 ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 wait_dev /dev/sdb
 wait_dev /dev/vda
-run rotational sh -c 'for d in nvme0n1 sda sdb vda; do echo "$d $(cat /sys/block/$d/queue/rotational)"; done'
+run disks sh -c 'for d in nvme0n1 sda sdb vda; do echo "$d|$(cat /sys/block/$d/queue/rotational)|$(cat /sys/block/$d/device/model 2>/dev/null)"; done'
 scrape() { wget -q -O - http://127.0.0.1:39480/metrics 2>/dev/null; }
 api() { wget -q -O - http://127.0.0.1:39480/api/v1/drives 2>/dev/null; }
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
@@ -193,19 +195,34 @@ fn vm_discovery_finds_classifies_and_follows_every_drive() {
         .unwrap_or_else(|e| panic!("{e}"));
     let (run, disks) = vm.finish_keeping_disks();
 
-    // The guest sees what the builder asked for.
-    let rot = run.ok_section("rotational").text.clone();
-    for (name, want) in [("nvme0n1", "0"), ("sda", "0"), ("sdb", "1")] {
-        assert!(
-            rot.lines().any(|l| l.trim() == format!("{name} {want}")),
-            "expected {name} queue/rotational {want} in the guest, got:\n{rot}"
+    // The guest sees what the builder asked for; the kernel name of each drive.
+    let disks = run.ok_section("disks").text.clone();
+    let row = |model: &str| -> (String, String) {
+        disks
+            .lines()
+            .map(|l| l.split('|').map(str::trim).collect::<Vec<_>>())
+            .find(|f| f.len() == 3 && (f[2] == model || (model.is_empty() && f[0] == "vda")))
+            .map(|f| (f[0].to_string(), f[1].to_string()))
+            .unwrap_or_else(|| panic!("expected a disk of model {model:?} in the guest:\n{disks}"))
+    };
+    let kname = |serial: &str| {
+        let (_, model, ..) = DRIVES.iter().find(|d| d.0 == serial).unwrap();
+        row(model).0
+    };
+    for (serial, model, class, ..) in DRIVES {
+        let (k, rot) = row(model);
+        let want = if class == "hdd" || class == "virtual" { "1" } else { "0" };
+        assert_eq!(
+            rot, want,
+            "expected {serial} ({k}) queue/rotational {want} in the guest:\n{disks}"
         );
     }
 
     // 1. No config.
     let log1 = run.section("log1").text.clone();
     let e1 = Exposition::parse(&run.ok_section("metrics-1").text);
-    for (drive, kname, class, transport, rate) in DRIVES {
+    for (drive, _, class, transport, rate) in DRIVES {
+        let kname = kname(drive);
         let d = [("drive", drive)];
         assert_eq!(
             v(&e1, "driveprobe_drive_up", &d, &log1),
@@ -299,7 +316,8 @@ fn vm_discovery_finds_classifies_and_follows_every_drive() {
             .unwrap_or_default(),
         _ => Vec::new(),
     };
-    for (drive, kname, class, transport, _) in DRIVES {
+    for (drive, _, class, transport, _) in DRIVES {
+        let kname = kname(drive);
         let e = entries
             .iter()
             .find(|e| e["name"] == drive || e["drive"] == drive)
@@ -311,16 +329,27 @@ fn vm_discovery_finds_classifies_and_follows_every_drive() {
                 d["transport"].as_str(),
                 d["kernel_name"].as_str()
             ),
-            (Some(class), Some(transport), Some(kname)),
+            (Some(class), Some(transport), Some(kname.as_str())),
             "expected {drive}'s discovered entry in /api/v1/drives: {e}"
         );
     }
-    // `driveprobe discover --json` names the same four (and skips nothing of them).
-    let disc = run.ok_section("discover").text.clone();
-    for (drive, kname, ..) in DRIVES {
-        assert!(
-            disc.contains(kname) && disc.contains(drive),
-            "expected `driveprobe discover --json` to list {drive} ({kname}):\n{disc}"
+    // `driveprobe discover --json` says the same of the four.
+    let disc = run.ok_section("discover").json();
+    for (drive, _, class, transport, rate) in DRIVES {
+        let kname = kname(drive);
+        let w = disc["watched"]
+            .as_array()
+            .and_then(|a| a.iter().find(|w| w["name"] == drive))
+            .unwrap_or_else(|| panic!("expected {drive} watched in `driveprobe discover --json`: {disc}"));
+        assert_eq!(
+            (
+                w["kernel_name"].as_str(),
+                w["class"].as_str(),
+                w["transport"].as_str(),
+                w["canary_rate_iops"].as_f64()
+            ),
+            (Some(kname.as_str()), Some(class), Some(transport), Some(rate)),
+            "expected `driveprobe discover --json` to say {drive} is {kname}, {class}, {transport}, {rate} IOPS: {w}"
         );
     }
 
@@ -344,7 +373,8 @@ fn vm_discovery_finds_classifies_and_follows_every_drive() {
         .and_then(|l| l.trim_start_matches("=== RATE-END ").trim().parse().ok())
         .expect("=== RATE-END line");
     let span = end - start;
-    for (drive, kname, class, _, rate) in DRIVES {
+    for (drive, _, class, _, rate) in DRIVES {
+        let kname = kname(drive);
         let l = [("drive", drive), ("probe", CANARY), ("op", "read")];
         let ops = v(&b, "driveprobe_probe_ops_total", &l, &log2)
             - v(&a, "driveprobe_probe_ops_total", &l, &log2);

@@ -56,7 +56,12 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
     let collector = collector_name(&probe.name);
     let mut log = CondLog::new(format!("drive {name}, probe {}", probe.name));
     let mut state = ProbeState::Starting;
-    let mut standby = StandbyCheck::new(probe.job.to_spec().rate.map(|r| r.iops));
+    let mut standby = StandbyCheck::new(probe.job.to_spec().rate.map(|r| r.iops)).class_rotational(
+        ctx.config
+            .discovered
+            .get(&name)
+            .map(|d| d.class == crate::discovery::Class::Hdd),
+    );
     publish(&ctx, &name, &probe, &win, &state);
     while !drive.stopped() {
         beat.beat();

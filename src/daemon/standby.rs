@@ -1,6 +1,7 @@
 //! The sleeping-disk check of a canary: a spun-down rotational disk is not woken by it.
 //!
-//! Before a canary issues I/O to a rotational disk (sysfs `queue/rotational` = 1), and
+//! Before a canary issues I/O to a rotational disk (a discovered drive of class `hdd`; a
+//! listed drive that discovery did not match: sysfs `queue/rotational` = 1), and
 //! then once per interval of its segment, it asks the disk whether it is in standby with
 //! ATA CHECK POWER MODE ([`crate::sys::ata`]), which the drive answers without spinning
 //! up. A sleeping disk holds the canary (`paused`, with the reason); it resumes when the
@@ -53,12 +54,21 @@ pub struct StandbyCheck {
     last: Option<(Instant, PowerMode)>,
     /// Answers so far (for the log line that says the check works).
     answers: u64,
+    /// What discovery's class says: rotational (`hdd`) or not (virtio disks say they
+    /// rotate in sysfs; their class is `virtual`). None: ask sysfs.
+    class_rotational: Option<bool>,
 }
 
 impl StandbyCheck {
     /// A check for a canary at `rate_iops` (None: unlimited, asked once a second).
     pub fn new(rate_iops: Option<f64>) -> Self {
         Self::with_sys(rate_iops, Path::new("/sys"))
+    }
+
+    /// What the drive's discovered class says of its rotation (see the field).
+    pub fn class_rotational(mut self, rotational: Option<bool>) -> Self {
+        self.class_rotational = rotational;
+        self
     }
 
     pub fn with_sys(rate_iops: Option<f64>, sys: &Path) -> Self {
@@ -72,6 +82,7 @@ impl StandbyCheck {
             disk: None,
             last: None,
             answers: 0,
+            class_rotational: None,
         }
     }
 
@@ -106,7 +117,10 @@ impl StandbyCheck {
     ) -> Option<String> {
         let disk = disk?;
         if self.disk.as_ref().is_none_or(|(d, _)| d != disk) {
-            let kind = if self.rotational(disk) {
+            let kind = if self
+                .class_rotational
+                .unwrap_or_else(|| self.rotational(disk))
+            {
                 Kind::Asked
             } else {
                 Kind::NotRotational
@@ -238,6 +252,16 @@ mod tests {
             None
         );
         assert_eq!(asked.get(), before);
+        // A virtio disk says it rotates in sysfs; its class (virtual) says not: not asked.
+        // A discovered hdd is asked whatever sysfs says.
+        let mut c = StandbyCheck::with_sys(Some(5.0), sys.path()).class_rotational(Some(false));
+        assert_eq!(c.check("v", Some(sda), answer(PowerMode::Standby)), None);
+        assert_eq!(asked.get(), before);
+        let mut c = StandbyCheck::with_sys(Some(1.0), sys.path()).class_rotational(Some(true));
+        assert!(c
+            .check("h", Some(Path::new("/dev/sdb")), answer(PowerMode::Standby))
+            .is_some());
+        assert_eq!(asked.get(), before + 1);
     }
 
     /// A disk that refuses the question is asked once, and its canary runs; a failure of
