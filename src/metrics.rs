@@ -326,6 +326,28 @@ impl Snapshot {
                 bool01(on),
             );
         }
+        if let Some(d) = &status.discovery {
+            for (state, n) in [("watched", d.watched), ("skipped", d.skipped)] {
+                self.gauge(
+                    "driveprobe_discovery_drives",
+                    "Drives discovery's last scan left the daemon watching (listed and discovered), and block devices it skipped (partitions, loop, dm, filtered out...: `driveprobe discover` says why).",
+                    vec![("state", state.to_string())],
+                    n as f64,
+                );
+            }
+            self.counter(
+                "driveprobe_discovery_scans_total",
+                "Scans of the host's disks discovery has made (periodic, and on hot-plug).",
+                vec![],
+                d.scans_total,
+            );
+            self.gauge(
+                "driveprobe_discovery_last_scan_timestamp_seconds",
+                "Unix time of discovery's last scan.",
+                vec![],
+                d.last_scan_unix,
+            );
+        }
     }
 
     fn drive(&mut self, name: &str, d: &DriveStatus) {
@@ -354,6 +376,17 @@ impl Snapshot {
             drive(),
             bool01(d.up),
         );
+        if let Some(x) = &d.discovered {
+            self.gauge(
+                "driveprobe_drive_class",
+                "The drive's class, always 1, for a drive discovery found: hdd (rotational), ssd (SATA/SAS/SCSI, not rotational), nvme, virtual (virtio, Xen, loop, unknown). Its canary's default rate comes from it.",
+                vec![
+                    ("drive", name.to_string()),
+                    ("class", x.class.name().to_string()),
+                ],
+                1.0,
+            );
+        }
         for state in HealthState::NAMES {
             self.gauge(
                 "driveprobe_health_state",
@@ -481,6 +514,18 @@ impl Snapshot {
 
     fn probe(&mut self, drive: &str, probe: &str, p: &ProbeStatus) {
         let l = || vec![("drive", drive.to_string()), ("probe", probe.to_string())];
+        self.gauge_opt(
+            "driveprobe_probe_rate_iops",
+            "The I/Os per second the canary probe is set to (its class default for a discovered drive, or the config's rate_iops).",
+            &l(),
+            p.rate_iops,
+        );
+        self.gauge(
+            "driveprobe_probe_window_seconds",
+            "The window the canary probe's latency quantiles are taken over, in seconds.",
+            l(),
+            p.window_seconds,
+        );
         // All three from the probe's one state: running and paused are never both 1.
         self.gauge(
             "driveprobe_probe_running",

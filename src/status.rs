@@ -47,6 +47,19 @@ pub struct Status {
     pub run_notes: BTreeMap<String, String>,
     /// Drives by the name of the probe or schedule that runs on them now, for the status page.
     pub scheduler: SchedulerStatus,
+    /// What discovery found; None while it is off.
+    pub discovery: Option<DiscoveryStatus>,
+}
+
+/// Discovery's last scan.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DiscoveryStatus {
+    /// Drives watched (listed and discovered) and block devices skipped, last scan.
+    pub watched: usize,
+    pub skipped: usize,
+    pub scans_total: u64,
+    /// Unix seconds of the last scan.
+    pub last_scan_unix: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -99,6 +112,9 @@ pub struct DriveStatus {
     pub last_runs: BTreeMap<String, RunSummary>,
     /// Scheduled runs skipped up front, by schedule name (the config's `[[schedule]]` name).
     pub skipped: BTreeMap<String, SkipStatus>,
+    /// What discovery knows of the drive (class, transport, kernel name, source); None
+    /// for a listed drive discovery did not match.
+    pub discovered: Option<crate::config::Discovered>,
 }
 
 /// Where health reading of one drive stands. Set by the drive's health thread only.
@@ -245,6 +261,8 @@ pub struct ProbeStatus {
     pub writes: bool,
     /// Length of the sliding window of the quantiles, in seconds.
     pub window_seconds: f64,
+    /// The rate the canary is set to (I/Os per second), when it has one.
+    pub rate_iops: Option<f64>,
     /// Where the probe stands: the one state every surface renders.
     pub state: ProbeState,
     pub read: OpStatus,
@@ -549,7 +567,7 @@ impl Shared {
 
 impl Status {
     /// Drive `name`'s entry, created when missing.
-    fn drive_entry(&mut self, name: &str) -> &mut DriveStatus {
+    pub fn drive_entry(&mut self, name: &str) -> &mut DriveStatus {
         self.drives
             .entry(name.to_string())
             .or_insert_with(|| DriveStatus {

@@ -538,6 +538,7 @@ fn publish(ctx: &Ctx, drive: &str, probe: &Probe, win: &Windows, state: &ProbeSt
         let p = d.probes.entry(probe.name.clone()).or_default();
         p.writes = probe.writes;
         p.window_seconds = probe.window.as_secs_f64();
+        p.rate_iops = probe.job.rate().map(|r| r.iops);
         p.state = state.clone();
         p.read = read;
         p.write = write;

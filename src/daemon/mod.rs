@@ -15,6 +15,7 @@
 
 pub mod canary;
 pub mod condlog;
+pub mod discover;
 pub mod health;
 pub mod identity;
 pub mod scheduler;
@@ -426,7 +427,13 @@ impl Generation {
         // Drives and probes no longer configured leave the status (and so every
         // surface); new ones enter it. From here on, the old generation's threads
         // (some may still be going) cannot write it.
-        let generation = shared.begin_generation(|s| prune(s, &config));
+        let generation = shared.begin_generation(|s| {
+            prune(s, &config);
+            // What discovery knows of each drive (None for a listed drive it did not match).
+            for d in &config.drives {
+                s.drive_entry(&d.name).discovered = config.discovered.get(&d.name).cloned();
+            }
+        });
         let ctx = Arc::new(Ctx {
             config,
             generation,
@@ -529,6 +536,20 @@ impl Generation {
     }
 }
 
+/// Stops `old` (waiting up to 5 s for its threads) and starts a generation on `new`: a
+/// reload, and a change of the discovered drives.
+async fn swap(
+    old: Generation,
+    new: Config,
+    shared: &Arc<Shared>,
+    store: &Arc<Store>,
+    runs: &Arc<Runs>,
+) -> Generation {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let _ = tokio::task::spawn_blocking(move || old.stop(deadline)).await;
+    Generation::start(new, shared.clone(), store.clone(), runs.clone())
+}
+
 fn load_config(opts: &Options) -> Result<Config, ConfigError> {
     let mut c = match &opts.config {
         Some(p) => Config::load(p)?,
@@ -587,7 +608,14 @@ fn summary_text(drives: usize, up: usize, running: usize) -> String {
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(opts: Options) -> Result<(), DaemonError> {
-    let config = load_config(&opts)?;
+    // The config as listed; what the daemon runs is it merged with discovery's last scan.
+    let mut base = load_config(&opts)?;
+    let mut discoverer = discover::Discoverer::new(crate::device::SystemPaths::default());
+    let mut last_scan = discoverer.scan(&base.discovery);
+    let (config, watch) = crate::discovery::merge(&base, &last_scan);
+    if base.discovery.enabled {
+        discover::log_watch(&watch);
+    }
     let web = match &opts.web_config {
         Some(p) => Some(crate::http::WebConfig::load(p)?),
         None => None,
@@ -634,6 +662,8 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         e => e,
     })?;
 
+    discover::publish_scan(&shared, &base.discovery, &last_scan, discoverer.scans());
+    discover::publish_watch(&shared, &base.discovery, &watch);
     let runs = Arc::new(Runs::default());
     scheduler::recover(&store, now_unix() as i64);
     scheduler::start_cleanup(&config.state_dir, &store, config.runs);
@@ -650,6 +680,27 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     // answer) holds the start back only so long, and /healthz then says why.
     if !first_pass_made(&shared, Duration::from_secs(10)) {
         tracing::warn!("the scheduler has not made its first pass in 10 s; starting anyway");
+    }
+
+    // The discovery thread: its scans come to the main loop, which merges and swaps.
+    let disc_ctl = discover::Control::new(base.discovery.clone());
+    let (disc_tx, mut disc_rx) = tokio::sync::mpsc::unbounded_channel::<crate::discovery::Scan>();
+    {
+        let (ctl, sh, first) = (disc_ctl.clone(), shared.clone(), last_scan.clone());
+        if let Err(e) = std::thread::Builder::new()
+            .name("dp-discovery".into())
+            .spawn(move || {
+                discover::run(
+                    discoverer,
+                    ctl,
+                    first,
+                    move |s| disc_tx.send(s).is_ok(),
+                    move |d, s, n| discover::publish_scan(&sh, d, s, n),
+                )
+            })
+        {
+            tracing::error!(error = %e, "cannot start the discovery thread; drives plugged in later are not seen");
+        }
     }
 
     runtime.block_on(async move {
@@ -760,10 +811,13 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                     }
                     match loaded {
                         Ok(new) => {
-                            let old = generation;
-                            let deadline = Instant::now() + Duration::from_secs(5);
-                            let _ = tokio::task::spawn_blocking(move || old.stop(deadline)).await;
-                            generation = Generation::start(new, shared.clone(), store.clone(), runs.clone());
+                            // The listed config anew, with discovery's last scan; the
+                            // discovery thread rescans at once with the new [discovery].
+                            base = new;
+                            let (merged, watch) = crate::discovery::merge(&base, &last_scan);
+                            discover::publish_watch(&shared, &base.discovery, &watch);
+                            disc_ctl.set(base.discovery.clone());
+                            generation = swap(generation, merged, &shared, &store, &runs).await;
                             let mut s = shared.lock();
                             s.config.last_reload_successful = true;
                             s.config.last_reload_success_unix = now_unix();
@@ -780,10 +834,20 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                     }
                     notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&summary_line(&shared))]);
                 }
+                Some(scan) = disc_rx.recv() => {
+                    last_scan = scan;
+                    let (new, watch) = crate::discovery::merge(&base, &last_scan);
+                    tracing::info!("discovery: the drives changed; starting on the new set");
+                    discover::log_watch(&watch);
+                    discover::publish_watch(&shared, &base.discovery, &watch);
+                    generation = swap(generation, new, &shared, &store, &runs).await;
+                    notify(&[sd_notify::NotifyState::Status(&summary_line(&shared))]);
+                }
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
         }
+        disc_ctl.stop();
         notify(&[sd_notify::NotifyState::Stopping, sd_notify::NotifyState::Status("stopping")]);
         tracing::info!("stopping");
         let deadline = Instant::now() + Duration::from_millis(4000);

@@ -1,0 +1,264 @@
+//! The daemon's discovery: a thread that scans the host's disks every `rescan_interval`,
+//! and within [`HOTPLUG_POLL`] of a hot-plug (a cheap listing of `/sys/class/block`
+//! names and sizes, compared with the last one), and sends the main loop a new scan
+//! when the set of drives changed; the main loop merges it with the listed config and
+//! starts a new generation, as a SIGHUP reload does.
+//!
+//! A drive that disappears stays in the scans it sends (so it shows `driveprobe_drive_up
+//! 0` with the reason) until `drop_after` has passed; then it is dropped, logged once.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::config::Discovery;
+use crate::device::SystemPaths;
+use crate::discovery::{self, Found, Scan, Watch};
+use crate::status::{DiscoveryStatus, Shared};
+
+use super::condlog::{CondLog, Level};
+use super::now_unix;
+
+/// How often the block devices are listed between scans, for hot-plug.
+pub const HOTPLUG_POLL: Duration = Duration::from_secs(2);
+
+/// What discovery knows between scans: the drives present and those gone (since when).
+#[derive(Debug)]
+pub struct Discoverer {
+    paths: SystemPaths,
+    present: Vec<Found>,
+    gone: BTreeMap<String, (Found, Instant)>,
+    log: CondLog,
+    scans: u64,
+}
+
+/// The key a drive is known by across scans: its label (serial, WWN or kernel name),
+/// with the kernel name when it has neither.
+fn key(f: &Found) -> String {
+    f.label()
+}
+
+impl Discoverer {
+    pub fn new(paths: SystemPaths) -> Discoverer {
+        Discoverer {
+            paths,
+            present: Vec::new(),
+            gone: BTreeMap::new(),
+            log: CondLog::new("discovery"),
+            scans: 0,
+        }
+    }
+
+    /// Scans now: what the daemon should watch (the drives present, then the drives gone
+    /// less than `drop_after` ago).
+    pub fn scan(&mut self, d: &Discovery) -> Scan {
+        self.scans += 1;
+        let mut s = if d.enabled {
+            discovery::scan_host(&self.paths, d)
+        } else {
+            Scan::default()
+        };
+        let now = Instant::now();
+        let keys: Vec<String> = s.found.iter().map(key).collect();
+        for f in std::mem::take(&mut self.present) {
+            let k = key(&f);
+            if !keys.contains(&k) && d.enabled {
+                self.log.holds(
+                    &format!("gone:{k}"),
+                    Level::Warn,
+                    format!(
+                        "drive {k} ({}) is gone; it stays, down, for {} before it is dropped",
+                        f.kernel_name,
+                        format!("{} s", d.drop_after.as_secs())
+                    ),
+                );
+                self.gone.insert(k, (f, now));
+            }
+        }
+        for k in &keys {
+            if self.gone.remove(k).is_some() {
+                self.log.ends(&format!("gone:{k}"));
+            }
+        }
+        let dropped: Vec<String> = self
+            .gone
+            .iter()
+            .filter(|(_, (_, since))| now.duration_since(*since) >= d.drop_after || !d.enabled)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in dropped {
+            self.gone.remove(&k);
+            // The condition's end is the one line that says it is dropped.
+            self.log.ends(&format!("gone:{k}"));
+            tracing::info!(drive = %k, "discovery: a removed drive is dropped, with its series");
+        }
+        self.present = s.found.clone();
+        s.found.extend(self.gone.values().map(|(f, _)| f.clone()));
+        s
+    }
+
+    pub fn scans(&self) -> u64 {
+        self.scans
+    }
+}
+
+/// What the discovery thread shares with the main loop.
+#[derive(Debug)]
+pub struct Control {
+    /// The `[discovery]` in force (a reload changes it).
+    pub discovery: Mutex<Discovery>,
+    stop: AtomicBool,
+    /// Rescan now (a reload).
+    poke: (Mutex<bool>, Condvar),
+}
+
+impl Control {
+    pub fn new(d: Discovery) -> Arc<Control> {
+        Arc::new(Control {
+            discovery: Mutex::new(d),
+            stop: AtomicBool::new(false),
+            poke: (Mutex::new(false), Condvar::new()),
+        })
+    }
+
+    fn current(&self) -> Discovery {
+        self.discovery
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A new `[discovery]` (a reload): rescan now with it.
+    pub fn set(&self, d: Discovery) {
+        *self.discovery.lock().unwrap_or_else(|e| e.into_inner()) = d;
+        self.wake();
+    }
+
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        *self.poke.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.poke.1.notify_all();
+    }
+
+    /// Waits up to `d`; true when poked (or stopped).
+    fn wait(&self, d: Duration) -> bool {
+        let deadline = Instant::now() + d;
+        let mut g = self.poke.0.lock().unwrap_or_else(|e| e.into_inner());
+        while !*g {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            g = match self.poke.1.wait_timeout(g, left) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
+        }
+        *g = false;
+        true
+    }
+}
+
+/// The drives of a scan, as compared between scans: a change starts a new generation.
+fn shape(s: &Scan) -> Vec<(String, String, &'static str)> {
+    let mut v: Vec<_> = s
+        .found
+        .iter()
+        .map(|f| (key(f), f.kernel_name.clone(), f.class.name()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Publishes the figures of a merge (what is watched and skipped).
+pub fn publish_watch(shared: &Shared, d: &Discovery, watch: &Watch) {
+    let mut s = shared.lock();
+    if !d.enabled {
+        s.discovery = None;
+        return;
+    }
+    let st = s.discovery.get_or_insert_with(DiscoveryStatus::default);
+    st.watched = watch.watched.len();
+    st.skipped = watch.skipped.len();
+}
+
+/// Publishes the figures of a scan.
+pub fn publish_scan(shared: &Shared, d: &Discovery, scan: &Scan, scans: u64) {
+    let mut s = shared.lock();
+    if !d.enabled {
+        s.discovery = None;
+        return;
+    }
+    let st = s.discovery.get_or_insert_with(DiscoveryStatus::default);
+    st.skipped = scan.skipped.len();
+    st.scans_total = scans;
+    st.last_scan_unix = now_unix();
+}
+
+/// Logs what is watched and skipped (at start, and when it changed).
+pub fn log_watch(watch: &Watch) {
+    for w in &watch.watched {
+        let canary = match w.canary_rate_iops {
+            Some(r) => format!("canary {r} IOPS"),
+            None if w.health_only => "health only".into(),
+            None => "its own probes".into(),
+        };
+        tracing::info!(
+            drive = %w.name,
+            device = %w.kernel_name.as_deref().unwrap_or("-"),
+            class = %w.class.map_or("-", |c| c.name()),
+            transport = %w.transport.map_or("-", |t| t.name()),
+            source = %w.source,
+            "watching: {canary}"
+        );
+    }
+    for s in &watch.skipped {
+        tracing::info!(device = %s.name, "skipping: {}", s.reason);
+    }
+}
+
+/// The discovery thread: scans every `rescan_interval`, when the block devices change
+/// (checked every [`HOTPLUG_POLL`]), and when poked; sends each scan whose drives differ
+/// from the last one sent. `scanned` is told of every scan (for the figures).
+pub fn run(
+    mut disc: Discoverer,
+    ctl: Arc<Control>,
+    first: Scan,
+    send: impl Fn(Scan) -> bool,
+    scanned: impl Fn(&Discovery, &Scan, u64),
+) {
+    let mut sent = shape(&first);
+    let mut print = discovery::fingerprint(&disc.paths);
+    let mut last_scan = Instant::now();
+    while !ctl.stop.load(Ordering::Acquire) {
+        let poked = ctl.wait(HOTPLUG_POLL);
+        if ctl.stop.load(Ordering::Acquire) {
+            break;
+        }
+        let d = ctl.current();
+        let now_print = discovery::fingerprint(&disc.paths);
+        let plugged = now_print != print;
+        if !(poked || plugged || last_scan.elapsed() >= d.rescan_interval) {
+            continue;
+        }
+        if plugged {
+            tracing::debug!("discovery: block devices changed; scanning");
+        }
+        print = now_print;
+        last_scan = Instant::now();
+        let s = disc.scan(&d);
+        scanned(&d, &s, disc.scans());
+        let now = shape(&s);
+        if now != sent {
+            sent = now;
+            if !send(s) {
+                break;
+            }
+        }
+    }
+}
