@@ -1174,6 +1174,7 @@ mod tests {
         ProbeStatus {
             writes: false,
             window_seconds: 60.0,
+            rate_iops: Some(50.0),
             state: ProbeState::Running,
             read,
             write: OpStatus::default(),

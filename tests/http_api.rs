@@ -88,6 +88,7 @@ fn status(bad_doc: &Path) -> Status {
         ProbeStatus {
             writes: false,
             window_seconds: 60.0,
+            rate_iops: Some(50.0),
             state: ProbeState::Running,
             read: op(1_234_567, 2, 95e-6),
             write: OpStatus::default(),
@@ -104,6 +105,7 @@ fn status(bad_doc: &Path) -> Status {
         ProbeStatus {
             writes: true,
             window_seconds: 60.0,
+            rate_iops: Some(50.0),
             state: ProbeState::Paused {
                 reason: "the canaries' wear budget for today is spent".into(),
             },
@@ -175,6 +177,12 @@ fn status(bad_doc: &Path) -> Status {
             },
             last_runs: BTreeMap::new(),
             skipped: BTreeMap::new(),
+            discovered: Some(driveprobe::config::Discovered {
+                class: driveprobe::discovery::Class::Ssd,
+                transport: driveprobe::discovery::Transport::Sas,
+                kernel_name: "sdb".into(),
+                source: driveprobe::discovery::Source::Sysfs,
+            }),
         },
     );
     let mut collectors = BTreeMap::new();
@@ -270,6 +278,7 @@ fn status(bad_doc: &Path) -> Status {
             next_due,
             running: BTreeMap::new(),
         },
+        discovery: None,
     }
 }
 

@@ -138,6 +138,7 @@ fn nvme() -> DriveStatus {
         ProbeStatus {
             writes: false,
             window_seconds: 60.0,
+            rate_iops: Some(50.0),
             state: ProbeState::Running,
             read: op(216_000, 4096, 0, 2, 68e-6),
             write: OpStatus::default(),
@@ -154,6 +155,7 @@ fn nvme() -> DriveStatus {
         ProbeStatus {
             writes: true,
             window_seconds: 60.0,
+            rate_iops: Some(50.0),
             state: ProbeState::Running,
             read: op(54_000, 4096, 1, 2, 75e-6),
             write: op(54_000, 4096, 0, 1, 24e-6),
@@ -299,6 +301,12 @@ fn nvme() -> DriveStatus {
                 last_message: "skipped: the wear budget for scheduled runs does not fit it".into(),
             },
         )]),
+        discovered: Some(driveprobe::config::Discovered {
+            class: driveprobe::discovery::Class::Nvme,
+            transport: driveprobe::discovery::Transport::Nvme,
+            kernel_name: "nvme0n1".into(),
+            source: driveprobe::discovery::Source::Sysfs,
+        }),
     }
 }
 
@@ -339,6 +347,7 @@ fn sata() -> DriveStatus {
         ProbeStatus {
             writes: false,
             window_seconds: 300.0,
+            rate_iops: Some(5.0),
             state: ProbeState::Paused {
                 reason: "scheduled run 20261130T050000Z-archive1-latency (latency)".into(),
             },
@@ -385,6 +394,7 @@ fn sata() -> DriveStatus {
         },
         last_runs: BTreeMap::new(),
         skipped: BTreeMap::new(),
+        discovered: None,
     }
 }
 
@@ -432,6 +442,12 @@ fn rich_status() -> Status {
             next_due,
             running,
         },
+        discovery: Some(driveprobe::status::DiscoveryStatus {
+            watched: 3,
+            skipped: 5,
+            scans_total: 12,
+            last_scan_unix: NOW - 30.0,
+        }),
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use driveprobe::health::model::{CriticalFlags, HealthReport, PowerState, Source, Transport};
 use driveprobe::health::smartctl::{
-    self, parse, parse_scan, read_device_with, ScanEntry, SmartctlError,
+    self, parse, parse_scan, read_device_typed_with, read_device_with, ScanEntry, SmartctlError,
 };
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/smartctl");
@@ -462,6 +462,7 @@ exit 1
 "#
                 .to_string(),
             ),
+            ("typed", format!("echo \"$@\" > {d}/typed.args\ncat '{}'\nexit 0\n", ata.display())),
             ("garbage", "echo 'smartctl 6.6 <html>'\nexit 0\n".to_string()),
             ("killed", "kill -9 $$\n".to_string()),
         ];
@@ -619,4 +620,25 @@ fn missing_smartctl_is_one_clear_line() {
         e.to_string(),
         "smartctl is not installed: install smartmontools (apt-get install smartmontools)"
     );
+}
+
+/// A drive behind a RAID controller is read through the controller's device with its
+/// `-d` type (from `smartctl --scan-open`), which need not be a node here.
+#[test]
+fn a_drive_behind_a_raid_controller_is_read_with_its_type() {
+    let f = fakes();
+    let dev = Path::new("/dev/bus/0");
+    let r = read_device_typed_with(&f.prog("typed"), dev, Some("megaraid,1"), LONG).unwrap();
+    assert_eq!(r.source, Source::Smartctl);
+    let args = fs::read_to_string(f.dir.join("typed.args")).unwrap();
+    assert!(
+        args.trim_end()
+            .ends_with("--nocheck=standby -d megaraid,1 /dev/bus/0"),
+        "{args}"
+    );
+    // Without a type, a device that is not there is refused before smartctl runs.
+    assert!(matches!(
+        read_device_with(&f.prog("typed"), dev, LONG),
+        Err(SmartctlError::NoDevice { .. })
+    ));
 }

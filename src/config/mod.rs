@@ -71,6 +71,9 @@ pub struct Config {
     /// The drives discovery put in (or matched to a listed drive), by drive name: empty
     /// in a config as loaded, filled by [`crate::discovery::merge`].
     pub discovered: BTreeMap<String, Discovered>,
+    /// Discovered drives that are gone (not yet dropped), by drive name, with why: they
+    /// keep their status entry, down, and get no thread.
+    pub gone: BTreeMap<String, String>,
 }
 
 /// `[discovery]`: every whole disk the kernel shows, and drives behind RAID controllers.
@@ -433,6 +436,7 @@ impl Config {
             schedules: Vec::new(),
             discovery: Discovery::default(),
             discovered: BTreeMap::new(),
+            gone: BTreeMap::new(),
         };
         if !root {
             c.drives.push(Drive {

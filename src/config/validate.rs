@@ -227,6 +227,7 @@ impl Cx<'_> {
             schedules,
             discovery,
             discovered: Default::default(),
+            gone: Default::default(),
         })
     }
 

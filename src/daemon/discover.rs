@@ -68,9 +68,9 @@ impl Discoverer {
                     &format!("gone:{k}"),
                     Level::Warn,
                     format!(
-                        "drive {k} ({}) is gone; it stays, down, for {} before it is dropped",
+                        "drive {k} ({}) is gone; it stays, down, for {} s before it is dropped",
                         f.kernel_name,
-                        format!("{} s", d.drop_after.as_secs())
+                        d.drop_after.as_secs()
                     ),
                 );
                 self.gone.insert(k, (f, now));
@@ -94,8 +94,30 @@ impl Discoverer {
             tracing::info!(drive = %k, "discovery: a removed drive is dropped, with its series");
         }
         self.present = s.found.clone();
-        s.found.extend(self.gone.values().map(|(f, _)| f.clone()));
+        s.gone = self
+            .gone
+            .iter()
+            .map(|(k, (f, since))| {
+                let left = d.drop_after.saturating_sub(now.duration_since(*since));
+                (
+                    f.clone(),
+                    format!(
+                        "discovered drive {k} ({}) is gone; dropped in {} s",
+                        f.kernel_name,
+                        left.as_secs()
+                    ),
+                )
+            })
+            .collect();
         s
+    }
+
+    /// When the next gone drive is to be dropped.
+    pub fn next_drop(&self, d: &Discovery) -> Option<Instant> {
+        self.gone
+            .values()
+            .map(|(_, since)| *since + d.drop_after)
+            .min()
     }
 
     pub fn scans(&self) -> u64 {
@@ -165,11 +187,16 @@ impl Control {
 }
 
 /// The drives of a scan, as compared between scans: a change starts a new generation.
-fn shape(s: &Scan) -> Vec<(String, String, &'static str)> {
+fn shape(s: &Scan) -> Vec<(String, String, &'static str, bool)> {
     let mut v: Vec<_> = s
         .found
         .iter()
-        .map(|f| (key(f), f.kernel_name.clone(), f.class.name()))
+        .map(|f| (key(f), f.kernel_name.clone(), f.class.name(), true))
+        .chain(
+            s.gone
+                .iter()
+                .map(|(f, _)| (key(f), f.kernel_name.clone(), f.class.name(), false)),
+        )
         .collect();
     v.sort();
     v
@@ -243,7 +270,8 @@ pub fn run(
         let d = ctl.current();
         let now_print = discovery::fingerprint(&disc.paths);
         let plugged = now_print != print;
-        if !(poked || plugged || last_scan.elapsed() >= d.rescan_interval) {
+        let drop_due = disc.next_drop(&d).is_some_and(|t| Instant::now() >= t);
+        if !(poked || plugged || drop_due || last_scan.elapsed() >= d.rescan_interval) {
             continue;
         }
         if plugged {

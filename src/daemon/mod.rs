@@ -384,9 +384,25 @@ pub fn window_of(w: &config::MaintenanceWindow) -> schedule::Window {
 /// Removes from `s` the drives `config` does not have, and on each drive the probes
 /// (with their canary collectors) `config` does not run on it.
 fn prune(s: &mut Status, config: &Config) {
-    s.drives
-        .retain(|name, _| config.drives.iter().any(|d| &d.name == name));
+    s.drives.retain(|name, _| {
+        config.drives.iter().any(|d| &d.name == name) || config.gone.contains_key(name)
+    });
+    // A discovered drive that is gone keeps its series, down, until it is dropped.
+    for (name, why) in &config.gone {
+        if let Some(d) = s.drives.get_mut(name) {
+            d.up = false;
+            d.down_reason = Some(why.clone());
+            for p in d.probes.values_mut() {
+                p.state = crate::status::ProbeState::DriveDown {
+                    reason: why.clone(),
+                };
+            }
+        }
+    }
     for (name, d) in s.drives.iter_mut() {
+        if config.gone.contains_key(name) {
+            continue;
+        }
         let keep = |probe: &str| {
             config
                 .probes

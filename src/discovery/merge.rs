@@ -168,6 +168,24 @@ pub fn merge(base: &Config, scan: &Scan) -> (Config, Watch) {
             per_class.entry(f.class).or_default().push(name);
         }
     }
+    for (f, why) in &scan.gone {
+        if base
+            .drives
+            .iter()
+            .zip(&listed_disks)
+            .any(|(d, under)| same_drive(d, under, f))
+        {
+            // A listed drive stays, and its own identity check says it is down.
+            continue;
+        }
+        let mut name = f.label();
+        if names.contains(&name) {
+            name = super::label_of(&f.kernel_name);
+        }
+        if names.insert(name.clone()) {
+            c.gone.insert(name, why.clone());
+        }
+    }
     for (class, drives) in per_class {
         let cc = base.discovery.canary(class);
         c.probes.push(Probe {

@@ -180,6 +180,10 @@ pub struct Skipped {
 pub struct Scan {
     pub found: Vec<Found>,
     pub skipped: Vec<Skipped>,
+    /// Drives found before and gone since (the daemon keeps them, down, until
+    /// `drop_after`), with why.
+    #[serde(skip)]
+    pub gone: Vec<(Found, String)>,
 }
 
 /// Kernel name prefixes of block devices that are not drives, and why.
@@ -352,6 +356,15 @@ pub fn scan(paths: &SystemPaths, d: &Discovery) -> Scan {
         }
         if let Some(why) = not_a_drive(&name, d.include_loop) {
             skip(&mut out, why);
+            continue;
+        }
+        if read_trim(&dir.join("loop/autoclear")).as_deref() == Some("1") {
+            // `losetup -d` on a loop device someone holds open only marks it so; a
+            // canary holding it would keep it attached for ever.
+            skip(
+                &mut out,
+                "a loop device set to detach when closed (autoclear): watching it would keep it attached".into(),
+            );
             continue;
         }
         if read_trim(&dir.join("hidden")).as_deref() == Some("1") {
@@ -542,7 +555,16 @@ pub fn fingerprint(paths: &SystemPaths) -> Vec<(String, Option<String>)> {
             it.flatten()
                 .map(|e| {
                     let n = e.file_name().to_string_lossy().into_owned();
-                    let size = read_trim(&class_block.join(&n).join("size"));
+                    let dir = class_block.join(&n);
+                    let mut size = read_trim(&dir.join("size"));
+                    if n.starts_with("loop") {
+                        // A detach asked for while the device is open.
+                        if let (Some(s), Some(a)) =
+                            (&mut size, read_trim(&dir.join("loop/autoclear")))
+                        {
+                            s.push_str(&format!(" autoclear={a}"));
+                        }
+                    }
                     (n, size)
                 })
                 .collect()

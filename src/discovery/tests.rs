@@ -257,7 +257,7 @@ fn what_is_not_a_drive_is_skipped_with_its_reason() {
     .enumerate()
     {
         f.add(
-            Dev::new(name, VIRTUAL).serial(&format!("x{i}").leak()),
+            Dev::new(name, VIRTUAL).serial(format!("x{i}").leak()),
             100 + i as u32,
         );
     }
