@@ -22,6 +22,9 @@ use super::now_unix;
 
 /// How often the block devices are listed between scans, for hot-plug.
 pub const HOTPLUG_POLL: Duration = Duration::from_secs(2);
+/// How often drives behind RAID controllers are looked for again (`smartctl
+/// --scan-open` opens every device); a reload looks again at once.
+pub const RAID_EVERY: Duration = Duration::from_secs(3600);
 
 /// What discovery knows between scans: the drives present and those gone (since when).
 #[derive(Debug)]
@@ -31,6 +34,8 @@ pub struct Discoverer {
     gone: BTreeMap<String, (Found, Instant)>,
     log: CondLog,
     scans: u64,
+    /// The last RAID scan, and when.
+    raid: Option<(Instant, Result<Scan, String>)>,
 }
 
 /// The key a drive is known by across scans: its label (serial, WWN or kernel name),
@@ -47,6 +52,7 @@ impl Discoverer {
             gone: BTreeMap::new(),
             log: CondLog::new("discovery"),
             scans: 0,
+            raid: None,
         }
     }
 
@@ -55,7 +61,18 @@ impl Discoverer {
     pub fn scan(&mut self, d: &Discovery) -> Scan {
         self.scans += 1;
         let mut s = if d.enabled {
-            discovery::scan_host(&self.paths, d)
+            let mut s = discovery::scan(&self.paths, d);
+            // smartctl --scan-open opens every device: at most once per RAID_EVERY.
+            let stale = self
+                .raid
+                .as_ref()
+                .is_none_or(|(at, _)| at.elapsed() >= RAID_EVERY);
+            if d.raid && stale {
+                self.raid = Some((Instant::now(), discovery::raid_host(&self.paths, d)));
+            }
+            let raid = self.raid.as_ref().filter(|_| d.raid).map(|(_, r)| r);
+            discovery::complete(&mut s, raid, d);
+            s
         } else {
             Scan::default()
         };
@@ -227,9 +244,21 @@ pub fn publish_scan(shared: &Shared, d: &Discovery, scan: &Scan, scans: u64) {
     st.last_scan_unix = now_unix();
 }
 
-/// Logs what is watched and skipped (at start, and when it changed).
+/// Logs what is watched and skipped at start.
 pub fn log_watch(watch: &Watch) {
-    for w in &watch.watched {
+    log_watch_change(&Watch::default(), watch);
+}
+
+/// Logs what changed from `before` to `now`: drives newly watched, no longer watched,
+/// and devices newly skipped (with 256 drives, a hot-plug is a few lines, not 256).
+pub fn log_watch_change(before: &Watch, now: &Watch) {
+    for w in &before.watched {
+        if !now.watched.iter().any(|x| x.name == w.name) {
+            tracing::info!(drive = %w.name, "no longer watching");
+        }
+    }
+    let watch = now;
+    for w in watch.watched.iter().filter(|w| !before.watched.contains(w)) {
         let canary = match w.canary_rate_iops {
             Some(r) => format!("canary {r} IOPS"),
             None if w.health_only => "health only".into(),
@@ -244,7 +273,7 @@ pub fn log_watch(watch: &Watch) {
             "watching: {canary}"
         );
     }
-    for s in &watch.skipped {
+    for s in watch.skipped.iter().filter(|s| !before.skipped.contains(s)) {
         tracing::info!(device = %s.name, "skipping: {}", s.reason);
     }
 }
@@ -267,7 +296,15 @@ pub fn run(
         if ctl.stop.load(Ordering::Acquire) {
             break;
         }
+        if poked {
+            // A reload: the RAID controllers are asked again too.
+            disc.raid = None;
+        }
         let d = ctl.current();
+        if !d.enabled && !poked && disc.gone.is_empty() {
+            // Off (a config without [discovery]): nothing to watch for until a reload.
+            continue;
+        }
         let now_print = discovery::fingerprint(&disc.paths);
         let plugged = now_print != print;
         let drop_due = disc.next_drop(&d).is_some_and(|t| Instant::now() >= t);

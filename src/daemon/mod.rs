@@ -680,6 +680,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
 
     discover::publish_scan(&shared, &base.discovery, &last_scan, discoverer.scans());
     discover::publish_watch(&shared, &base.discovery, &watch);
+    let mut last_watch = watch;
     let runs = Arc::new(Runs::default());
     scheduler::recover(&store, now_unix() as i64);
     scheduler::start_cleanup(&config.state_dir, &store, config.runs);
@@ -832,6 +833,8 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                             base = new;
                             let (merged, watch) = crate::discovery::merge(&base, &last_scan);
                             discover::publish_watch(&shared, &base.discovery, &watch);
+                            discover::log_watch_change(&last_watch, &watch);
+                            last_watch = watch;
                             disc_ctl.set(base.discovery.clone());
                             generation = swap(generation, merged, &shared, &store, &runs).await;
                             let mut s = shared.lock();
@@ -854,7 +857,8 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                     last_scan = scan;
                     let (new, watch) = crate::discovery::merge(&base, &last_scan);
                     tracing::info!("discovery: the drives changed; starting on the new set");
-                    discover::log_watch(&watch);
+                    discover::log_watch_change(&last_watch, &watch);
+                    last_watch = watch.clone();
                     discover::publish_watch(&shared, &base.discovery, &watch);
                     generation = swap(generation, new, &shared, &store, &runs).await;
                     notify(&[sd_notify::NotifyState::Status(&summary_line(&shared))]);

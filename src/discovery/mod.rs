@@ -498,31 +498,72 @@ pub fn limit(scan: &mut Scan, max: usize) {
     }
 }
 
-/// A whole scan of the host: sysfs, then (when `raid`) `smartctl --scan-open`, then
-/// `max_drives`. A RAID scan that fails is a skipped entry saying why.
-pub fn scan_host(paths: &SystemPaths, d: &Discovery) -> Scan {
-    let mut s = scan(paths, d);
-    if d.raid {
-        match crate::health::smartctl::scan_open(std::time::Duration::from_secs(30))
-            .map_err(|e| e.to_string())
-            .and_then(|text| raid_drives(&text, d).map_err(|e| e.to_string()))
-        {
-            Ok(r) => {
-                s.found.extend(r.found);
-                s.skipped.extend(r.skipped);
-            }
-            Err(e) => s.skipped.push(Skipped {
-                name: "smartctl --scan-open".into(),
-                reason: format!("drives behind RAID controllers not looked for: {e}"),
-            }),
+/// The SCSI host drivers of RAID controllers whose drives only smartctl reaches
+/// (`/sys/class/scsi_host/*/proc_name`).
+const RAID_DRIVERS: &[&str] = &[
+    "megaraid_sas",
+    "megaraid",
+    "hpsa",
+    "cciss",
+    "smartpqi",
+    "aacraid",
+    "arcmsr",
+    "3w-9xxx",
+    "3w-sas",
+    "3w-xxxx",
+    "hptiop",
+    "sssraid",
+];
+
+/// The RAID controller drivers present, from sysfs: `smartctl --scan-open` (which opens
+/// every device) runs only when there is one.
+pub fn raid_controllers(paths: &SystemPaths) -> Vec<String> {
+    let dir = paths.sys.join("class/scsi_host");
+    let mut v: Vec<String> = fs::read_dir(&dir)
+        .map(|it| {
+            it.flatten()
+                .filter_map(|e| read_trim(&dir.join(e.file_name()).join("proc_name")))
+                .filter(|n| RAID_DRIVERS.contains(&n.as_str()))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// The drives behind the host's RAID controllers: none without a controller, else
+/// `smartctl --scan-open` read by [`raid_drives`]. `Err` says why they were not looked for.
+pub fn raid_host(paths: &SystemPaths, d: &Discovery) -> Result<Scan, String> {
+    if raid_controllers(paths).is_empty() {
+        return Ok(Scan::default());
+    }
+    let text = crate::health::smartctl::scan_open(std::time::Duration::from_secs(30))
+        .map_err(|e| e.to_string())?;
+    raid_drives(&text, d).map_err(|e| e.to_string())
+}
+
+/// A scan of sysfs completed: the RAID drives (when looked for), the health-only rule,
+/// then `max_drives`.
+pub fn complete(s: &mut Scan, raid: Option<&Result<Scan, String>>, d: &Discovery) {
+    match raid {
+        Some(Ok(r)) => {
+            s.found.extend(r.found.iter().cloned());
+            s.skipped.extend(r.skipped.iter().cloned());
         }
+        Some(Err(e)) => s.skipped.push(Skipped {
+            name: "smartctl --scan-open".into(),
+            reason: format!("drives behind RAID controllers not looked for: {e}"),
+        }),
+        None => {}
     }
     if d.health_only {
         // Not root: only the drives this user can open, for whatever health they give.
-        let (keep, cannot): (Vec<Found>, Vec<Found>) = s.found.into_iter().partition(|f| {
-            f.smartctl_type.is_none()
-                && rustix::fs::access(&f.path, rustix::fs::Access::READ_OK).is_ok()
-        });
+        let (keep, cannot): (Vec<Found>, Vec<Found>) =
+            std::mem::take(&mut s.found).into_iter().partition(|f| {
+                f.smartctl_type.is_none()
+                    && rustix::fs::access(&f.path, rustix::fs::Access::READ_OK).is_ok()
+            });
         s.found = keep;
         s.skipped.extend(cannot.into_iter().map(|f| Skipped {
             reason: format!(
@@ -532,7 +573,15 @@ pub fn scan_host(paths: &SystemPaths, d: &Discovery) -> Scan {
             name: f.kernel_name,
         }));
     }
-    limit(&mut s, d.max_drives);
+    limit(s, d.max_drives);
+}
+
+/// A whole scan of the host: sysfs, then (when `raid`) the drives behind RAID
+/// controllers, the health-only rule and `max_drives`.
+pub fn scan_host(paths: &SystemPaths, d: &Discovery) -> Scan {
+    let mut s = scan(paths, d);
+    let raid = d.raid.then(|| raid_host(paths, d));
+    complete(&mut s, raid.as_ref(), d);
     s
 }
 

@@ -516,3 +516,38 @@ fn a_label_taken_falls_back_to_the_kernel_name() {
     let (c, _) = merge(&base, &scan(&f.paths, &base.discovery));
     assert_eq!(c.discovered["sda"].kernel_name, "sda");
 }
+
+#[test]
+fn smartctl_scan_open_runs_only_with_a_raid_controller() {
+    let f = host();
+    let host_dir = |n: &str, driver: &str| {
+        write(
+            &f.paths
+                .sys
+                .join("class/scsi_host")
+                .join(n)
+                .join("proc_name"),
+            &format!("{driver}\n"),
+        )
+    };
+    host_dir("host0", "ahci");
+    host_dir("host1", "virtio_scsi");
+    assert!(raid_controllers(&f.paths).is_empty());
+    // No controller: nothing looked for (smartctl is not run), nothing skipped.
+    assert_eq!(
+        raid_host(&f.paths, &Discovery::default()),
+        Ok(Scan::default())
+    );
+    host_dir("host2", "megaraid_sas");
+    host_dir("host3", "hpsa");
+    assert_eq!(raid_controllers(&f.paths), ["hpsa", "megaraid_sas"]);
+
+    // What a failed RAID scan leaves: one skipped line saying why.
+    let mut s = scan(&f.paths, &Discovery::default());
+    complete(
+        &mut s,
+        Some(&Err("smartctl is not installed".into())),
+        &Discovery::default(),
+    );
+    assert!(skipped(&s, "smartctl --scan-open").contains("not installed"));
+}
