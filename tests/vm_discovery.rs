@@ -43,6 +43,9 @@ const RESCAN_SECONDS: u32 = 10;
 
 const PAYLOAD: &str = r#"
 . /lib/vm.sh
+# Kernel messages (QEMU's AHCI now and then aborts an NCQ read) off the console: they would
+# land in the middle of a scraped exposition.
+dmesg -n 1
 ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 wait_dev /dev/sdb
 wait_dev /dev/vda
@@ -144,6 +147,15 @@ echo "=== DAEMON2 EXIT $?"
 run log2 cat /tmp/err2 /tmp/out2
 "#;
 
+/// A scraped exposition, without kernel console lines that may have landed in it.
+fn expo(text: &str) -> Exposition {
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !(l.starts_with('[') && l.contains("] ")))
+        .collect();
+    Exposition::parse(&kept.join("\n"))
+}
+
 fn v(e: &Exposition, name: &str, labels: &[(&str, &str)], log: &str) -> f64 {
     e.value(name, labels).unwrap_or_else(|| {
         panic!(
@@ -230,7 +242,7 @@ fn vm_discovery_finds_classifies_and_follows_every_drive() {
 
     // 1. No config.
     let log1 = run.section("log1").text.clone();
-    let e1 = Exposition::parse(&run.ok_section("metrics-1").text);
+    let e1 = expo(&run.ok_section("metrics-1").text);
     for (drive, _, class, transport, rate) in DRIVES {
         let kname = kname(drive);
         let d = [("drive", drive)];
@@ -395,8 +407,8 @@ fn vm_discovery_finds_classifies_and_follows_every_drive() {
         0,
         "expected the phase-2 config to check"
     );
-    let a = Exposition::parse(&run.ok_section("metrics-2a").text);
-    let b = Exposition::parse(&run.ok_section("metrics-2b").text);
+    let a = expo(&run.ok_section("metrics-2a").text);
+    let b = expo(&run.ok_section("metrics-2b").text);
     let start: f64 = run
         .lines_starting("=== RATE-START ")
         .first()
@@ -438,7 +450,7 @@ fn vm_discovery_finds_classifies_and_follows_every_drive() {
     // The hot-added disk: up within one rescan of its device node appearing.
     let dev = fields(&run.console, "=== HOTADD-DEV ");
     let upf = fields(&run.console, "=== HOTADD-UP ");
-    let e3 = Exposition::parse(&run.ok_section("metrics-3").text);
+    let e3 = expo(&run.ok_section("metrics-3").text);
     assert_eq!(
         e3.value("driveprobe_drive_up", &[("drive", HOT_SERIAL)]),
         Some(1.0),
@@ -468,7 +480,7 @@ fn vm_discovery_finds_classifies_and_follows_every_drive() {
         "expected /dev/vdb gone from the guest after device_del"
     );
     let down = fields(&run.console, "=== HOTDEL-DOWN ");
-    let e4 = Exposition::parse(&run.ok_section("metrics-4").text);
+    let e4 = expo(&run.ok_section("metrics-4").text);
     assert_eq!(
         e4.value("driveprobe_drive_up", &[("drive", HOT_SERIAL)]),
         Some(0.0),
