@@ -11,7 +11,8 @@
 //!
 //! A drive's identity is read for the whole disk (for a partition, from its parent disk):
 //!
-//! - **serial**: `/sys/class/block/NAME/device/serial` (NVMe, some SCSI), else udev's
+//! - **serial**: `/sys/class/block/NAME/device/serial` (NVMe, some SCSI), else
+//!   `/sys/class/block/NAME/serial` (virtio-blk), else udev's
 //!   `E:ID_SERIAL_SHORT=` in `/run/udev/data/bMAJ:MIN`. A **loop device** has no serial;
 //!   its serial is defined as `loop:` followed by the canonical path of its backing file
 //!   (from `/sys/class/block/loopN/loop/backing_file`), for example
@@ -502,6 +503,8 @@ fn read_identity(paths: &SystemPaths, disk: &str, major: u32, minor: u32) -> Dev
         Some(format!("loop:{canonical}"))
     };
     let serial = read_attr(&dir.join("device/serial"))
+        // virtio-blk: the disk's own `serial` (udev has it as ID_SERIAL only)
+        .or_else(|| read_attr(&dir.join("serial")))
         .or_else(|| udev_prop("ID_SERIAL_SHORT"))
         .or_else(|| {
             fs::read(dir.join("device/vpd_pg80"))
@@ -1590,6 +1593,23 @@ garbage line
         let id = read_identity(&fake.paths, "fakedisk", 7, 200);
         assert_eq!(id.serial.as_deref(), Some("UDEVSER"));
         assert_eq!(id.wwn.as_deref(), Some("0x5000c500a1b2c3d4"));
+    }
+
+    /// Issue 18: a virtio disk's serial is its own `serial` attribute (udev names it
+    /// ID_SERIAL, not ID_SERIAL_SHORT): without it discovery named virtio disks by their
+    /// kernel name, which hot-plug reuses.
+    #[test]
+    fn a_virtio_disk_s_serial_is_its_serial_attribute() {
+        let fake = fake_sys("", "");
+        let disk = fake.paths.sys.join("class/block/fakedisk");
+        fs::remove_file(disk.join("device/serial")).unwrap();
+        write(&disk.join("serial"), "VIRTSN01\n");
+        write(
+            &fake.paths.udev_data.join("b7:200"),
+            "E:ID_SERIAL=VIRTSN01\n",
+        );
+        let id = read_identity(&fake.paths, "fakedisk", 7, 200);
+        assert_eq!(id.serial.as_deref(), Some("VIRTSN01"));
     }
 
     #[test]

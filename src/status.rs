@@ -201,8 +201,9 @@ pub enum ProbeState {
     Starting,
     /// Issuing I/O to the drive.
     Running,
-    /// Held on purpose: a scheduled run holds the drive, or (a probe that writes) the
-    /// drive's wear budget is spent.
+    /// Held on purpose: a scheduled run holds the drive, (a probe that writes) the
+    /// drive's wear budget is spent, or (a rotational disk) the disk is in standby and the
+    /// canary does not wake it (`daemon::standby`).
     Paused { reason: String },
     /// The drive is absent or another drive is at its path.
     DriveDown { reason: String },

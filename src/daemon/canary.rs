@@ -21,6 +21,7 @@ use crate::status::{CollectorStatus, CpuWait, ProbeState};
 use crate::target::Target;
 
 use super::condlog::{CondLog, Level};
+use super::standby::StandbyCheck;
 use super::window::OpWindow;
 use super::{now_unix, Ctx, DriveCtl};
 
@@ -55,12 +56,18 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
     let collector = collector_name(&probe.name);
     let mut log = CondLog::new(format!("drive {name}, probe {}", probe.name));
     let mut state = ProbeState::Starting;
+    let mut standby = StandbyCheck::new(probe.job.to_spec().rate.map(|r| r.iops)).class_rotational(
+        ctx.config
+            .discovered
+            .get(&name)
+            .map(|d| d.class == crate::discovery::Class::Hdd),
+    );
     publish(&ctx, &name, &probe, &win, &state);
     while !drive.stopped() {
         beat.beat();
         let now = clock.elapsed().as_secs_f64();
         win.expire(now);
-        if let Some(hold) = hold_reason(&ctx, &drive, &probe) {
+        if let Some(hold) = hold_reason(&ctx, &drive, &probe, &mut standby) {
             state = hold.state();
             publish(&ctx, &name, &probe, &win, &state);
             log_hold(&mut log, &state);
@@ -115,7 +122,7 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
         // Count this canary active, then look again: a run that took the drive meanwhile
         // (it registers first, then waits for the count to reach zero) is seen here.
         drive.active.fetch_add(1, Ordering::SeqCst);
-        if hold_reason(&ctx, &drive, &probe).is_some() {
+        if hold_reason(&ctx, &drive, &probe, &mut standby).is_some() {
             drive.active.fetch_sub(1, Ordering::SeqCst);
             continue;
         }
@@ -143,7 +150,7 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
             }
             // The transition to a hold happens here, with the status that says so: the
             // probe is never shown running once it has seen it must stop.
-            if let Some(hold) = hold_reason(&ctx, &drive, &probe) {
+            if let Some(hold) = hold_reason(&ctx, &drive, &probe, &mut standby) {
                 state = hold.state();
                 control.stop();
             }
@@ -261,14 +268,21 @@ impl Hold {
     }
 }
 
-/// Why the canary may not run now, if it may not.
-fn hold_reason(ctx: &Ctx, drive: &DriveCtl, probe: &Probe) -> Option<Hold> {
+/// Why the canary may not run now, if it may not. A rotational disk is asked last
+/// whether it sleeps (see [`super::standby`]): only when nothing else holds the canary.
+fn hold_reason(
+    ctx: &Ctx,
+    drive: &DriveCtl,
+    probe: &Probe,
+    standby: &mut StandbyCheck,
+) -> Option<Hold> {
     if drive.stopped() {
         return Some(Hold::Stopping);
     }
-    if let Err(e) = drive.resolved() {
-        return Some(Hold::Down(e));
-    }
+    let resolved = match drive.resolved() {
+        Ok(r) => r,
+        Err(e) => return Some(Hold::Down(e)),
+    };
     if let Some(p) = drive.paused() {
         return Some(Hold::Paused(p));
     }
@@ -277,7 +291,9 @@ fn hold_reason(ctx: &Ctx, drive: &DriveCtl, probe: &Probe) -> Option<Hold> {
             "the canaries' wear budget for today is spent".into(),
         ));
     }
-    None
+    standby
+        .asleep(&drive.cfg.name, resolved.device.as_deref())
+        .map(Hold::Paused)
 }
 
 /// The probe's sliding windows: latency per direction, and CPU wait.

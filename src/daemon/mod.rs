@@ -20,6 +20,7 @@ pub mod health;
 pub mod identity;
 pub mod pacing;
 pub mod scheduler;
+pub mod standby;
 pub mod store;
 pub mod window;
 

@@ -1,8 +1,9 @@
 //! The only module with `unsafe` code: io_uring submission (the kernel writes into memory
-//! we own while an I/O is in flight), the NVMe admin and block ioctls, and a child
+//! we own while an I/O is in flight), the NVMe admin, ATA power-mode and block ioctls, and a child
 //! process's parent death signal (`proc`: a `pre_exec` hook). Every `unsafe` block carries
 //! a `// SAFETY:` comment; everything outside this module is safe Rust.
 
+pub mod ata;
 pub mod blk;
 pub mod buf;
 pub mod nvme;

@@ -32,8 +32,9 @@ KVER=${KPKG#linux-image-}
 # devices when loaded (scsi_debug would take a /dev/sdX name), so payloads load them.
 # ext4 (which also mounts ext2) is loaded by payloads that put a filesystem on a disk,
 # after crc32c_generic (its soft dependency, which busybox modprobe does not follow).
-MODS="nvme ahci sd_mod dm_mod dm_delay dm_flakey null_blk scsi_debug ext4 crc32c_generic"
-AUTOLOAD="nvme ahci sd_mod dm_mod dm_delay dm_flakey"
+MODS="nvme ahci sd_mod dm_mod dm_delay dm_flakey virtio_pci virtio_blk null_blk scsi_debug ext4 crc32c_generic"
+# virtio_pci and virtio_blk: the virtio disk of VmBuilder::virtio and hot-added ones.
+AUTOLOAD="nvme ahci sd_mod dm_mod dm_delay dm_flakey virtio_pci virtio_blk"
 # Host tools packed with their shared libraries (ldd lists them). dmsetup makes the
 # device-mapper fault targets (error, flakey, delay) and holders in tests/vm_faults.rs; in
 # the guest it runs without udev (payloads export DM_DISABLE_UDEV=1).
@@ -209,6 +210,15 @@ runhex() {
 }
 # ready NAME           tell the host the guest waits for it (the harness polls for this line)
 ready() { echo "=== READY $1"; }
+# wait_dev PATH [TENTHS]  wait until PATH exists (default 30 s); 1 when it does not
+wait_dev() {
+    _i=0; _max=${2:-300}
+    while [ "$_i" -lt "$_max" ]; do
+        [ -e "$1" ] && return 0
+        sleep 0.1; _i=$((_i + 1))
+    done
+    echo "=== TIMEOUT waiting for $1"; return 1
+}
 # nvme_cw              the NVMe critical warning byte (decimal), read with nvme-cli
 nvme_cw() {
     nvme smart-log /dev/nvme0 -o json 2>/dev/null |

@@ -1,14 +1,19 @@
 //! Boots a QEMU guest (TCG: KVM does not work on these machines) with an emulated NVMe
 //! (`serial=TESTSN01`, QOM path `/machine/peripheral/nvme0`) and an AHCI SATA disk, both
-//! over sparse files in a temp dir, and runs a payload script in it. The kernel and the
+//! over sparse files in a temp dir, and runs a payload script in it. Options add a virtio
+//! disk ([`VmBuilder::virtio`], `/dev/vda`), a rotational SATA disk
+//! ([`VmBuilder::sata_hdd`], `/dev/sdb`), and set the first SATA disk's rotation rate
+//! ([`VmBuilder::sata_rotation_rate`]); [`Qmp::add_virtio`] and [`Qmp::remove_virtio`]
+//! hot-plug virtio disks while the guest runs. The kernel and the
 //! base initramfs come from `tests/vm/build-initramfs.sh` (cached in `$DRIVEPROBE_VM_CACHE`,
 //! default `target/vm-cache`); each boot appends a small cpio archive with the driveprobe
 //! that Cargo built for the tests and the payload.
 //!
 //! Payloads are `sh` scripts; `. /lib/vm.sh` gives them `run NAME CMD...` (output framed
 //! by `=== BEGIN NAME` / `=== END NAME rc=N`), `runhex NAME CMD...` (stdout hex-dumped),
-//! `ready NAME` (prints `=== READY NAME` for [`RunningVm::wait_for`]) and `wait_nvme_cw`.
-//! Modules: nvme, ahci, sd_mod, dm_mod, dm_delay, dm_flakey are loaded before the payload;
+//! `ready NAME` (prints `=== READY NAME` for [`RunningVm::wait_for`]), `wait_nvme_cw` and
+//! `wait_dev PATH`. Modules: nvme, ahci, sd_mod, dm_mod, dm_delay, dm_flakey, virtio_pci,
+//! virtio_blk are loaded before the payload;
 //! `modprobe null_blk` and `modprobe scsi_debug` work in it.
 //!
 //! ```ignore
@@ -40,6 +45,11 @@ pub const QBOOT: &str = "/usr/share/qemu/qboot.rom";
 /// The NVMe's QOM path, for `qom-set` / `qom-get`.
 pub const NVME_QOM: &str = "/machine/peripheral/nvme0";
 pub const NVME_SERIAL: &str = "TESTSN01";
+/// The virtio disk's serial ([`VmBuilder::virtio`]; `/sys/block/vda/serial`).
+pub const VIRTIO_SERIAL: &str = "VIRTSN01";
+/// The rotational SATA disk's serial and model ([`VmBuilder::sata_hdd`]).
+pub const HDD_SERIAL: &str = "HDDSN001";
+pub const HDD_MODEL: &str = "QEMU SPINNING DISK";
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 const GIB: u64 = 1 << 30;
 
@@ -112,6 +122,9 @@ impl Vm {
             sata_bytes: GIB,
             memory_mib: 512,
             qemu_args: Vec::new(),
+            virtio_bytes: None,
+            hdd_bytes: None,
+            sata_rotation_rate: None,
         }
     }
 }
@@ -128,6 +141,9 @@ pub struct VmBuilder {
     sata_bytes: u64,
     memory_mib: u32,
     qemu_args: Vec<String>,
+    virtio_bytes: Option<u64>,
+    hdd_bytes: Option<u64>,
+    sata_rotation_rate: Option<u16>,
 }
 
 impl VmBuilder {
@@ -172,6 +188,25 @@ impl VmBuilder {
     }
     pub fn memory_mib(mut self, n: u32) -> Self {
         self.memory_mib = n;
+        self
+    }
+    /// A virtio disk (`virtio-blk-pci`, id `virtio0`, serial [`VIRTIO_SERIAL`]) of `bytes`
+    /// over `virtio.img`: `/dev/vda` in the guest.
+    pub fn virtio(mut self, bytes: u64) -> Self {
+        self.virtio_bytes = Some(bytes);
+        self
+    }
+    /// A second SATA disk, rotational (`ide-hd,rotation_rate=7200`: sysfs
+    /// `queue/rotational` 1 in the guest), serial [`HDD_SERIAL`], model [`HDD_MODEL`], of
+    /// `bytes` over `hdd.img`, on the AHCI controller's second port: `/dev/sdb`.
+    pub fn sata_hdd(mut self, bytes: u64) -> Self {
+        self.hdd_bytes = Some(bytes);
+        self
+    }
+    /// The first SATA disk's `rotation_rate` (1: a solid-state disk, `queue/rotational` 0
+    /// in the guest; unset, QEMU reports none and Linux takes the disk as rotational).
+    pub fn sata_rotation_rate(mut self, rpm: u16) -> Self {
+        self.sata_rotation_rate = Some(rpm);
         self
     }
     /// Extra QEMU arguments (more devices, ...).
@@ -243,10 +278,17 @@ impl VmBuilder {
         // Sparse backing files, new for each boot (never a block device of the host).
         let nvme_img = d.join("nvme.img");
         let sata_img = d.join("sata.img");
-        for (p, n) in [(&nvme_img, self.nvme_bytes), (&sata_img, self.sata_bytes)] {
-            fs::File::create(p)
-                .and_then(|f| f.set_len(n))
-                .map_err(|e| format!("{}: {e}", p.display()))?;
+        let virtio_img = d.join("virtio.img");
+        let hdd_img = d.join("hdd.img");
+        let mut images = vec![(&nvme_img, self.nvme_bytes), (&sata_img, self.sata_bytes)];
+        if let Some(n) = self.virtio_bytes {
+            images.push((&virtio_img, n));
+        }
+        if let Some(n) = self.hdd_bytes {
+            images.push((&hdd_img, n));
+        }
+        for (p, n) in images {
+            sparse_image(p, n)?;
         }
 
         let console = d.join("console.log");
@@ -283,12 +325,33 @@ impl VmBuilder {
             "file={},if=none,id=sata0,format=raw",
             sata_img.display()
         ))
-        .args([
-            "-device",
-            "ahci,id=ahci",
-            "-device",
-            "ide-hd,drive=sata0,bus=ahci.0",
-        ]);
+        .args(["-device", "ahci,id=ahci", "-device"])
+        .arg(match self.sata_rotation_rate {
+            Some(r) => format!("ide-hd,drive=sata0,bus=ahci.0,rotation_rate={r}"),
+            None => "ide-hd,drive=sata0,bus=ahci.0".to_string(),
+        });
+        if self.hdd_bytes.is_some() {
+            cmd.arg("-drive")
+                .arg(format!(
+                    "file={},if=none,id=hdd0,format=raw",
+                    hdd_img.display()
+                ))
+                .arg("-device")
+                .arg(format!(
+                    "ide-hd,drive=hdd0,bus=ahci.1,rotation_rate=7200,serial={HDD_SERIAL},model={HDD_MODEL}"
+                ));
+        }
+        if self.virtio_bytes.is_some() {
+            cmd.arg("-drive")
+                .arg(format!(
+                    "file={},if=none,id=vd0,format=raw",
+                    virtio_img.display()
+                ))
+                .arg("-device")
+                .arg(format!(
+                    "virtio-blk-pci,id=virtio0,drive=vd0,serial={VIRTIO_SERIAL}"
+                ));
+        }
         if self.qmp {
             cmd.arg("-qmp")
                 .arg(format!("unix:{},server=on,wait=off", qmp_sock.display()));
@@ -315,6 +378,13 @@ impl VmBuilder {
             timeout: self.timeout,
         })
     }
+}
+
+/// A new sparse file of `bytes` (a guest disk; never a block device of the host).
+pub fn sparse_image(p: &Path, bytes: u64) -> Result<(), String> {
+    fs::File::create(p)
+        .and_then(|f| f.set_len(bytes))
+        .map_err(|e| format!("{}: {e}", p.display()))
 }
 
 fn path_str(p: &Path) -> String {
@@ -800,6 +870,40 @@ impl Qmp {
                 }
             }
         }
+    }
+
+    /// Hot-plugs a virtio disk (`virtio-blk-pci`) `id` with `serial` over the raw image
+    /// `file`, on a new block node `node` (node names are not reused). The guest sees it
+    /// through ACPI PCI hotplug (`virtio_blk` is loaded at boot): a new `/dev/vdX`.
+    pub fn add_virtio(
+        &mut self,
+        id: &str,
+        serial: &str,
+        file: &Path,
+        node: &str,
+    ) -> Result<(), String> {
+        self.execute(
+            "blockdev-add",
+            json!({
+                "driver": "raw",
+                "node-name": node,
+                "file": { "driver": "file", "filename": path_str(file) },
+            }),
+        )?;
+        self.execute(
+            "device_add",
+            json!({ "driver": "virtio-blk-pci", "id": id, "serial": serial, "drive": node }),
+        )
+        .map(|_| ())
+    }
+
+    /// Hot-unplugs the virtio disk `id` added by [`Qmp::add_virtio`] (waits until the
+    /// guest let it go, see [`Qmp::device_del`]), then deletes its block node `node`
+    /// (a `blockdev-add` node does not go with its device).
+    pub fn remove_virtio(&mut self, id: &str, node: &str, limit: Duration) -> Result<(), String> {
+        self.device_del(id, limit)?;
+        self.execute("blockdev-del", json!({ "node-name": node }))
+            .map(|_| ())
     }
 
     /// Hot-plugs an NVMe controller `id` with `serial` over the raw image `file` (a new
