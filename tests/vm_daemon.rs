@@ -246,6 +246,7 @@ HDD=/dev/$(for d in /sys/block/sd*; do grep -q SPINNING $d/device/model && basen
 mkdir -p /tmp/dp
 cat > /tmp/d.toml <<'EOF2'
 state_dir = "/tmp/dp"
+discovery.enabled = false
 health_interval = "30s"
 
 [[drive]]
