@@ -452,7 +452,7 @@ impl Snapshot {
                 ("wwn", id.wwn.clone().unwrap_or_default()),
                 ("model", id.model.clone().unwrap_or_default()),
                 ("firmware", id.firmware.clone().unwrap_or_default()),
-                ("transport", id.transport.name().to_string()),
+                ("transport", transport_label(d).to_string()),
                 ("path", path),
             ],
             Value::Info,
@@ -1090,6 +1090,15 @@ impl From<f64> for Num {
 impl From<u8> for Num {
     fn from(v: u8) -> Self {
         Num(f64::from(v))
+    }
+}
+
+/// The drive's transport: what its health reader says, else what discovery found
+/// (virtio, xen, loop and mmc disks have no health reader to say it).
+fn transport_label(d: &DriveStatus) -> &'static str {
+    match (d.identity.transport, &d.discovered) {
+        (crate::health::model::Transport::Unknown, Some(x)) => x.transport.name(),
+        (t, _) => t.name(),
     }
 }
 

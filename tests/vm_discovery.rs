@@ -267,13 +267,8 @@ fn vm_discovery_finds_classifies_and_follows_every_drive() {
             1,
             "expected one driveprobe_drive_info for {drive}"
         );
-        // driveprobe_drive_info's transport comes from the health reader, which does not
-        // know virtio ("unknown"); discovery's transport is checked below (API, discover).
-        let info_transport = if transport == "virtio" {
-            "unknown"
-        } else {
-            transport
-        };
+        // The health reader's transport, else discovery's (virtio has no health reader).
+        let info_transport = transport;
         assert_eq!(
             info[0].labels.get("transport").map(String::as_str),
             Some(info_transport),
@@ -377,6 +372,22 @@ fn vm_discovery_finds_classifies_and_follows_every_drive() {
             (Some(class), Some(transport), Some(kname.as_str())),
             "expected {drive}'s discovered entry in /api/v1/drives: {e}"
         );
+        // A virtio disk has no health to read: not applicable, not a failure on every
+        // poll; the others are read (or not read yet), never not applicable.
+        let kind = e["health_state"]["kind"].as_str();
+        if transport == "virtio" {
+            assert_eq!(
+                kind,
+                Some("not_applicable"),
+                "expected {drive}'s health not applicable: {e}"
+            );
+        } else {
+            assert_ne!(
+                kind,
+                Some("not_applicable"),
+                "expected {drive}'s health applicable: {e}"
+            );
+        }
     }
     // `driveprobe discover --json` says the same of the four.
     let disc = run.ok_section("discover").json();

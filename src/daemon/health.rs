@@ -141,6 +141,25 @@ fn new_canary_errors(
     out
 }
 
+/// Why a discovered drive has no health to read: a virtio, Xen, loop or MMC disk carries
+/// no SMART data or NVMe health log (the storage behind it, on its host, has them).
+/// Polling it would only fail on every interval.
+fn no_health_reader(ctx: &Ctx, name: &str) -> Option<String> {
+    use crate::discovery::Transport;
+    let t = ctx.config.discovered.get(name)?.transport;
+    matches!(
+        t,
+        Transport::Virtio | Transport::Xen | Transport::Loop | Transport::Mmc
+    )
+    .then(|| {
+        format!(
+            "a {} disk reports no health (no SMART data or NVMe health log); read the \
+             health of the storage behind it where it is",
+            t.name()
+        )
+    })
+}
+
 fn poll_once(
     ctx: &Ctx,
     drive: &DriveCtl,
@@ -150,6 +169,13 @@ fn poll_once(
     log: &mut CondLog,
 ) {
     let name = drive.cfg.name.as_str();
+    if let Some(reason) = no_health_reader(ctx, name) {
+        ctx.drive_status(name, |d| {
+            d.collectors.remove(COLLECTOR);
+            d.health_state = HealthState::NotApplicable { reason };
+        });
+        return;
+    }
     let resolved = drive.resolved();
     let Some(dev) = resolved.as_ref().ok().and_then(|r| r.device.clone()) else {
         // Down (the state stays what the last attempt found), or a file target with no
