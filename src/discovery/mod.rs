@@ -420,11 +420,16 @@ pub fn scan(paths: &SystemPaths, d: &Discovery) -> Scan {
             .as_ref()
             .map(|w| format!("WWN {w}"))
             .or_else(|| {
-                found
-                    .identity
-                    .serial
-                    .as_ref()
-                    .map(|s| format!("serial {s}"))
+                // Without a WWN, a serial alone does not make two disks one: USB bridges
+                // and cheap drives report one serial on many disks. A second path to a
+                // drive has its size and model too.
+                found.identity.serial.as_ref().map(|s| {
+                    format!(
+                        "serial {s}, {} bytes, model {:?}",
+                        found.size_bytes,
+                        found.identity.model.as_deref().unwrap_or("")
+                    )
+                })
             });
         if let Some(key) = key {
             if let Some(first) = seen.get(&key) {
