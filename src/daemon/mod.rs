@@ -889,6 +889,12 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                 }
                 Some(scan) = disc_rx.recv() => {
                     last_scan = scan;
+                    // Scans that came while the last swap waited for its threads (up to
+                    // 5 s, one every 2 s in a hot-plug storm): only the newest counts;
+                    // one swap per scan would fall ever further behind.
+                    while let Ok(newer) = disc_rx.try_recv() {
+                        last_scan = newer;
+                    }
                     let (new, watch) = crate::discovery::merge(&base, &last_scan);
                     tracing::info!("discovery: the drives changed; starting on the new set");
                     discover::log_watch_change(&last_watch, &watch);
