@@ -91,7 +91,15 @@ impl Discoverer {
         let keys: Vec<String> = s.found.iter().map(key).collect();
         for f in std::mem::take(&mut self.present) {
             let k = key(&f);
-            if !keys.contains(&k) && d.enabled {
+            // Still there but now left out by the config (a reload's filters,
+            // include_loop, max_drives): not gone (down, alerting, for drop_after) but no
+            // longer watched. A device skipped for what it is now (size 0: a detached
+            // loop device, a pulled medium) is gone.
+            let left_out = s
+                .skipped
+                .iter()
+                .any(|x| x.name == f.kernel_name && discovery::left_out_by_config(&x.reason));
+            if !keys.contains(&k) && d.enabled && !left_out {
                 self.log.holds(
                     &format!("gone:{k}"),
                     Level::Warn,

@@ -865,6 +865,9 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                             // The listed config anew, with discovery's last scan; the
                             // discovery thread rescans at once with the new [discovery].
                             base = new;
+                            // The last scan under the new filters: a drive the reload
+                            // excludes gets no canary before the rescan.
+                            last_scan = crate::discovery::refilter(&last_scan, &base.discovery);
                             let (merged, watch) = crate::discovery::merge(&base, &last_scan);
                             discover::publish_watch(&shared, &base.discovery, &watch);
                             discover::log_watch_change(&last_watch, &watch);
