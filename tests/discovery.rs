@@ -313,3 +313,59 @@ fn a_reload_applies_the_new_discovery_section() {
         |e| up(e, &name).is_none() && !e.has("driveprobe_discovery_scans_total"),
     );
 }
+
+/// A listed drive identified by a `/dev/disk/by-id/` link to a partition (`...-part1`)
+/// is its whole disk's drive, as the daemon resolves it: discovery does not add the disk
+/// a second time (two canaries and two sets of series for one disk). The link lives in
+/// the test's directory (the config check wants it under /dev/disk/by-id; the merge
+/// takes the drive as given).
+#[test]
+fn a_by_id_link_to_a_partition_overrides_its_disk() {
+    need_root();
+    let dir = shm_dir("dp-disc-byid-");
+    let img = common::image(dir.path(), "byid.img", 8 * MIB);
+    let mut child = std::process::Command::new("sfdisk")
+        .args(["--quiet", "--no-reread", "--no-tell-kernel"])
+        .arg(&img)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("cannot run sfdisk");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"label: dos\nstart=2048, type=83\n")
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let lo = Loop::attach(&img, &["--partscan"]);
+    let part = lo.partition(1);
+    let link = dir.path().join("ata-TEST_BYID-part1");
+    std::os::unix::fs::symlink(&part, &link).unwrap();
+    let mut base = driveprobe::config::Config::parse(
+        &config(
+            dir.path(),
+            5.0,
+            "[[drive]]\nname = \"listed\"\nby_id = \"/dev/disk/by-id/placeholder\"\n",
+        ),
+        "t.toml",
+    )
+    .unwrap();
+    base.drives[0].identity = Some(driveprobe::config::Identity::ById(link.clone()));
+    let scan =
+        driveprobe::discovery::scan(&driveprobe::device::SystemPaths::default(), &base.discovery);
+    let disk = lo.path().file_name().unwrap().to_str().unwrap().to_string();
+    assert!(
+        scan.found.iter().any(|f| f.kernel_name == disk),
+        "{:#?}",
+        scan
+    );
+    let (c, w) = driveprobe::discovery::merge(&base, &scan);
+    assert_eq!(
+        c.discovered.get("listed").map(|d| d.kernel_name.as_str()),
+        Some(disk.as_str()),
+        "the listed by-id drive did not override its disk: {w:#?}"
+    );
+    assert_eq!(c.drives.len(), 1, "the disk is watched twice: {w:#?}");
+}

@@ -38,10 +38,21 @@ pub struct Discoverer {
     raid: Option<(Instant, Result<Scan, String>)>,
 }
 
-/// The key a drive is known by across scans: its label (serial, WWN or kernel name),
-/// with the kernel name when it has neither.
+/// The key a drive is known by across scans (the same when it comes back at another
+/// kernel name): its WWN, else its serial with its size and model, else its kernel name.
+/// Not its label: the namespaces of one NVMe controller share the controller's serial,
+/// and USB bridges report one serial on many disks; keyed by it, a removed one was taken
+/// for the other, still present, and dropped at once instead of after `drop_after`.
 fn key(f: &Found) -> String {
-    f.label()
+    match (&f.identity.wwn, &f.identity.serial) {
+        (Some(w), _) => format!("wwn {w}"),
+        (None, Some(s)) => format!(
+            "serial {s} {} {:?}",
+            f.size_bytes,
+            f.identity.model.as_deref().unwrap_or("")
+        ),
+        (None, None) => format!("name {}", f.kernel_name),
+    }
 }
 
 impl Discoverer {
@@ -80,12 +91,21 @@ impl Discoverer {
         let keys: Vec<String> = s.found.iter().map(key).collect();
         for f in std::mem::take(&mut self.present) {
             let k = key(&f);
-            if !keys.contains(&k) && d.enabled {
+            // Still there but now left out by the config (a reload's filters,
+            // include_loop, max_drives): not gone (down, alerting, for drop_after) but no
+            // longer watched. A device skipped for what it is now (size 0: a detached
+            // loop device, a pulled medium) is gone.
+            let left_out = s
+                .skipped
+                .iter()
+                .any(|x| x.name == f.kernel_name && discovery::left_out_by_config(&x.reason));
+            if !keys.contains(&k) && d.enabled && !left_out {
                 self.log.holds(
                     &format!("gone:{k}"),
                     Level::Warn,
                     format!(
-                        "drive {k} ({}) is gone; it stays, down, for {} s before it is dropped",
+                        "drive {} ({}) is gone; it stays, down, for {} s before it is dropped",
+                        f.label(),
                         f.kernel_name,
                         d.drop_after.as_secs()
                     ),
@@ -105,21 +125,26 @@ impl Discoverer {
             .map(|(k, _)| k.clone())
             .collect();
         for k in dropped {
-            self.gone.remove(&k);
+            let label = self
+                .gone
+                .remove(&k)
+                .map(|(f, _)| f.label())
+                .unwrap_or_default();
             // The condition's end is the one line that says it is dropped.
             self.log.ends(&format!("gone:{k}"));
-            tracing::info!(drive = %k, "discovery: a removed drive is dropped, with its series");
+            tracing::info!(drive = %label, "discovery: a removed drive is dropped, with its series");
         }
         self.present = s.found.clone();
         s.gone = self
             .gone
             .iter()
-            .map(|(k, (f, since))| {
+            .map(|(_, (f, since))| {
                 let left = d.drop_after.saturating_sub(now.duration_since(*since));
                 (
                     f.clone(),
                     format!(
-                        "discovered drive {k} ({}) is gone; dropped in {} s",
+                        "discovered drive {} ({}) is gone; dropped in {} s",
+                        f.label(),
                         f.kernel_name,
                         left.as_secs()
                     ),

@@ -865,6 +865,9 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                             // The listed config anew, with discovery's last scan; the
                             // discovery thread rescans at once with the new [discovery].
                             base = new;
+                            // The last scan under the new filters: a drive the reload
+                            // excludes gets no canary before the rescan.
+                            last_scan = crate::discovery::refilter(&last_scan, &base.discovery);
                             let (merged, watch) = crate::discovery::merge(&base, &last_scan);
                             discover::publish_watch(&shared, &base.discovery, &watch);
                             discover::log_watch_change(&last_watch, &watch);
@@ -889,6 +892,12 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                 }
                 Some(scan) = disc_rx.recv() => {
                     last_scan = scan;
+                    // Scans that came while the last swap waited for its threads (up to
+                    // 5 s, one every 2 s in a hot-plug storm): only the newest counts;
+                    // one swap per scan would fall ever further behind.
+                    while let Ok(newer) = disc_rx.try_recv() {
+                        last_scan = newer;
+                    }
                     let (new, watch) = crate::discovery::merge(&base, &last_scan);
                     tracing::info!("discovery: the drives changed; starting on the new set");
                     discover::log_watch_change(&last_watch, &watch);

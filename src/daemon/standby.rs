@@ -150,7 +150,9 @@ impl StandbyCheck {
                 mode.is_standby().then(|| ASLEEP_REASON.to_string())
             }
             Err(e) if ata::is_unsupported(&e) => {
-                if e.raw_os_error() == Some(libc::ENOTTY) {
+                // A discovered hdd (SAS behind a non-libata HBA, a USB disk) says ENOTTY
+                // too: the operator is told that its canary keeps it spinning.
+                if e.raw_os_error() == Some(libc::ENOTTY) && self.class_rotational != Some(true) {
                     // Not an ATA disk at all (virtio reports itself rotational): nothing
                     // to say to the operator.
                     tracing::debug!(drive, disk = %disk.display(), error = %e,

@@ -37,10 +37,15 @@ pub struct Watched {
     pub health_only: bool,
 }
 
-/// The disks under a listed file-target drive (its "device" when it has no identity),
-/// by kernel name.
+/// The disks of a listed drive that discovery's drives are compared with, by kernel
+/// name: the whole disk its `/dev/disk/by-id/` link names (a link to a partition names
+/// its disk), or the disks under a file-target drive's file (its "device" when it has
+/// no identity).
 fn disks_of_listed(d: &Drive) -> Vec<String> {
     match (&d.identity, &d.file_target) {
+        (Some(Identity::ById(link)), _) => crate::device::inspect(link)
+            .map(|i| vec![i.parent.unwrap_or(i.name)])
+            .unwrap_or_default(),
         (None, Some(ft)) => {
             let mut at = ft.path.as_path();
             while !at.exists() {
@@ -57,9 +62,10 @@ fn disks_of_listed(d: &Drive) -> Vec<String> {
     }
 }
 
-/// Whether the listed drive `d` is the discovered drive `f`: the same serial, WWN,
-/// `/dev/disk/by-id/` link, path, or (a file-target drive) the disk under its file.
-fn same_drive(d: &Drive, under_file: &[String], f: &Found) -> bool {
+/// Whether the listed drive `d` is the discovered drive `f`: the same serial, WWN or
+/// `/dev/disk/by-id/` link; with no identity, the same path, or (a file-target drive)
+/// the disk under its file.
+fn same_drive(d: &Drive, disks: &[String], f: &Found) -> bool {
     let by_identity = match &d.identity {
         Some(Identity::Serial(s)) => f.identity.serial.as_deref() == Some(s.as_str()),
         Some(Identity::Wwn(w)) => f
@@ -67,18 +73,18 @@ fn same_drive(d: &Drive, under_file: &[String], f: &Found) -> bool {
             .wwn
             .as_deref()
             .is_some_and(|x| normalize_wwn(x) == normalize_wwn(w)),
-        Some(Identity::ById(link)) => std::fs::canonicalize(link)
-            .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .is_some_and(|n| n == f.kernel_name),
-        None => under_file.contains(&f.kernel_name),
+        // A link to a partition is its whole disk's drive (as the daemon resolves it):
+        // compared by the link's file name, a by-id link to `sda1` did not match `sda`,
+        // and the disk was watched twice (the listed drive and a discovered one).
+        Some(Identity::ById(_)) => disks.contains(&f.kernel_name),
+        None => disks.contains(&f.kernel_name),
     };
+    // A listed identity is matched by that identity alone: a disk without a serial or
+    // WWN at the listed path is not the listed drive (its disk may have been pulled and
+    // another taken the kernel name); it is watched on its own, and the listed drive's
+    // own identity check says it is down.
     by_identity
         || (d.identity.is_none() && d.file_target.is_none() && d.path.as_ref() == Some(&f.path))
-        || (d.identity.is_some()
-            && d.path.as_ref() == Some(&f.path)
-            && f.identity.serial.is_none()
-            && f.identity.wwn.is_none())
 }
 
 /// The effective config: `base` (as loaded) with the drives of `scan` (which has passed

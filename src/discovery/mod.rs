@@ -420,11 +420,16 @@ pub fn scan(paths: &SystemPaths, d: &Discovery) -> Scan {
             .as_ref()
             .map(|w| format!("WWN {w}"))
             .or_else(|| {
-                found
-                    .identity
-                    .serial
-                    .as_ref()
-                    .map(|s| format!("serial {s}"))
+                // Without a WWN, a serial alone does not make two disks one: USB bridges
+                // and cheap drives report one serial on many disks. A second path to a
+                // drive has its size and model too.
+                found.identity.serial.as_ref().map(|s| {
+                    format!(
+                        "serial {s}, {} bytes, model {:?}",
+                        found.size_bytes,
+                        found.identity.model.as_deref().unwrap_or("")
+                    )
+                })
             });
         if let Some(key) = key {
             if let Some(first) = seen.get(&key) {
@@ -484,6 +489,45 @@ pub fn raid_drives(
         }
     }
     Ok(out)
+}
+
+/// A skip reason that comes from `[discovery]` (filters, `include_loop`, `raid`,
+/// `max_drives`), not from what the device is.
+pub fn left_out_by_config(reason: &str) -> bool {
+    reason.contains("[discovery.include]")
+        || reason.contains("[discovery.exclude]")
+        || reason.contains("include_loop = true")
+        || reason.contains("raid = false")
+        || reason.starts_with("over max_drives")
+}
+
+/// The scan `s` under a new `[discovery]` (a reload), until the discovery thread has
+/// rescanned with it: what the new filters, `include_loop`, `raid` or `max_drives` leave
+/// out is not watched meanwhile (a disk excluded to keep it asleep is not read by a
+/// canary started on the old filters).
+pub fn refilter(s: &Scan, d: &Discovery) -> Scan {
+    let mut out = s.clone();
+    for f in std::mem::take(&mut out.found) {
+        let why = if f.transport == Transport::Loop && !d.include_loop {
+            Some(
+                "a loop device (set include_loop = true in [discovery] to watch loop devices)"
+                    .to_string(),
+            )
+        } else if f.source == Source::Smartctl && !d.raid {
+            Some("behind a RAID controller, and raid = false in [discovery]".to_string())
+        } else {
+            filtered_out(&f, &d.include, &d.exclude)
+        };
+        match why {
+            Some(reason) => out.skipped.push(Skipped {
+                name: f.kernel_name,
+                reason,
+            }),
+            None => out.found.push(f),
+        }
+    }
+    limit(&mut out, d.max_drives);
+    out
 }
 
 /// Keeps the first `max` drives (in the scan's order) and skips the rest with a reason.

@@ -554,3 +554,137 @@ fn smartctl_scan_open_runs_only_with_a_raid_controller() {
     );
     assert!(skipped(&s, "smartctl --scan-open").contains("not installed"));
 }
+
+/// A listed drive whose identity is a serial is not the serial-less disk that now sits
+/// at its path: its disk was pulled and another (a virtio or Xen disk, a USB stick that
+/// reports none) took the kernel name. That disk is watched on its own, and the listed
+/// drive does not take its class, kernel name or canary class.
+#[test]
+fn a_listed_serial_is_not_a_serial_less_disk_at_its_path() {
+    let f = host();
+    let base = config(
+        "[discovery]\n\
+         [[drive]]\nname = \"data\"\nserial = \"PULLED-DISK\"\npath = \"/dev/vda\"\n",
+    );
+    let s = scan(&f.paths, &base.discovery);
+    assert!(found(&s, "vda").identity.serial.is_none());
+    let (c, w) = merge(&base, &s);
+    assert!(
+        !c.discovered.contains_key("data"),
+        "the listed drive took the serial-less vda: {:?}",
+        c.discovered.get("data")
+    );
+    assert_eq!(c.discovered["vda"].kernel_name, "vda");
+    assert!(w.watched.iter().any(|x| x.name == "vda"));
+    assert_eq!(
+        w.watched.iter().find(|x| x.name == "data").unwrap().source,
+        "listed"
+    );
+}
+
+/// Two different disks with one serial and no WWN (USB bridges that all report
+/// "0123456789ABCDEF") are not a second path to one drive: both are watched. A second
+/// path has the same size and model too.
+#[test]
+fn one_serial_on_two_different_disks_is_not_a_second_path() {
+    let f = FakeSys::new();
+    f.add(
+        Dev::new("sda", USB)
+            .serial("0123456789ABCDEF")
+            .model("Bridge A")
+            .size(4096),
+        0,
+    )
+    .add(
+        Dev::new(
+            "sdb",
+            "pci0000:00/0000:00:14.0/usb2/2-2/2-2:1.0/host5/target5:0:0/5:0:0:0",
+        )
+        .serial("0123456789ABCDEF")
+        .model("Bridge A")
+        .size(8192),
+        16,
+    );
+    let s = scan(&f.paths, &Discovery::default());
+    assert_eq!(s.found.len(), 2, "{:#?}", s.skipped);
+    // Same serial, size and model, no WWN: still taken as a second path.
+    let f = FakeSys::new();
+    f.add(Dev::new("sda", SCSI).serial("LUN1").model("M"), 0)
+        .add(Dev::new("sdb", SAS).serial("LUN1").model("M"), 16);
+    let s = scan(&f.paths, &Discovery::default());
+    assert!(skipped(&s, "sdb").contains("second path"));
+}
+
+/// Two namespaces of one NVMe controller share its serial (sysfs `device/serial` is the
+/// controller's) but not their WWN. Removing one keeps it, down, until `drop_after`: it
+/// is not taken for the other one, still present.
+#[test]
+fn a_removed_namespace_stays_until_drop_after() {
+    let f = FakeSys::new();
+    f.add(Dev::new("nvme0n1", NVME).serial("CTRL1").wwn("eui.0001"), 1)
+        .add(Dev::new("nvme0n2", NVME).serial("CTRL1").wwn("eui.0002"), 2);
+    let d = Discovery {
+        drop_after: std::time::Duration::from_secs(3600),
+        ..Discovery::default()
+    };
+    let mut disc = crate::daemon::discover::Discoverer::new(f.paths.clone());
+    let s = disc.scan(&d);
+    assert_eq!(s.found.len(), 2, "{:#?}", s.skipped);
+    fs::remove_file(f.paths.sys.join("class/block/nvme0n2")).unwrap();
+    let s = disc.scan(&d);
+    assert_eq!(s.found.len(), 1);
+    assert_eq!(
+        s.gone
+            .iter()
+            .map(|(g, _)| g.kernel_name.as_str())
+            .collect::<Vec<_>>(),
+        ["nvme0n2"],
+        "the removed namespace was dropped at once"
+    );
+    // Merged: the present namespace keeps its name, the gone one is down under its own.
+    let (c, _) = merge(&config("[discovery]\n"), &s);
+    assert_eq!(c.gone.len(), 1);
+    assert!(c.drives.iter().any(|x| x.name == "CTRL1"));
+}
+
+/// A reload merges the last scan before the discovery thread rescans with the new
+/// `[discovery]`: the new filters apply to it at once, so a disk the reload excludes
+/// (say, to let it sleep) gets no canary from the old filters meanwhile.
+#[test]
+fn a_reload_s_filters_apply_to_the_last_scan() {
+    let f = host();
+    let old = config("[discovery]\n");
+    let s = scan(&f.paths, &old.discovery);
+    assert!(s.found.iter().any(|x| x.kernel_name == "sda"));
+    let new = config("[discovery]\nmax_drives = 5\n[discovery.exclude]\nname = '^sda$'\n");
+    let r = refilter(&s, &new.discovery);
+    assert!(!r.found.iter().any(|x| x.kernel_name == "sda"));
+    assert!(skipped(&r, "sda").contains("[discovery.exclude]"));
+    assert_eq!(r.found.len(), 5);
+    let (c, _) = merge(&new, &r);
+    assert!(!c.discovered.values().any(|d| d.kernel_name == "sda"));
+}
+
+/// A drive a reload's filters leave out is no longer watched; it is not a removed
+/// drive, kept down (`driveprobe_drive_up 0`, alerting) for `drop_after`.
+#[test]
+fn a_drive_excluded_by_a_reload_is_not_gone() {
+    let f = host();
+    let mut disc = crate::daemon::discover::Discoverer::new(f.paths.clone());
+    let s = disc.scan(&config("[discovery]\n").discovery);
+    assert!(s.found.iter().any(|x| x.kernel_name == "sda"));
+    let d = config("[discovery]\n[discovery.exclude]\nname = '^sda$'\n").discovery;
+    let s = disc.scan(&d);
+    assert!(skipped(&s, "sda").contains("[discovery.exclude]"));
+    assert!(s.gone.is_empty(), "{:?}", s.gone);
+    // Skipped for what it is now (size 0: a detached loop device, a pulled medium): gone.
+    f.attr("sdb", "size", "0\n");
+    let s = disc.scan(&d);
+    assert_eq!(
+        s.gone
+            .iter()
+            .map(|(g, _)| g.kernel_name.as_str())
+            .collect::<Vec<_>>(),
+        ["sdb"]
+    );
+}
