@@ -882,19 +882,7 @@ impl Qmp {
         file: &Path,
         node: &str,
     ) -> Result<(), String> {
-        self.execute(
-            "blockdev-add",
-            json!({
-                "driver": "raw",
-                "node-name": node,
-                "file": { "driver": "file", "filename": path_str(file) },
-            }),
-        )?;
-        self.execute(
-            "device_add",
-            json!({ "driver": "virtio-blk-pci", "id": id, "serial": serial, "drive": node }),
-        )
-        .map(|_| ())
+        self.add_disk("virtio-blk-pci", id, serial, file, node)
     }
 
     /// Hot-unplugs the virtio disk `id` added by [`Qmp::add_virtio`] (waits until the
@@ -915,6 +903,18 @@ impl Qmp {
         file: &Path,
         node: &str,
     ) -> Result<(), String> {
+        self.add_disk("nvme", id, serial, file, node)
+    }
+
+    /// A new raw block node `node` over `file`, then a device of QEMU type `driver` on it.
+    fn add_disk(
+        &mut self,
+        driver: &str,
+        id: &str,
+        serial: &str,
+        file: &Path,
+        node: &str,
+    ) -> Result<(), String> {
         self.execute(
             "blockdev-add",
             json!({
@@ -925,7 +925,7 @@ impl Qmp {
         )?;
         self.execute(
             "device_add",
-            json!({ "driver": "nvme", "id": id, "serial": serial, "drive": node }),
+            json!({ "driver": driver, "id": id, "serial": serial, "drive": node }),
         )
         .map(|_| ())
     }
