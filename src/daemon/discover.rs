@@ -34,8 +34,9 @@ pub struct Discoverer {
     gone: BTreeMap<String, (Found, Instant)>,
     log: CondLog,
     scans: u64,
-    /// The last RAID scan, and when.
-    raid: Option<(Instant, Result<Scan, String>)>,
+    /// The last answer of `smartctl --scan-open` (None: no RAID controller), and when;
+    /// read again under each scan's filters.
+    raid: Option<(Instant, Result<Option<String>, String>)>,
 }
 
 /// The key a drive is known by across scans (the same when it comes back at another
@@ -79,10 +80,14 @@ impl Discoverer {
                 .as_ref()
                 .is_none_or(|(at, _)| at.elapsed() >= RAID_EVERY);
             if d.raid && stale {
-                self.raid = Some((Instant::now(), discovery::raid_host(&self.paths, d)));
+                self.raid = Some((Instant::now(), discovery::raid_scan_open(&self.paths)));
             }
-            let raid = self.raid.as_ref().filter(|_| d.raid).map(|(_, r)| r);
-            discovery::complete(&mut s, raid, d);
+            let raid = self
+                .raid
+                .as_ref()
+                .filter(|_| d.raid)
+                .map(|(_, r)| discovery::raid_of(r, d));
+            discovery::complete(&mut s, raid.as_ref(), d);
             s
         } else {
             Scan::default()
@@ -320,10 +325,6 @@ pub fn run(
         let poked = ctl.wait(HOTPLUG_POLL);
         if ctl.stop.load(Ordering::Acquire) {
             break;
-        }
-        if poked {
-            // A reload: the RAID controllers are asked again too.
-            disc.raid = None;
         }
         let d = ctl.current();
         if !d.enabled && !poked && disc.gone.is_empty() {

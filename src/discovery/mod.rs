@@ -579,12 +579,28 @@ pub fn raid_controllers(paths: &SystemPaths) -> Vec<String> {
 /// The drives behind the host's RAID controllers: none without a controller, else
 /// `smartctl --scan-open` read by [`raid_drives`]. `Err` says why they were not looked for.
 pub fn raid_host(paths: &SystemPaths, d: &Discovery) -> Result<Scan, String> {
+    raid_of(&raid_scan_open(paths), d)
+}
+
+/// What `smartctl --scan-open` says on this host: `None` without a RAID controller (it is
+/// not run), its JSON text otherwise. Kept by the daemon and read again with each config's
+/// filters ([`raid_of`]), so a reload does not open every device again.
+pub fn raid_scan_open(paths: &SystemPaths) -> Result<Option<String>, String> {
     if raid_controllers(paths).is_empty() {
-        return Ok(Scan::default());
+        return Ok(None);
     }
-    let text = crate::health::smartctl::scan_open(std::time::Duration::from_secs(30))
-        .map_err(|e| e.to_string())?;
-    raid_drives(&text, d).map_err(|e| e.to_string())
+    crate::health::smartctl::scan_open(std::time::Duration::from_secs(30))
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+/// The RAID drives of a kept `smartctl --scan-open` answer, under `d`'s filters.
+pub fn raid_of(scan_open: &Result<Option<String>, String>, d: &Discovery) -> Result<Scan, String> {
+    match scan_open {
+        Ok(None) => Ok(Scan::default()),
+        Ok(Some(text)) => raid_drives(text, d).map_err(|e| e.to_string()),
+        Err(e) => Err(e.clone()),
+    }
 }
 
 /// A scan of sysfs completed: the RAID drives (when looked for), the health-only rule,
