@@ -628,7 +628,7 @@ impl Snapshot {
         );
         self.gauge(
             "driveprobe_probe_paused",
-            "1 while the canary probe is held on purpose (a scheduled run holds the drive, or, for a probe that writes, the drive's wear budget is spent), else 0. Never 1 with driveprobe_probe_running.",
+            "1 while the canary probe is held on purpose (a scheduled run holds the drive; a rotational disk is in standby and is not woken; or, for a probe that writes, the drive's wear budget is spent), else 0. Never 1 with driveprobe_probe_running.",
             l(),
             bool01(p.state.is_paused()),
         );
