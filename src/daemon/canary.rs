@@ -735,12 +735,16 @@ mod tests {
         let path = dir.path().join("t.dat");
         std::fs::write(&path, vec![0u8; 4 << 20]).unwrap();
         let cpu = first_allowed_cpu();
-        let alone = canary_cpu_wait(&path, cpu, 0);
-        let crowded = canary_cpu_wait(&path, cpu, 2);
+        // "Alone" is only as alone as the machine lets it be (other tests run beside this
+        // one): the quieter of a run before and a run after the crowded one.
+        let before = canary_cpu_wait(&path, cpu, 0);
+        let crowded = canary_cpu_wait(&path, cpu, 3);
+        let after = canary_cpu_wait(&path, cpu, 0);
+        let alone = before.min(after);
         assert!(
             crowded > alone && crowded > 0.0,
-            "alone {alone:.4}, beside two hogs {crowded:.4}"
+            "alone {before:.4} then {after:.4}, beside three hogs {crowded:.4}"
         );
-        eprintln!("cpu wait: alone {alone:.4}, beside two hogs {crowded:.4}");
+        eprintln!("cpu wait: alone {alone:.4}, beside three hogs {crowded:.4}");
     }
 }
