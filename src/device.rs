@@ -1413,7 +1413,7 @@ fn same_identity(blocks: &[(String, String, u32, u32)], paths: &SystemPaths) -> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
 
     #[test]
     fn vpd_page_80_gives_the_serial() {
@@ -1508,18 +1508,21 @@ garbage line
         assert!(h.to_string().starts_with("/dev/sda is held by dm-0, md0"));
     }
 
-    /// A fake sysfs: disk `fakedisk` (7:200) with partition `fakedisk1` (259:200) and
-    /// `fakedisk2` (259:201).
-    struct FakeSys {
-        _dir: tempfile::TempDir,
-        paths: SystemPaths,
+    /// A fake sysfs (and /proc) tree in a temporary folder, and the paths that read it.
+    /// Also the tree of `discovery`'s tests.
+    pub(crate) struct FakeSys {
+        pub(crate) _dir: tempfile::TempDir,
+        pub(crate) paths: SystemPaths,
     }
 
-    fn write(path: &Path, text: &str) {
+    /// Writes `text` at `path`, making its folders.
+    pub(crate) fn write(path: &Path, text: &str) {
         fs::create_dir_all(path.parent().unwrap()).unwrap();
         fs::write(path, text).unwrap();
     }
 
+    /// Disk `fakedisk` (7:200) with partition `fakedisk1` (259:200) and `fakedisk2`
+    /// (259:201).
     fn fake_sys(mountinfo: &str, swaps: &str) -> FakeSys {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();

@@ -4,16 +4,8 @@ use std::path::Path;
 use super::*;
 use crate::config::{Config, Discovery, Probe};
 
-/// A fake sysfs: `devices/...` directories with `class/block` links to them.
-struct FakeSys {
-    _dir: tempfile::TempDir,
-    paths: SystemPaths,
-}
-
-fn write(path: &Path, text: &str) {
-    fs::create_dir_all(path.parent().unwrap()).unwrap();
-    fs::write(path, text).unwrap();
-}
+// A fake sysfs: `devices/...` directories with `class/block` links to them.
+use crate::device::tests::{write, FakeSys};
 
 /// One block device of the fake tree.
 struct Dev<'a> {
