@@ -661,6 +661,22 @@ def fleet():
                 steps=thresholds((None, "green"), (1.5, "orange"), (2, "red")),
             ),
             bargauge(
+                "Sibling outliers (canary p99 over its cohort's median)",
+                "none",
+                [
+                    instant(
+                        "topk(10, max by (%s, model) (driveprobe:probe_latency_p99_seconds:cohort_ratio{%s}))"
+                        % (DRIVE_KEY, SEL),
+                        "{{instance}} {{drive}} ({{model}})",
+                    )
+                ],
+                "The 10 drives whose canary p99 (30-minute average) is furthest above the "
+                "median of their siblings: every drive of the same model and firmware doing "
+                "the same probe, across all instances this Prometheus sees. 1 is like its "
+                "siblings; DriveprobeSiblingOutlier fires above 3 in a cohort of 5 or more.",
+                steps=thresholds((None, "green"), (2, "orange"), (3, "red")),
+            ),
+            bargauge(
                 "Endurance used",
                 "percentunit",
                 [
@@ -927,10 +943,17 @@ def drive():
                         'driveprobe_probe_latency_quantile_seconds{%s, quantile=~"0.5|0.99|0.999"}'
                         % SEL,
                         "{{probe}} {{op}} q{{quantile}}",
-                    )
+                    ),
+                    target(
+                        'driveprobe_probe_host_stall_seconds{%s, quantile=~"0.5|0.99"}' % SEL,
+                        "{{probe}} host stall q{{quantile}}",
+                    ),
                 ],
                 "Exact quantiles of each canary probe's I/Os over its sliding window, from "
-                "driveprobe's HDR histogram, counted from when each I/O was meant to start.",
+                "driveprobe's HDR histogram: the drive's service time (submission to "
+                "completion), and beside it the host's stall (how late each I/O was issued, "
+                "plus its thread's wait for a CPU). A busy host raises the stall, a slow "
+                "drive the service time.",
                 defaults={"custom": {"drawStyle": "line", "fillOpacity": 0, "lineWidth": 1,
                                      "showPoints": "never", "spanNulls": False,
                                      "scaleDistribution": {"type": "log", "log": 10}}},
@@ -1063,6 +1086,39 @@ def drive():
                 w=4,
                 h=8,
                 steps=thresholds((None, "orange"), (24, "green")),
+            ),
+            timeseries(
+                "Canary p99 against the drive's own load",
+                "s",
+                [
+                    target(
+                        'max without (quantile) (driveprobe_probe_latency_quantile_seconds{%s, quantile="0.99"})'
+                        % SEL,
+                        "{{probe}} {{op}} p99",
+                    ),
+                    target(
+                        "driveprobe:drive_load_iops:rate5m{%s}" % SEL,
+                        "others' I/O per second (5m)",
+                    ),
+                ],
+                "The canary's p99 beside the rate of I/O others than the canaries complete "
+                "on the drive's disk (the daemon's own /proc/diskstats reading, "
+                "driveprobe_drive_load_ios_total). A p99 that rises while that rate does "
+                "not is the drive's own doing; one that rises with it is load. "
+                "DriveprobeLatencyRegression compares each p99 with its baseline at a "
+                "similar share of the drive's usual peak. Empty for a drive with no disk (a "
+                "file on tmpfs).",
+                w=24,
+                overrides=[
+                    {
+                        "matcher": {"id": "byFrameRefID", "options": "B"},
+                        "properties": [
+                            {"id": "unit", "value": "iops"},
+                            {"id": "custom.axisPlacement", "value": "right"},
+                            {"id": "min", "value": 0},
+                        ],
+                    },
+                ],
             ),
             timeseries(
                 "Canary p99 against the disk's busy share (node_exporter)",
@@ -1342,6 +1398,75 @@ def drive():
                 "Bytes per second the host wrote and read, over the past hour, as the drive "
                 "counts them (updated at each health reading).",
                 w=12,
+            ),
+        ],
+    )
+
+    link = Row(
+        "Link and self-tests",
+        [
+            timeseries(
+                "Link speed",
+                "bps",
+                [
+                    target("driveprobe_link_speed_transfers_per_second{%s}" % SEL, "{{drive}} current"),
+                    target("driveprobe_link_max_speed_transfers_per_second{%s}" % SEL, "{{drive}} maximum"),
+                ],
+                "The per-lane speed the drive's link trained at, and the most it and its port "
+                "can do (NVMe: PCIe from sysfs, 8 GT/s shown as 8 Gb/s; SATA: smartctl's "
+                "interface speed). Below the maximum for 15 minutes: DriveprobeLinkDegraded.",
+                w=12,
+                defaults={"min": 0},
+            ),
+            timeseries(
+                "Link share of its maximum",
+                "percentunit",
+                [
+                    target(
+                        "min by (job, instance, drive) ("
+                        "driveprobe_link_speed_transfers_per_second{%s}"
+                        " / driveprobe_link_max_speed_transfers_per_second{%s}"
+                        " or driveprobe_link_width_lanes{%s}"
+                        " / driveprobe_link_max_width_lanes{%s})" % (SEL, SEL, SEL, SEL),
+                        "{{drive}}",
+                    ),
+                ],
+                "The lower of current over maximum speed and (PCIe) current over maximum "
+                "lanes: 100% is a link at full speed and width; 50% is a Gen3 drive at Gen2, "
+                "or x2 of x4.",
+                w=12,
+                defaults={"min": 0, "max": 1},
+            ),
+            timeseries(
+                "Latest self-test failed, self-test running",
+                "none",
+                [
+                    target("driveprobe_health_self_test_failed{%s}" % SEL, "{{drive}} {{kind}}"),
+                    target("driveprobe_selftest_running{%s}" % SEL, "{{drive}} running"),
+                ],
+                "1 when the drive's latest self-test of a kind (short, extended, conveyance, "
+                "selective) failed, from its self-test log; `driveprobe health DEVICE` shows "
+                "the result and the first failing LBA. \"running\" is 1 while the drive runs "
+                "a self-test (a [[selftest]] schedule's, or one started by hand); its share "
+                "done is driveprobe_selftest_progress_ratio, also on the status page.",
+                w=12,
+                defaults={"decimals": 0, "min": 0, "max": 1},
+            ),
+            timeseries(
+                "Latest self-test age",
+                "h",
+                [
+                    target(
+                        "(driveprobe_health_power_on_seconds_total{%s}"
+                        " - on (job, instance, drive) group_right"
+                        " driveprobe_health_self_test_power_on_seconds{%s}) / 3600" % (SEL, SEL),
+                        "{{drive}} {{kind}}",
+                    ),
+                ],
+                "Power-on hours since the drive's latest self-test of each kind ran: a "
+                "drive whose extended test is months old has not checked its whole surface.",
+                w=12,
+                defaults={"decimals": 0, "min": 0},
             ),
         ],
     )
@@ -1778,7 +1903,7 @@ def drive():
         "endurance, driveprobe's own writes, the last full runs, application workloads and "
         "the collectors.",
         ["driveprobe", "storage"],
-        [latency, io, health, endurance, wear, runs, apps, collectors],
+        [latency, io, health, link, endurance, wear, runs, apps, collectors],
         templating,
         [link_to("Fleet", "driveprobe-fleet", "Every drive")],
     )

@@ -413,7 +413,7 @@ fn read_text(path: &Path) -> Result<String, DeviceError> {
 }
 
 /// Reads a sysfs attribute, trimmed; `None` when missing, unreadable or empty.
-fn read_attr(path: &Path) -> Option<String> {
+pub(crate) fn read_attr(path: &Path) -> Option<String> {
     let s = fs::read_to_string(path).ok()?;
     let s = s.trim();
     (!s.is_empty()).then(|| s.to_string())

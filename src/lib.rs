@@ -6,12 +6,14 @@
 #![deny(unsafe_code)]
 
 pub mod app;
+pub mod calendar;
 pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod device;
 pub mod discovery;
 pub mod engine;
+pub mod fmt;
 pub mod health;
 pub mod http;
 pub mod logging;

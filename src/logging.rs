@@ -286,14 +286,7 @@ fn rfc3339_now() -> String {
 }
 
 fn rfc3339(secs: i64, millis: u32) -> String {
-    let (y, m, d) = crate::schedule::cron::civil_from_days(secs.div_euclid(86_400));
-    let tod = secs.rem_euclid(86_400);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        tod / 3600,
-        (tod % 3600) / 60,
-        tod % 60
-    )
+    crate::calendar::rfc3339_millis(secs, millis)
 }
 
 #[cfg(test)]

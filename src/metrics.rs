@@ -438,6 +438,29 @@ impl Snapshot {
     }
 
     fn drive(&mut self, name: &str, d: &DriveStatus) {
+        self.drive_info(name, d);
+        self.drive_states(name, d);
+        for (probe, p) in &d.probes {
+            self.probe(name, probe, p);
+        }
+        for (suite, r) in &d.last_runs {
+            self.run(name, suite, r);
+        }
+        if let Some(h) = &d.health {
+            self.health(name, h);
+            self.link(name, &h.report);
+            if !d.health_detail_metrics_off {
+                self.health_detail(name, &h.report);
+            }
+        }
+        self.drive_endurance(name, d);
+        self.drive_wear(name, d);
+        self.self_test(name, d);
+        self.drive_collectors(name, d);
+    }
+
+    /// The drive's identity (info and capacity) and its disk's load by others.
+    fn drive_info(&mut self, name: &str, d: &DriveStatus) {
         let drive = || vec![("drive", name.to_string())];
         let id = &d.identity;
         let (device, path) = device_labels(d);
@@ -463,6 +486,32 @@ impl Snapshot {
             &drive(),
             id.capacity_bytes.map(|c| c as f64),
         );
+        if let Some(l) = &d.load {
+            self.counter(
+                "driveprobe_drive_load_ios_total",
+                "I/Os completed on the drive's disk (reads, writes, discards; /proc/diskstats) by others than driveprobe's canaries: the drive's own load, to tell a slow drive from a busy one. Counted from when the daemon started watching the disk.",
+                drive(),
+                l.others_ios_total,
+            );
+            self.add(
+                "driveprobe_drive_load_busy_seconds_total",
+                Kind::Counter,
+                "Time the drive's disk was busy (at least one I/O in flight; /proc/diskstats io_ticks) with others' I/O, the canaries' own I/O time taken out; its rate is the busy share, 0 to 1.",
+                drive(),
+                Value::CounterF(l.others_busy_seconds_total),
+            );
+            self.gauge(
+                "driveprobe_drive_load_in_flight",
+                "I/Os in flight on the drive's disk at the last sample (once a second), the canaries' included.",
+                drive(),
+                l.in_flight as f64,
+            );
+        }
+    }
+
+    /// Whether the drive is up, its discovered class and its health state.
+    fn drive_states(&mut self, name: &str, d: &DriveStatus) {
+        let drive = || vec![("drive", name.to_string())];
         self.gauge(
             "driveprobe_drive_up",
             "1 when the drive is present and its identity matched, so probes may run on it; 0 when it is absent or another drive is at its path (see the status page for why).",
@@ -488,15 +537,11 @@ impl Snapshot {
                 bool01(d.health_state.name() == state),
             );
         }
-        for (probe, p) in &d.probes {
-            self.probe(name, probe, p);
-        }
-        for (suite, r) in &d.last_runs {
-            self.run(name, suite, r);
-        }
-        if let Some(h) = &d.health {
-            self.health(name, h);
-        }
+    }
+
+    /// The drive's endurance estimate, when there is one.
+    fn drive_endurance(&mut self, name: &str, d: &DriveStatus) {
+        let drive = || vec![("drive", name.to_string())];
         if let Some(e) = &d.endurance {
             let l = drive();
             self.gauge_opt(
@@ -530,6 +575,11 @@ impl Snapshot {
                 e.write_amplification,
             );
         }
+    }
+
+    /// What driveprobe wrote to the drive, its wear budgets, and runs skipped for them.
+    fn drive_wear(&mut self, name: &str, d: &DriveStatus) {
+        let drive = || vec![("drive", name.to_string())];
         let w = &d.wear;
         self.counter_u128(
             "driveprobe_self_written_bytes_total",
@@ -585,6 +635,10 @@ impl Snapshot {
                 sk.count,
             );
         }
+    }
+
+    /// Each collector's last attempt on the drive: success and duration.
+    fn drive_collectors(&mut self, name: &str, d: &DriveStatus) {
         for (collector, c) in &d.collectors {
             let l = vec![
                 ("drive", name.to_string()),
@@ -655,9 +709,37 @@ impl Snapshot {
             &l(),
             p.cpu_wait.window_max_ratio,
         );
+        if let Some(w) = &p.host_stall {
+            self.window_quantiles(
+                "driveprobe_probe_host_stall_seconds",
+                "The host's part of the canary probe's I/Os, quantiles over its sliding window, in seconds (quantile 1 is the window's maximum): how late each I/O was issued against its due time plus the time its thread waited for a CPU while it was in flight. The drive's own part is driveprobe_probe_latency_quantile_seconds. Absent before the first I/O of a window.",
+                &l(),
+                w,
+            );
+        }
         self.op(drive, probe, "read", &p.read);
         if p.writes {
             self.op(drive, probe, "write", &p.write);
+        }
+    }
+
+    /// One gauge per quantile of a sliding window, `quantile="1"` its maximum.
+    fn window_quantiles(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&'static str, String)],
+        w: &crate::status::WindowQuantiles,
+    ) {
+        let quantiles = WINDOW_QUANTILES
+            .iter()
+            .map(|(q, _)| *q)
+            .zip(w.quantiles)
+            .chain(std::iter::once(("1", w.max)));
+        for (q, v) in quantiles {
+            let mut lq = labels.to_vec();
+            lq.push((QUANTILE_LABEL, q.to_string()));
+            self.gauge(name, help, lq, v);
         }
     }
 
@@ -670,26 +752,17 @@ impl Snapshot {
         self.add(
             "driveprobe_probe_latency_seconds",
             Kind::Histogram,
-            "Latency of the canary probe's I/Os, in seconds, counted from when each I/O was meant to start. Use histogram_quantile over rate() of the buckets; the exact recent quantiles are driveprobe_probe_latency_quantile_seconds.",
+            "Latency of the canary probe's I/Os, in seconds: the drive's service time (submission to completion, less the time the thread waited for a CPU meanwhile; a probe the engine runs, a verified write probe or a deeper queue, counts from when each I/O was meant to start). The host's part is driveprobe_probe_host_stall_seconds. Use histogram_quantile over rate() of the buckets; the exact recent quantiles are driveprobe_probe_latency_quantile_seconds.",
             l.clone(),
             histogram(o),
         );
         if let Some(w) = &o.window {
-            let quantiles = WINDOW_QUANTILES
-                .iter()
-                .map(|(q, _)| *q)
-                .zip(w.quantiles)
-                .chain(std::iter::once(("1", w.max)));
-            for (q, v) in quantiles {
-                let mut lq = l.clone();
-                lq.push((QUANTILE_LABEL, q.to_string()));
-                self.gauge(
-                    "driveprobe_probe_latency_quantile_seconds",
-                    "Exact latency quantiles of the canary probe's I/Os over its sliding window, in seconds (quantile 1 is the window's maximum). Absent before the first I/O of a window.",
-                    lq,
-                    v,
-                );
-            }
+            self.window_quantiles(
+                "driveprobe_probe_latency_quantile_seconds",
+                "Exact latency quantiles of the canary probe's I/Os over its sliding window, in seconds (quantile 1 is the window's maximum). Absent before the first I/O of a window.",
+                &l,
+                w,
+            );
         }
         self.counter(
             "driveprobe_probe_ops_total",
@@ -979,6 +1052,349 @@ impl Snapshot {
             l,
             h.read_unix,
         );
+    }
+
+    /// The link's speed and width (issue 20), whatever `health_detail_metrics` says: the
+    /// `DriveprobeLinkDegraded` alert compares them.
+    fn link(&mut self, drive: &str, r: &crate::health::HealthReport) {
+        let Some(link) = &r.link else { return };
+        let l = vec![("drive", drive.to_string())];
+        self.gauge_opt(
+            "driveprobe_link_speed_transfers_per_second",
+            "The speed the drive's link trained at, per lane, in transfers per second (a bit each): PCIe 8 GT/s is 8e9 (NVMe, from sysfs), SATA 6.0 Gb/s is 6e9 (from smartctl).",
+            &l,
+            link.current_speed_transfers_per_second,
+        );
+        self.gauge_opt(
+            "driveprobe_link_max_speed_transfers_per_second",
+            "The most the drive's link can run at, per lane, in transfers per second: the lower of the drive's and (PCIe) its port's maximum.",
+            &l,
+            link.max_speed_transfers_per_second,
+        );
+        self.gauge_opt(
+            "driveprobe_link_width_lanes",
+            "The lanes the drive's PCIe link trained with.",
+            &l,
+            link.current_width.map(f64::from),
+        );
+        self.gauge_opt(
+            "driveprobe_link_max_width_lanes",
+            "The most lanes the drive's PCIe link can use: the lower of the drive's and its port's maximum.",
+            &l,
+            link.max_width.map(f64::from),
+        );
+    }
+
+    /// Everything else the drive says (issue 20): off with `health_detail_metrics = false`.
+    /// At most 30 ATA attributes x 4 + 2 failing counts, 64 Device Statistics entries, 32
+    /// PHY counters, 6 self-test kinds x 3, SCSI 17, NVMe 17 series per drive: 236 for a
+    /// SATA drive at the most (the budget in docs/alerts.md, "Series per drive").
+    fn health_detail(&mut self, drive: &str, r: &crate::health::HealthReport) {
+        self.health_detail_ata(drive, r);
+        self.health_detail_scsi(drive, r);
+        self.health_detail_nvme(drive, r);
+        self.health_detail_self_tests(drive, r);
+    }
+
+    /// The ATA attributes, failing counts, Device Statistics and SATA PHY counters.
+    fn health_detail_ata(&mut self, drive: &str, r: &crate::health::HealthReport) {
+        for a in &r.ata_attributes {
+            let al = vec![("drive", drive.to_string()), ("attribute", a.label())];
+            for (name, help, v) in [
+                (
+                    "driveprobe_health_ata_attribute_value",
+                    "An ATA SMART attribute's normalised value (1-253, higher is better); the attribute label is its id and name.",
+                    a.value,
+                ),
+                (
+                    "driveprobe_health_ata_attribute_worst",
+                    "An ATA SMART attribute's worst normalised value over the drive's life.",
+                    a.worst,
+                ),
+                (
+                    "driveprobe_health_ata_attribute_threshold",
+                    "An ATA SMART attribute's threshold: at or below it the attribute has failed (0: it never fails).",
+                    a.threshold,
+                ),
+            ] {
+                self.gauge_opt(name, help, &al, v.map(f64::from));
+            }
+            self.gauge_opt(
+                "driveprobe_health_ata_attribute_raw",
+                "An ATA SMART attribute's raw value (48 bits; some pack several fields: see the JSON's raw_string).",
+                &al,
+                a.raw.map(|v| v as f64),
+            );
+        }
+        if !r.ata_attributes.is_empty() {
+            for (when, n) in [
+                (
+                    "now",
+                    r.ata_attributes.iter().filter(|a| a.failed_now).count(),
+                ),
+                (
+                    "past",
+                    r.ata_attributes.iter().filter(|a| a.failed_in_past).count(),
+                ),
+            ] {
+                self.gauge(
+                    "driveprobe_health_ata_attributes_failed",
+                    "ATA SMART attributes at or below their threshold: now (value), or at some time in the past (worst). Which ones: the JSON's ata_attributes.",
+                    vec![("drive", drive.to_string()), ("when", when.to_string())],
+                    n as f64,
+                );
+            }
+        }
+        for s in &r.ata_device_statistics {
+            self.gauge(
+                "driveprobe_health_ata_device_statistic",
+                "An entry of the ATA Device Statistics log, by page number and name (counts, temperatures in °C, percentages as the drive gives them).",
+                vec![
+                    ("drive", drive.to_string()),
+                    ("page", s.page.to_string()),
+                    ("statistic", s.name.clone()),
+                ],
+                s.value as f64,
+            );
+        }
+        for p in &r.sata_phy_events {
+            self.counter(
+                "driveprobe_health_sata_phy_events_total",
+                "A SATA PHY event counter (the drive resets them at power on), by id and name.",
+                vec![
+                    ("drive", drive.to_string()),
+                    ("event", format!("{} {}", p.id, p.name)),
+                ],
+                p.value,
+            );
+        }
+    }
+
+    /// The SCSI error counter log, grown defects and start-stop and load-unload cycles.
+    fn health_detail_scsi(&mut self, drive: &str, r: &crate::health::HealthReport) {
+        let l = vec![("drive", drive.to_string())];
+        if let Some(s) = &r.scsi {
+            for (dir, c) in [
+                ("read", &s.read),
+                ("write", &s.write),
+                ("verify", &s.verify),
+            ] {
+                let Some(c) = c else { continue };
+                let dl = vec![("drive", drive.to_string()), ("direction", dir.to_string())];
+                self.counter_opt(
+                    "driveprobe_health_scsi_corrected_errors_total",
+                    "Errors the SCSI drive corrected, by direction (read, write, verify), from its error counter log.",
+                    &dl,
+                    c.total_corrected,
+                );
+                self.counter_opt(
+                    "driveprobe_health_scsi_uncorrected_errors_total",
+                    "Errors the SCSI drive could not correct, by direction, from its error counter log.",
+                    &dl,
+                    c.total_uncorrected,
+                );
+                self.counter_opt(
+                    "driveprobe_health_scsi_correction_algorithm_invocations_total",
+                    "Times the SCSI drive ran its correction algorithm, by direction.",
+                    &dl,
+                    c.correction_algorithm_invocations,
+                );
+                if let Some(b) = c.processed_bytes {
+                    self.counter_u128(
+                        "driveprobe_health_scsi_processed_bytes_total",
+                        "Bytes the SCSI drive processed, by direction, from its error counter log.",
+                        dl.clone(),
+                        b,
+                    );
+                }
+            }
+            self.gauge_opt(
+                "driveprobe_health_scsi_grown_defects",
+                "Entries in the SCSI drive's grown defect list.",
+                &l,
+                s.grown_defects.map(|v| v as f64),
+            );
+            self.counter_opt(
+                "driveprobe_health_scsi_start_stop_cycles_total",
+                "Start-stop cycles over the SCSI drive's life.",
+                &l,
+                s.start_stop_cycles,
+            );
+            self.gauge_opt(
+                "driveprobe_health_scsi_start_stop_cycles_rated",
+                "Start-stop cycles the SCSI drive is specified for over its life.",
+                &l,
+                s.start_stop_cycles_specified.map(|v| v as f64),
+            );
+            self.counter_opt(
+                "driveprobe_health_scsi_load_unload_cycles_total",
+                "Load-unload cycles over the SCSI drive's life.",
+                &l,
+                s.load_unload_cycles,
+            );
+            self.gauge_opt(
+                "driveprobe_health_scsi_load_unload_cycles_rated",
+                "Load-unload cycles the SCSI drive is specified for over its life.",
+                &l,
+                s.load_unload_cycles_specified.map(|v| v as f64),
+            );
+        }
+    }
+
+    /// The NVMe temperature times, sensors, thermal management, busy time and commands.
+    fn health_detail_nvme(&mut self, drive: &str, r: &crate::health::HealthReport) {
+        let l = vec![("drive", drive.to_string())];
+        if let Some(n) = &r.nvme {
+            self.counter_opt(
+                "driveprobe_health_nvme_warning_temperature_seconds_total",
+                "Time the NVMe drive's composite temperature was at or above its warning threshold, in seconds (the drive counts minutes).",
+                &l,
+                n.warning_temperature_minutes.map(|m| m.saturating_mul(60)),
+            );
+            self.counter_opt(
+                "driveprobe_health_nvme_critical_temperature_seconds_total",
+                "Time the NVMe drive's composite temperature was at or above its critical threshold, in seconds (the drive counts minutes).",
+                &l,
+                n.critical_temperature_minutes.map(|m| m.saturating_mul(60)),
+            );
+            for t in &n.temperature_sensors {
+                self.gauge(
+                    "driveprobe_health_nvme_temperature_sensor_celsius",
+                    "An NVMe temperature sensor (1-8), in whole degrees Celsius (kelvin - 273, as smartctl).",
+                    vec![
+                        ("drive", drive.to_string()),
+                        ("sensor", t.sensor.to_string()),
+                    ],
+                    t.celsius,
+                );
+            }
+            for (i, (tr, secs)) in n
+                .thermal_transitions
+                .iter()
+                .zip(n.thermal_seconds.iter())
+                .enumerate()
+            {
+                let tl = vec![("drive", drive.to_string()), ("level", (i + 1).to_string())];
+                self.counter_opt(
+                    "driveprobe_health_nvme_thermal_transitions_total",
+                    "Times the NVMe controller entered thermal management temperature 1 or 2 (level) to cool down.",
+                    &tl,
+                    *tr,
+                );
+                self.counter_opt(
+                    "driveprobe_health_nvme_thermal_seconds_total",
+                    "Seconds the NVMe controller spent in thermal management temperature 1 or 2 (level).",
+                    &tl,
+                    *secs,
+                );
+            }
+            self.counter_opt(
+                "driveprobe_health_nvme_controller_busy_seconds_total",
+                "Time the NVMe controller was busy with I/O commands, in seconds (the drive counts minutes).",
+                &l,
+                n.controller_busy_minutes.map(|m| m.saturating_mul(60)),
+            );
+            for (dir, v) in [
+                ("read", n.host_read_commands),
+                ("write", n.host_write_commands),
+            ] {
+                self.counter_opt(
+                    "driveprobe_health_nvme_host_commands_total",
+                    "Read or write commands the NVMe controller completed (direction).",
+                    &[("drive", drive.to_string()), ("direction", dir.to_string())],
+                    v,
+                );
+            }
+        }
+    }
+
+    /// The latest self-test of each kind: failed, when it ran, its first failing LBA.
+    fn health_detail_self_tests(&mut self, drive: &str, r: &crate::health::HealthReport) {
+        // The newest test of each kind first; behind one that did not finish, the newest
+        // that did (`detail::latest_per_kind`): one series per kind.
+        for (i, t) in r.self_tests.iter().enumerate() {
+            if r.self_tests[..i].iter().any(|o| o.kind == t.kind) {
+                continue;
+            }
+            let finished = r
+                .self_tests
+                .iter()
+                .find(|o| o.kind == t.kind && o.conclusive());
+            let tl = vec![("drive", drive.to_string()), ("kind", t.kind.clone())];
+            self.gauge(
+                "driveprobe_health_self_test_failed",
+                "1 when the drive's latest finished self-test of this kind (short, extended, conveyance, selective, vendor) failed, else 0: a later test of the kind aborted, interrupted or still running does not clear it, a later pass does.",
+                tl.clone(),
+                bool01(finished.is_some_and(|f| f.failed())),
+            );
+            self.gauge_opt(
+                "driveprobe_health_self_test_power_on_seconds",
+                "When the drive's latest self-test of this kind ran, in the drive's power-on time (seconds; the drive counts hours), to compare with driveprobe_health_power_on_seconds_total.",
+                &tl,
+                t.power_on_hours.map(|h| h as f64 * 3600.0),
+            );
+            self.gauge_opt(
+                "driveprobe_health_self_test_first_failing_lba",
+                "The first failing LBA of the drive's latest finished self-test of this kind, when it failed and the drive says where.",
+                &tl,
+                finished.and_then(|f| f.first_failing_lba).map(|v| v as f64),
+            );
+        }
+    }
+
+    /// The drive's self-test now (ours, or one the latest health reading says runs) and
+    /// the last one each `[[selftest]]` kind ran. Always exported (not detail).
+    fn self_test(&mut self, name: &str, d: &DriveStatus) {
+        if !d.up && d.self_test.running.is_none() && d.self_test.last.is_empty() {
+            return;
+        }
+        let drive = || vec![("drive", name.to_string())];
+        let from_health = d
+            .health
+            .as_ref()
+            .and_then(|h| h.report.self_test_running.as_ref());
+        let (running, kind, done) = match (&d.self_test.running, from_health) {
+            (Some(r), _) => (true, r.kind.clone(), r.done_ratio),
+            (None, Some(p)) => (true, p.kind.clone(), p.done_ratio),
+            (None, None) => (false, String::new(), None),
+        };
+        let known =
+            d.self_test.running.is_some() || d.health.is_some() || !d.self_test.last.is_empty();
+        if known {
+            self.gauge(
+                "driveprobe_selftest_running",
+                "1 while the drive runs a self-test (one a [[selftest]] started, or one the latest health reading shows), else 0.",
+                drive(),
+                bool01(running),
+            );
+        }
+        if running {
+            let mut l = drive();
+            l.push(("kind", kind));
+            self.gauge_opt(
+                "driveprobe_selftest_progress_ratio",
+                "The share of the running self-test done, 0-1, as the drive last said (absent when the drive does not say: SCSI through smartctl).",
+                &l,
+                done,
+            );
+        }
+        for (kind, o) in &d.self_test.last {
+            let kl = || vec![("drive", name.to_string()), ("kind", kind.clone())];
+            let mut ls = kl();
+            ls.push(("result", o.result.clone()));
+            self.gauge(
+                "driveprobe_selftest_last_result",
+                "Always 1: the result of the last self-test of this kind a [[selftest]] ran on the drive (passed, failed, aborted, interrupted, timed_out, refused, unknown) as a label; the status API has the drive's words.",
+                ls,
+                1.0,
+            );
+            self.gauge(
+                "driveprobe_selftest_last_end_timestamp_seconds",
+                "Unix time at which the last self-test of this kind a [[selftest]] ran on the drive ended.",
+                kl(),
+                o.ended_unix,
+            );
+        }
     }
 
     fn process(&mut self, started_unix: f64) {
@@ -1338,6 +1754,11 @@ mod tests {
             read,
             write: OpStatus::default(),
             cpu_wait: Default::default(),
+            host_stall: Some(WindowQuantiles {
+                ops: 50,
+                quantiles: [40e-6, 60e-6, 2e-3, 4e-3],
+                max: 5e-3,
+            }),
         }
     }
 
@@ -1449,6 +1870,17 @@ mod tests {
                 );
             }
             assert!(qs[4].ends_with(" 0.0015"), "{}", qs[4]);
+            // Issue 21: the host's stall, in the same shape, per probe (no `op`).
+            let hs: Vec<&str> = samples(&out)
+                .into_iter()
+                .filter(|l| l.starts_with("driveprobe_probe_host_stall_seconds{"))
+                .collect();
+            assert_eq!(hs.len(), 5, "{out}");
+            assert_eq!(
+                hs[2],
+                "driveprobe_probe_host_stall_seconds{drive=\"d\",probe=\"c\",quantile=\"0.99\"} 0.002"
+            );
+            assert!(hs[4].ends_with(" 0.005"), "{}", hs[4]);
             // Buckets: one per bound and +Inf, cumulative, monotone, +Inf = _count.
             let buckets: Vec<u64> = samples(&out)
                 .into_iter()

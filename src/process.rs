@@ -20,6 +20,22 @@
 //!   100 MB costs a bounded amount of memory, and what it printed reaches the log and the
 //!   result documents only as a bounded excerpt ([`Captured::excerpt`],
 //!   [`Captured::tail_text`], [`clip`]).
+//! - **One way to wait** ([`wait_until`]): for the child's exit, a deadline or a stop
+//!   request, polled with the same backoff (2 ms doubling to 25 ms) by every caller:
+//!   [`run`], [`Supervised::stop`], `app::wait` and `app::ChildGuard::stop`.
+//! - **When the child exits, its group goes with it**: whatever it left running (a
+//!   grandchild holding its pipes, say) is killed before its output is read to the end,
+//!   so a finished program never holds its reader until a time limit.
+//! - **A group is signalled only while its leader is unreaped.** The group's id is the
+//!   leader's pid; once the leader is reaped the number may go to someone else's group.
+//!   So the exit is seen without reaping (`waitid(WNOWAIT)`), the group is killed while
+//!   the zombie leader still holds the id, and then the leader is reaped and leaves the
+//!   registry, in one step ([`Supervised`]).
+//!
+//! [`run`] puts these together for a program run to completion (smartctl): spawn with
+//! stdin closed, both pipes captured through caps, wait up to a time limit, kill the
+//! group and reap on the limit (or when the caller's thread unwinds), and return the
+//! exit status with both captures.
 
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -40,10 +56,23 @@ fn live() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
 
 /// A child in its own process group, registered so that [`terminate_all`] can end it.
 /// Dropping the handle kills the group (SIGKILL) and reaps the child.
+///
+/// **The group is signalled only while its leader is unreaped.** The group's id is the
+/// leader's pid, and a pid stays taken while its process is running or a zombie: once the
+/// leader is reaped (and the rest of the group is gone) the number can go to a new process
+/// and so to a new group of someone else's processes, which a `killpg` would then reach
+/// (driveprobe runs as root). So the leader's exit is seen without reaping it
+/// (`waitid(WNOWAIT)`, [`exited_unreaped`]), the rest of the group is killed while the
+/// zombie leader still holds the id, and only then is the leader reaped, under the
+/// registry's lock and out of the registry in the same step ([`Supervised::try_wait`]).
+/// Every way of reaping here goes through that step.
 #[derive(Debug)]
 pub struct Supervised {
-    child: Option<std::process::Child>,
+    child: std::process::Child,
     pgid: i32,
+    /// The leader's exit status once it is reaped: from then on its group is not ours
+    /// and is never signalled.
+    reaped: Option<std::process::ExitStatus>,
 }
 
 /// Starts `cmd` as the leader of a new process group, with SIGKILL as its parent death
@@ -64,9 +93,93 @@ pub fn spawn(cmd: &mut std::process::Command) -> std::io::Result<Supervised> {
     let pgid = child.id() as i32;
     reg.insert(pgid);
     Ok(Supervised {
-        child: Some(child),
+        child,
         pgid,
+        reaped: None,
     })
+}
+
+/// How a wait ended.
+#[derive(Debug)]
+pub enum Waited {
+    Exited(std::process::ExitStatus),
+    /// The stop request came; the child is still running (its handle ends it).
+    Stopped,
+    /// The deadline passed; the child is still running (its handle ends it).
+    TimedOut,
+}
+
+/// The first pause of [`wait_until`]'s polling, doubled up to [`POLL_MAX`].
+const POLL_MIN: Duration = Duration::from_millis(2);
+/// The longest pause between two looks at the child: how late an exit, a stop request
+/// or a deadline may be noticed.
+pub const POLL_MAX: Duration = Duration::from_millis(25);
+
+/// The one wait of this module: polls `try_wait` (a child's exit; it reaps) until it
+/// gives a status, `stopped` says true, or `deadline` passes (None: no deadline). The
+/// exit is looked at first, so a child that exited before the deadline is never reported
+/// as timed out.
+pub fn wait_until(
+    mut try_wait: impl FnMut() -> std::io::Result<Option<std::process::ExitStatus>>,
+    deadline: Option<Instant>,
+    stopped: impl Fn() -> bool,
+) -> std::io::Result<Waited> {
+    let mut pause = POLL_MIN;
+    loop {
+        if let Some(status) = try_wait()? {
+            return Ok(Waited::Exited(status));
+        }
+        if stopped() {
+            return Ok(Waited::Stopped);
+        }
+        let now = Instant::now();
+        let left = match deadline {
+            Some(d) if now >= d => return Ok(Waited::TimedOut),
+            Some(d) => d - now,
+            None => pause,
+        };
+        std::thread::sleep(pause.min(left));
+        pause = (pause * 2).min(POLL_MAX);
+    }
+}
+
+/// Where a child of ours is, as `waitid(WEXITED | WNOWAIT)` sees it (nothing is reaped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leader {
+    Running,
+    /// Exited and not reaped: a zombie, whose pid (and so its group's id) is still taken.
+    Exited,
+    /// Not a child of ours to wait for (already reaped): its pid may be someone else's.
+    Reaped,
+}
+
+/// Where child `pid` is, without reaping it; `block`: wait until it has exited (or is
+/// found reaped).
+pub fn leader_state(pid: u32, block: bool) -> std::io::Result<Leader> {
+    use rustix::process::{waitid, WaitId, WaitIdOptions};
+    let Some(pid) = Pid::from_raw(pid as i32) else {
+        return Ok(Leader::Reaped);
+    };
+    let mut opts = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
+    if !block {
+        opts |= WaitIdOptions::NOHANG;
+    }
+    loop {
+        return match waitid(WaitId::Pid(pid), opts) {
+            Ok(Some(_)) => Ok(Leader::Exited),
+            Ok(None) => Ok(Leader::Running),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(rustix::io::Errno::CHILD) => Ok(Leader::Reaped),
+            Err(e) => Err(e.into()),
+        };
+    }
+}
+
+/// True when child `pid` has exited and is not reaped yet (a zombie, whose
+/// `/proc/PID/io` can still be read and whose pid still holds its group's id). `block`:
+/// wait for it to exit. False on any error (already reaped, not our child).
+pub fn exited_unreaped(pid: u32, block: bool) -> bool {
+    matches!(leader_state(pid, block), Ok(Leader::Exited))
 }
 
 impl Supervised {
@@ -76,77 +189,133 @@ impl Supervised {
 
     /// The child, to take its pipes. Reap it through the handle, not through this.
     pub fn child_mut(&mut self) -> &mut std::process::Child {
-        self.child
-            .as_mut()
-            .expect("a Supervised holds its child until dropped")
+        &mut self.child
     }
 
-    /// The child's exit status when it has exited (then reaped), None while it runs. The
-    /// rest of its group is ended when the handle is dropped.
+    /// The child's exit status when it has exited, None while it runs. When it has
+    /// exited, whatever is left of its group is killed (SIGKILL) while the exited leader
+    /// still holds the group's id, and then the leader is reaped.
     pub fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
-        self.child_mut().try_wait()
+        if let Some(status) = self.reaped {
+            return Ok(Some(status));
+        }
+        match leader_state(self.id(), false)? {
+            Leader::Running => Ok(None),
+            Leader::Exited => self.end_exited().map(Some),
+            Leader::Reaped => self.reaped_elsewhere().map(Some),
+        }
     }
 
-    /// Signals the whole group.
+    /// Signals the whole group, while its leader is unreaped; nothing once it is reaped
+    /// (the group's id may be someone else's by then).
     pub fn signal(&self, sig: Signal) {
-        signal_group(self.pgid, sig);
+        if self.reaped.is_none() {
+            signal_group(self.pgid, sig);
+        }
     }
 
     /// SIGTERM to the group, then SIGKILL if the child has not exited within `grace`;
     /// whatever else is left in the group gets SIGKILL. Returns the child's exit status.
     pub fn stop(mut self, grace: Duration) -> std::io::Result<std::process::ExitStatus> {
         self.signal(Signal::TERM);
-        let t0 = Instant::now();
-        let mut pause = Duration::from_millis(2);
-        loop {
-            if let Some(status) = self.try_wait()? {
-                self.end();
-                return Ok(status);
-            }
-            if t0.elapsed() >= grace {
-                return self.kill_and_reap();
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(20));
+        match wait_until(|| self.try_wait(), Some(Instant::now() + grace), || false)? {
+            Waited::Exited(status) => Ok(status),
+            Waited::Stopped | Waited::TimedOut => self.kill_and_reap(),
         }
     }
 
-    /// Waits for the child to exit by itself, then kills anything left in its group.
-    pub fn wait(mut self) -> std::io::Result<std::process::ExitStatus> {
-        let status = self.child_mut().wait();
-        self.end();
-        status
+    /// Waits for the child's exit, `stopped`, or `deadline`, as [`wait_until`]. When it
+    /// exited, whatever else was left in its group has been killed and it is reaped.
+    pub fn wait_until(
+        &mut self,
+        deadline: Option<Instant>,
+        stopped: impl Fn() -> bool,
+    ) -> std::io::Result<Waited> {
+        wait_until(|| self.try_wait(), deadline, stopped)
     }
 
-    /// SIGKILL to the group, then reaps the child.
+    /// Waits for the child to exit by itself, kills anything left in its group, reaps.
+    pub fn wait(mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.wait_exited()
+    }
+
+    /// SIGKILL to the group, then waits for the leader to go and reaps it (killing the
+    /// group once more first: whatever was started in between).
     pub fn kill_and_reap(&mut self) -> std::io::Result<std::process::ExitStatus> {
         self.signal(Signal::KILL);
-        let status = self.child_mut().wait();
-        self.end();
-        status
+        self.wait_exited()
     }
 
-    /// The child is reaped: SIGKILL to whatever is left of its group, and out of the
-    /// registry.
-    fn end(&mut self) {
-        // Under the registry's lock: a stop under way signals a group only while it is
-        // registered.
+    /// Blocks until the leader has exited (outside the registry's lock: a leader in
+    /// uninterruptible sleep may take long), then ends its group and reaps it.
+    fn wait_exited(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        if let Some(status) = self.reaped {
+            return Ok(status);
+        }
+        loop {
+            match leader_state(self.id(), true)? {
+                // A blocking waitid returns on the exit only; looked at again regardless.
+                Leader::Running => continue,
+                Leader::Exited => return self.end_exited(),
+                Leader::Reaped => return self.reaped_elsewhere(),
+            }
+        }
+    }
+
+    /// The leader has exited and is not reaped: SIGKILL to what is left of its group
+    /// while the zombie leader holds the id, then the reap, out of the registry in the
+    /// same step. Under the registry's lock, so [`terminate_all`] never signals a group
+    /// whose leader is reaped.
+    fn end_exited(&mut self) -> std::io::Result<std::process::ExitStatus> {
         let mut reg = live();
         signal_group(self.pgid, Signal::KILL);
         reg.remove(&self.pgid);
-        self.child.take();
+        // A zombie: the reap does not block.
+        let status = self.child.wait()?;
+        self.reaped = Some(status);
+        Ok(status)
+    }
+
+    /// The leader was reaped past this handle (through [`Supervised::child_mut`], against
+    /// the rules): its group is no longer ours to signal, only to forget.
+    fn reaped_elsewhere(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        live().remove(&self.pgid);
+        let status = self
+            .child
+            .try_wait()?
+            .ok_or_else(|| std::io::Error::other("the child was reaped outside its handle"))?;
+        self.reaped = Some(status);
+        Ok(status)
     }
 }
 
 impl Drop for Supervised {
     fn drop(&mut self) {
-        if self.child.is_some() {
+        if self.reaped.is_none() {
             let _ = self.kill_and_reap();
         }
     }
 }
 
+/// Test-only record of every group signal: the group, the signal, and its leader's state
+/// in `/proc` at that moment (None: no process with that pid leads that group, that is,
+/// the leader was reaped). Tests of the kill order read it.
+#[cfg(test)]
+pub(crate) static SIGNALLED: Mutex<Vec<(i32, Signal, Option<char>)>> = Mutex::new(Vec::new());
+
 fn signal_group(pgid: i32, sig: Signal) {
+    #[cfg(test)]
+    {
+        let leader = std::fs::read_to_string(format!("/proc/{pgid}/stat"))
+            .ok()
+            .and_then(|t| crate::app::parse_proc_stat(&t))
+            .filter(|s| s.pgrp == pgid)
+            .map(|s| s.state);
+        SIGNALLED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((pgid, sig, leader));
+    }
     if let Some(p) = Pid::from_raw(pgid) {
         // The group may be gone already (ESRCH): nothing to do then.
         let _ = rustix::process::kill_process_group(p, sig);
@@ -174,9 +343,17 @@ pub fn running_members(pgid: i32) -> Vec<i32> {
         .collect()
 }
 
+/// Whether [`terminate_all`] has run: driveprobe is stopping, and a child that died now
+/// was most likely ended by it.
+pub fn stopping() -> bool {
+    STOPPING.load(Ordering::Acquire)
+}
+
 /// Ends every child's process group: SIGTERM to each, up to `grace` for their processes
-/// to go, then SIGKILL to each (a group whose leader is still unreaped keeps its id, so
-/// the signal cannot reach someone else's processes). From then on no new child starts.
+/// to go, then SIGKILL to each, under the registry's lock. A registered group's leader is
+/// unreaped (a leader is reaped and its group unregistered in one step under that lock),
+/// so the group still holds its id and the signal cannot reach someone else's processes.
+/// From then on no new child starts.
 /// Returns how many groups were signalled. The daemon calls it on SIGTERM, after its runs
 /// have had their chance to stop their programs gracefully.
 pub fn terminate_all(grace: Duration) -> usize {
@@ -208,6 +385,112 @@ pub fn terminate_all(grace: Duration) -> usize {
         signal_group(g, Signal::KILL);
     }
     groups.len()
+}
+
+/// How much of a [`run`] program's output is kept, and how long it may take.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// From the start and from the end of stdout ([`read_capped`]'s `head` and `tail`).
+    pub stdout: (usize, usize),
+    /// From the start and from the end of stderr.
+    pub stderr: (usize, usize),
+    /// From the start until the program has exited and both pipes are read.
+    pub timeout: Duration,
+}
+
+/// What a program [`run`] to its end left: its exit status and both captures.
+#[derive(Debug)]
+pub struct Output {
+    pub status: std::process::ExitStatus,
+    pub stdout: Captured,
+    pub stderr: Captured,
+}
+
+/// Why [`run`] has no output.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The program could not start (`NotFound`: it is not installed; or driveprobe is
+    /// stopping).
+    #[error("cannot start it: {0}")]
+    Spawn(#[source] std::io::Error),
+    #[error("cannot wait for it: {0}")]
+    Wait(#[source] std::io::Error),
+    #[error("cannot read its output: {0}")]
+    Read(#[source] std::io::Error),
+    /// It ran past the time limit, or its output did not end within it; its group was
+    /// killed and it was reaped.
+    #[error("it did not finish within {} s; it was killed", .0.as_secs_f64())]
+    TimedOut(Duration),
+}
+
+/// Runs `cmd` to its end under the module's rules: stdin closed, stdout and stderr read
+/// through their caps on threads of their own, the exit waited for until
+/// `limits.timeout`, then the rest of the group killed and the pipes read to their end
+/// within the same limit. On the limit the group is killed and the child reaped. The
+/// caller's `cmd` keeps its arguments and environment; its stdio is set here.
+pub fn run(cmd: &mut std::process::Command, limits: &Limits) -> Result<Output, RunError> {
+    use std::process::Stdio;
+    use std::sync::mpsc;
+    let deadline = Instant::now() + limits.timeout;
+    let mut child = spawn(
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .map_err(RunError::Spawn)?;
+    // Both pipes read through a cap on threads of their own; each sends what it kept.
+    let (tx, rx) = mpsc::channel();
+    let out = child.child_mut().stdout.take();
+    let err = child.child_mut().stderr.take();
+    for (is_stdout, pipe, (head, tail)) in [
+        (
+            true,
+            out.map(|p| Box::new(p) as Box<dyn Read + Send>),
+            limits.stdout,
+        ),
+        (
+            false,
+            err.map(|p| Box::new(p) as Box<dyn Read + Send>),
+            limits.stderr,
+        ),
+    ] {
+        let Some(pipe) = pipe else { continue };
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send((is_stdout, read_capped(pipe, head, tail)));
+        });
+    }
+    drop(tx);
+
+    let status = match child
+        .wait_until(Some(deadline), || false)
+        .map_err(RunError::Wait)?
+    {
+        Waited::Exited(s) => s,
+        // Dropping the handle kills the group and reaps the child.
+        Waited::Stopped | Waited::TimedOut => return Err(RunError::TimedOut(limits.timeout)),
+    };
+    // The group is gone (`wait_until` killed what the child left), so the pipes end
+    // unless a process that left the group holds them: the same deadline, and a moment
+    // past it for output that is already there.
+    let (mut stdout, mut stderr) = (Captured::default(), Captured::default());
+    loop {
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(100));
+        match rx.recv_timeout(left) {
+            Ok((true, r)) => stdout = r.map_err(RunError::Read)?,
+            Ok((false, r)) => stderr = r.map_err(RunError::Read)?,
+            Err(mpsc::RecvTimeoutError::Timeout) => return Err(RunError::TimedOut(limits.timeout)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    drop(child);
+    Ok(Output {
+        status,
+        stdout,
+        stderr,
+    })
 }
 
 /// What a child printed on one stream, read through a cap: the first bytes (up to the
@@ -423,6 +706,130 @@ mod tests {
         (s, gc)
     }
 
+    /// A shell that starts a grandchild, prints its pid and exits at once, leaving it in
+    /// its group; the command, to spawn as the caller likes.
+    fn leaves_a_grandchild() -> Command {
+        let mut c = Command::new("sh");
+        c.args(["-c", "sleep 600 & echo $!"]).stdout(Stdio::piped());
+        c
+    }
+
+    fn first_pid(out: std::process::ChildStdout) -> i32 {
+        let mut line = String::new();
+        use std::io::BufRead;
+        std::io::BufReader::new(out).read_line(&mut line).unwrap();
+        line.trim().parse().unwrap()
+    }
+
+    /// Every signal sent to group `pgid` found its leader unreaped in `/proc` (running or
+    /// a zombie: the id was still the group's), and once the leader had exited (a zombie)
+    /// the group got SIGKILL. Fails on a kill after the reap.
+    fn assert_signalled_before_the_reap(pgid: i32, what: &str) {
+        let sigs: Vec<(Signal, Option<char>)> = SIGNALLED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(g, _, _)| *g == pgid)
+            .map(|&(_, sig, leader)| (sig, leader))
+            .collect();
+        assert!(
+            sigs.iter().all(|(_, leader)| leader.is_some()),
+            "{what}: group {pgid} signalled after its leader was reaped: {sigs:?}"
+        );
+        assert!(
+            sigs.iter()
+                .any(|(sig, leader)| *sig == Signal::KILL && *leader == Some('Z')),
+            "{what}: group {pgid} not killed while its exited leader held the id: {sigs:?}"
+        );
+    }
+
+    #[test]
+    fn every_way_out_kills_the_group_before_the_leader_is_reaped() {
+        // try_wait: the exit seen, the group killed, the leader reaped and unregistered
+        // (so terminate_all, which signals registered groups, never finds it reaped).
+        let mut s = spawn(&mut leaves_a_grandchild()).unwrap();
+        let (pg, gc) = (s.pgid, first_pid(s.child_mut().stdout.take().unwrap()));
+        let st = loop {
+            if let Some(st) = s.try_wait().unwrap() {
+                break st;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert!(st.success(), "{st}");
+        assert!(!live_groups().contains(&pg));
+        assert!(poll(Duration::from_secs(10), || !running(gc)));
+        drop(s);
+        assert_signalled_before_the_reap(pg, "try_wait, then drop");
+
+        // wait: blocks for the exit.
+        let mut s = spawn(&mut leaves_a_grandchild()).unwrap();
+        let (pg, gc) = (s.pgid, first_pid(s.child_mut().stdout.take().unwrap()));
+        assert!(s.wait().unwrap().success());
+        assert!(poll(Duration::from_secs(10), || !running(gc)));
+        assert_signalled_before_the_reap(pg, "wait");
+
+        // stop: the leader goes on SIGTERM, its grandchild ignores it.
+        let (s, gc) = with_grandchild();
+        let pg = s.pgid;
+        s.stop(Duration::from_secs(30)).unwrap();
+        assert!(poll(Duration::from_secs(10), || !running(gc)));
+        assert_signalled_before_the_reap(pg, "stop");
+
+        // drop of a running child: SIGKILL, then the reap.
+        let (s, gc) = with_grandchild();
+        let pg = s.pgid;
+        drop(s);
+        assert!(poll(Duration::from_secs(10), || !running(gc)));
+        assert_signalled_before_the_reap(pg, "drop");
+
+        // run: the shell prints its own pid (the group's) and its grandchild's, exits.
+        let limits = Limits {
+            stdout: (1024, 0),
+            stderr: (1024, 0),
+            timeout: Duration::from_secs(600),
+        };
+        let out = run(
+            Command::new("sh").args(["-c", "echo $$; sleep 600 & echo $!; exit 3"]),
+            &limits,
+        )
+        .unwrap();
+        assert_eq!(out.status.code(), Some(3));
+        let pids: Vec<i32> = String::from_utf8_lossy(&out.stdout.whole().unwrap())
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .collect();
+        assert!(poll(Duration::from_secs(10), || !running(pids[1])));
+        assert_signalled_before_the_reap(pids[0], "run");
+
+        // The application guard, metered (its last count needs the zombie too): wait and
+        // stop.
+        let control = crate::engine::RunControl::new();
+        let mut g =
+            crate::app::ChildGuard::spawn_metered(&mut leaves_a_grandchild(), &control).unwrap();
+        let (pg, gc) = (
+            g.id() as i32,
+            first_pid(g.child_mut().stdout.take().unwrap()),
+        );
+        assert!(g.wait().unwrap().success());
+        assert!(poll(Duration::from_secs(10), || !running(gc)));
+        assert_signalled_before_the_reap(pg, "ChildGuard::wait");
+        let mut g = crate::app::ChildGuard::spawn_metered(
+            Command::new("sh")
+                .args(["-c", "sh -c \"trap '' TERM; sleep 600\" & echo $!; wait"])
+                .stdout(Stdio::piped()),
+            &control,
+        )
+        .unwrap();
+        let (pg, gc) = (
+            g.id() as i32,
+            first_pid(g.child_mut().stdout.take().unwrap()),
+        );
+        assert!(poll(Duration::from_secs(5), || running(gc)));
+        g.stop(Duration::from_secs(30)).unwrap();
+        assert!(poll(Duration::from_secs(10), || !running(gc)));
+        assert_signalled_before_the_reap(pg, "ChildGuard::stop");
+    }
+
     #[test]
     fn stop_and_drop_end_the_whole_group() {
         let (s, gc) = with_grandchild();
@@ -436,6 +843,135 @@ mod tests {
         let (s, gc) = with_grandchild();
         drop(s);
         assert!(poll(Duration::from_secs(5), || !running(gc)));
+    }
+
+    /// A shell ignoring SIGTERM whose grandchild, also ignoring it, holds the shell's
+    /// stdout and stderr; the grandchild's pid goes to `pidfile`.
+    fn stubborn(pidfile: &std::path::Path) -> Command {
+        let mut c = Command::new("sh");
+        c.args([
+            "-c",
+            "trap '' TERM; sh -c \"trap '' TERM; sleep 600\" & echo $! > \"$1\"; wait",
+            "sh",
+        ])
+        .arg(pidfile);
+        c
+    }
+
+    fn pid_in(file: &std::path::Path) -> i32 {
+        let mut pid = None;
+        assert!(poll(Duration::from_secs(10), || {
+            pid = std::fs::read_to_string(file)
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+            pid.is_some()
+        }));
+        pid.unwrap()
+    }
+
+    #[test]
+    fn run_kills_the_whole_group_at_the_time_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("gc");
+        let limits = Limits {
+            stdout: (1024, 0),
+            stderr: (1024, 0),
+            timeout: Duration::from_millis(300),
+        };
+        let t0 = Instant::now();
+        let e = run(&mut stubborn(&pidfile), &limits).unwrap_err();
+        assert!(matches!(e, RunError::TimedOut(_)), "{e}");
+        assert!(t0.elapsed() >= limits.timeout);
+        let gc = pid_in(&pidfile);
+        // Killed with its group (SIGKILL: it ignores SIGTERM), and reaped by init.
+        assert!(poll(Duration::from_secs(10), || !running(gc)));
+        assert!(e.to_string().contains("did not finish within 0.3 s"), "{e}");
+    }
+
+    #[test]
+    fn run_ends_when_the_child_exits_though_a_grandchild_holds_its_pipes() {
+        // The shell exits at once with status 3; its `sleep` keeps both pipes open. The
+        // group goes when the shell exits, so the output ends then, not at the limit
+        // (a minute: far more than a shell needs to start, print and exit).
+        let limits = Limits {
+            stdout: (1024, 0),
+            stderr: (1024, 0),
+            timeout: Duration::from_secs(60),
+        };
+        let out = run(
+            Command::new("sh").args(["-c", "sleep 600 & echo $!; echo oops >&2; exit 3"]),
+            &limits,
+        )
+        .unwrap();
+        assert_eq!(out.status.code(), Some(3));
+        assert_eq!(out.stderr.whole().unwrap(), b"oops\n");
+        let gc: i32 = String::from_utf8_lossy(&out.stdout.head)
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(poll(Duration::from_secs(10), || !running(gc)));
+    }
+
+    #[test]
+    fn run_caps_the_output_and_gives_the_status() {
+        let limits = Limits {
+            stdout: (10, 5),
+            stderr: (0, 0),
+            timeout: Duration::from_secs(600),
+        };
+        let out = run(
+            Command::new("sh").args(["-c", "seq 1 1000; echo hidden >&2"]),
+            &limits,
+        )
+        .unwrap();
+        assert!(out.status.success());
+        assert_eq!(out.stdout.head, b"1\n2\n3\n4\n5\n");
+        assert_eq!(out.stdout.tail, b"1000\n");
+        assert_eq!(out.stderr.total, 7);
+        assert!(out.stderr.head.is_empty());
+        let e = run(&mut Command::new("/nonexistent/driveprobe-test"), &limits).unwrap_err();
+        assert!(
+            matches!(&e, RunError::Spawn(io) if io.kind() == std::io::ErrorKind::NotFound),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn dropping_the_handle_ends_a_group_that_ignores_sigterm_and_holds_the_pipe() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("gc");
+        let mut s = spawn(stubborn(&pidfile).stdout(Stdio::piped())).unwrap();
+        let gc = pid_in(&pidfile);
+        // A reader of the pipe the grandchild holds: it ends only when every writer has.
+        let pipe = s.child_mut().stdout.take().unwrap();
+        let reader = capture(Some(pipe), 1024, 0);
+        let (pg, leader) = (s.pgid, s.id() as i32);
+        assert!(running(gc) && running(leader));
+        drop(s);
+        assert!(poll(Duration::from_secs(10), || reader.is_finished()));
+        assert!(poll(Duration::from_secs(10), || !running(gc)));
+        assert!(!running(leader));
+        assert!(!live_groups().contains(&pg));
+    }
+
+    #[test]
+    fn wait_until_reports_exit_stop_and_deadline() {
+        let mut s = spawn(Command::new("sleep").arg("600")).unwrap();
+        let w = s.wait_until(None, || true).unwrap();
+        assert!(matches!(w, Waited::Stopped), "{w:?}");
+        let t0 = Instant::now();
+        let w = s
+            .wait_until(Some(Instant::now() + Duration::from_millis(50)), || false)
+            .unwrap();
+        assert!(matches!(w, Waited::TimedOut), "{w:?}");
+        assert!(t0.elapsed() >= Duration::from_millis(50));
+        drop(s);
+        // An exit wins over a stop request and a deadline already past.
+        let mut s = spawn(&mut Command::new("true")).unwrap();
+        let pid = s.id() as i32;
+        assert!(poll(Duration::from_secs(10), || !running(pid)));
+        let w = s.wait_until(Some(Instant::now()), || true).unwrap();
+        assert!(matches!(w, Waited::Exited(st) if st.success()), "{w:?}");
     }
 
     #[test]

@@ -56,7 +56,13 @@ pub struct Status {
 pub struct DiscoveryStatus {
     /// Drives watched (listed and discovered) and block devices skipped, last scan.
     pub watched: usize,
+    /// What `driveprobe discover` lists as skipped: the scan's skips and the merge's
+    /// (a disk already matched to a listed drive, a label taken), the same count after
+    /// a scan and after its merge.
     pub skipped: usize,
+    /// Of `skipped`, the merge's: added to each later scan's own until the next merge.
+    #[serde(skip)]
+    pub merge_skipped: usize,
     pub scans_total: u64,
     /// Unix seconds of the last scan.
     pub last_scan_unix: f64,
@@ -87,6 +93,10 @@ pub struct SchedulerStatus {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct DriveStatus {
     pub name: String,
+    /// The config's `health_detail_metrics = false`: only the headline health series are
+    /// exported (the JSON keeps everything).
+    #[serde(skip)]
+    pub health_detail_metrics_off: bool,
     /// The identity matched and the device (or file target) is there: probes may run.
     pub up: bool,
     /// Why the drive is not up (absent, identity mismatch...), in one line.
@@ -115,6 +125,67 @@ pub struct DriveStatus {
     /// What discovery knows of the drive (class, transport, kernel name, source); None
     /// for a listed drive discovery did not match.
     pub discovered: Option<crate::config::Discovered>,
+    /// The disk's load by others than the canaries (`/proc/diskstats`); None until the
+    /// drive's disk is first known (never for a file target on tmpfs). While the drive is
+    /// down the counters stay as they were.
+    pub load: Option<crate::daemon::load::DriveLoad>,
+    /// The drive's own self-tests: one running now (ours or another's) and the last of
+    /// each kind the daemon's `[[selftest]]` schedules ran.
+    pub self_test: SelfTestStatus,
+}
+
+/// Self-tests of one drive (issue 20).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SelfTestStatus {
+    /// A self-test running now; null when none is known to run.
+    pub running: Option<SelfTestRunning>,
+    /// The last self-test a `[[selftest]]` schedule ran, by kind (`short`, `extended`).
+    pub last: BTreeMap<String, SelfTestOutcome>,
+}
+
+/// A self-test running on the drive now.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SelfTestRunning {
+    /// `short`, `extended`, or `unknown` (a test the drive runs without saying its kind).
+    pub kind: String,
+    /// The `[[selftest]]` that started it; null for a test this daemon did not start
+    /// (seen in a health reading).
+    pub schedule: Option<String>,
+    /// When the daemon started it; null for a test it did not start.
+    pub started_unix: Option<f64>,
+    /// The share done, 0 to 1, as the drive last said; null when it does not say.
+    pub done_ratio: Option<f64>,
+    /// When the drive last said how far it is.
+    pub updated_unix: f64,
+}
+
+/// How a scheduled self-test ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SelfTestOutcome {
+    pub schedule: String,
+    /// `passed`, `failed` (the drive's log says so), `aborted` (by the drive, or by the
+    /// daemon at stop), `interrupted`, `timed_out` (past `max_duration`), `refused` (the
+    /// drive or smartctl would not start it), `unknown` (it ended and the log says nothing).
+    pub result: String,
+    /// One line: the drive's words for the result, or why it did not start or end.
+    pub message: String,
+    pub started_unix: f64,
+    pub ended_unix: f64,
+    /// A failed test's first failing LBA, when the drive says.
+    pub first_failing_lba: Option<u64>,
+}
+
+impl SelfTestOutcome {
+    /// Every result, in the order of the `result` label values.
+    pub const RESULTS: [&'static str; 7] = [
+        "passed",
+        "failed",
+        "aborted",
+        "interrupted",
+        "timed_out",
+        "refused",
+        "unknown",
+    ];
 }
 
 /// Where health reading of one drive stands. Set by the drive's health thread only.
@@ -269,6 +340,11 @@ pub struct ProbeStatus {
     pub write: OpStatus,
     /// How long the probe's threads waited for a CPU (the host's part of its latency).
     pub cpu_wait: CpuWait,
+    /// The host's stall per I/O over the window (how late each I/O was issued against its
+    /// due time, plus the thread's wait for a CPU while it was in flight), beside the
+    /// drive's service time in `read` and `write`. None before the first I/O of a window,
+    /// and for a probe the engine runs (a verified write probe, a deeper queue).
+    pub host_stall: Option<WindowQuantiles>,
 }
 
 /// An interval whose share spent waiting for a CPU is below this does not make the
@@ -341,7 +417,7 @@ impl CpuWait {
     /// The plain sentence the status page shows when the host is busy.
     pub fn sentence(&self) -> Option<String> {
         let share = self.host_share_of_p99()?;
-        let ms = |s: f64| crate::report::fmt::latency(s * 1e9);
+        let ms = |s: f64| crate::fmt::latency(s * 1e9);
         Some(format!(
             "host CPU busy: at its p99 the probe waited about {} per I/O for a CPU, {:.0}% of its p99 latency ({}), so its latency figures are likely the host's, not the drive's",
             ms(self.p99_wait_seconds.unwrap_or(0.0)),
@@ -513,33 +589,59 @@ pub struct Shared {
     /// The config generation whose threads may write drive entries (see
     /// [`Shared::drive_of_generation`]). Changed and read with `status` locked.
     generation: std::sync::atomic::AtomicU64,
+    /// Where generation and writer numbers come from (one counter: never the same twice).
+    numbers: std::sync::atomic::AtomicU64,
+    /// Per drive, the number of the one set of threads (its health poller and canaries)
+    /// that may write its entry besides the current generation's scheduler. A swap keeps
+    /// an unchanged drive's number, gives a changed or added drive a new one, and drops a
+    /// removed drive's. Changed and read with `status` locked.
+    writers: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Shared {
     pub fn new(status: Status) -> Self {
         Shared {
             status: Mutex::new(status),
-            generation: std::sync::atomic::AtomicU64::new(0),
+            ..Default::default()
         }
+    }
+
+    /// A number never given before, for one drive's threads (see [`Shared::writers`]).
+    pub fn number(&self) -> u64 {
+        self.numbers
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1
     }
 
     /// Makes a new generation current, with the status locked (so no writer of the old
     /// one is half-way through), runs `f` on the status (to prune what the new config
     /// no longer has), and returns the new generation's number.
     pub fn begin_generation(&self, f: impl FnOnce(&mut Status)) -> u64 {
+        self.begin_generation_with(BTreeMap::new(), f)
+    }
+
+    /// [`Shared::begin_generation`], with the drives' writers from now on (drive name to
+    /// the number of its threads, from [`Shared::number`]): a drive's threads whose
+    /// number is not there any more (the drive was removed or changed) write nothing.
+    pub fn begin_generation_with(
+        &self,
+        writers: BTreeMap<String, u64>,
+        f: impl FnOnce(&mut Status),
+    ) -> u64 {
         let mut s = self.lock();
-        let g = self
-            .generation
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-            + 1;
+        let g = self.number();
+        self.generation
+            .store(g, std::sync::atomic::Ordering::SeqCst);
+        *self.writers.lock().unwrap_or_else(|e| e.into_inner()) = writers;
         f(&mut s);
         g
     }
 
-    /// [`Shared::drive`] for a thread of generation `generation`: `None`, and nothing
-    /// written, once a newer generation has started. A thread a reload left behind (a
-    /// device that did not answer in time) cannot overwrite its successor's entry, nor
-    /// bring back a drive or probe the new config removed.
+    /// [`Shared::drive`] for a thread of generation (or drive writer number) `generation`:
+    /// `None`, and nothing written, once a newer generation has started without giving
+    /// that number the drive. A thread a reload left behind (a device that did not answer
+    /// in time) cannot overwrite its successor's entry, nor bring back a drive or probe
+    /// the new config removed.
     pub fn drive_of_generation<R>(
         &self,
         generation: u64,
@@ -547,7 +649,14 @@ impl Shared {
         f: impl FnOnce(&mut DriveStatus) -> R,
     ) -> Option<R> {
         let mut s = self.lock();
-        if self.generation.load(std::sync::atomic::Ordering::SeqCst) != generation {
+        let current = self.generation.load(std::sync::atomic::Ordering::SeqCst) == generation
+            || self
+                .writers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(name)
+                == Some(&generation);
+        if !current {
             return None;
         }
         Some(f(s.drive_entry(name)))
@@ -598,6 +707,43 @@ mod tests {
         let s = shared.lock();
         assert!(s.drives["a"].up, "the old generation's write was dropped");
         assert!(!s.drives.contains_key("gone"));
+    }
+
+    /// Issue 18: the swap keeps an unchanged drive's threads; its writer number stays
+    /// the drive's, a changed drive's old threads and a removed drive's write nothing.
+    #[test]
+    fn a_drive_s_threads_write_its_entry_only_while_the_drive_is_theirs() {
+        let shared = Shared::new(Status::default());
+        let (a, b) = (shared.number(), shared.number());
+        let writers = |v: &[(&str, u64)]| {
+            v.iter()
+                .map(|(n, w)| (n.to_string(), *w))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let g1 = shared.begin_generation_with(writers(&[("a", a), ("b", b)]), |_| {});
+        assert!(shared.drive_of_generation(a, "a", |_| ()).is_some());
+        assert!(
+            shared.drive_of_generation(a, "b", |_| ()).is_none(),
+            "not a's"
+        );
+        assert!(
+            shared.drive_of_generation(g1, "b", |_| ()).is_some(),
+            "the scheduler"
+        );
+        // b changed: its new threads get a new number; a keeps its own.
+        let b2 = shared.number();
+        let g2 = shared.begin_generation_with(writers(&[("a", a), ("b", b2)]), |_| {});
+        assert!(shared.drive_of_generation(a, "a", |_| ()).is_some());
+        assert!(shared.drive_of_generation(b, "b", |_| ()).is_none());
+        assert!(shared.drive_of_generation(b2, "b", |_| ()).is_some());
+        assert!(shared.drive_of_generation(g1, "a", |_| ()).is_none());
+        assert!(g2 > g1 && b2 > b);
+        // a removed: its threads, still going, cannot bring it back.
+        shared.begin_generation_with(writers(&[("b", b2)]), |s| s.drives.retain(|n, _| n == "b"));
+        assert!(shared
+            .drive_of_generation(a, "a", |d| d.up = true)
+            .is_none());
+        assert!(!shared.lock().drives.contains_key("a"));
     }
 
     #[test]

@@ -21,6 +21,11 @@ pub enum TargetError {
         "{0}: permission denied: run as a user who may open it (block devices usually need root)"
     )]
     PermissionDenied(PathBuf),
+    /// Root was refused: not the file's permissions but a sandbox around the process.
+    #[error(
+        "{0}: permission denied although driveprobe runs as root: likely the driveprobe unit's sandbox (a drive to be written needs DeviceAllow=<its class> rw in a drop-in: `systemctl edit driveprobe`), else an LSM (AppArmor, SELinux) or an NFS root_squash"
+    )]
+    DeniedBySandbox(PathBuf),
     #[error("{0}: its filesystem is mounted read-only: remount it read-write to write to it (reading needs no change)")]
     ReadOnly(PathBuf),
     #[error("{0}: the filesystem refuses O_DIRECT: pass --buffered to go through the page cache")]
@@ -111,6 +116,9 @@ fn open_err(path: &Path, direct: bool, e: std::io::Error) -> TargetError {
 fn io_err(path: &Path, e: io::Error) -> TargetError {
     match e.kind() {
         io::ErrorKind::NotFound => TargetError::NotFound(path.to_path_buf()),
+        io::ErrorKind::PermissionDenied if rustix::process::geteuid().is_root() => {
+            TargetError::DeniedBySandbox(path.to_path_buf())
+        }
         io::ErrorKind::PermissionDenied => TargetError::PermissionDenied(path.to_path_buf()),
         _ if e.raw_os_error() == Some(libc::EROFS) => TargetError::ReadOnly(path.to_path_buf()),
         _ if e.raw_os_error() == Some(libc::ELOOP) => {
@@ -826,6 +834,27 @@ pub fn check_own_file_path(path: &Path) -> Result<(), TargetError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Denied to root is a sandbox (the unit's DeviceAllow=, an LSM), not permissions:
+    /// the error says how to allow it under the unit instead of "run as root".
+    #[test]
+    fn permission_denied_to_root_names_the_sandbox() {
+        let e = io_err(
+            Path::new("/dev/sdz"),
+            io::Error::from(io::ErrorKind::PermissionDenied),
+        );
+        let root = rustix::process::geteuid().is_root();
+        assert_eq!(matches!(e, TargetError::DeniedBySandbox(_)), root, "{e}");
+        let msg = e.to_string();
+        if root {
+            assert!(
+                msg.contains("DeviceAllow=") && !msg.contains("need root"),
+                "{msg}"
+            );
+        } else {
+            assert!(msg.contains("need root"), "{msg}");
+        }
+    }
     use crate::safety;
 
     #[test]

@@ -141,11 +141,13 @@ impl Run {
         line
     }
 
-    /// A usage error reported by clap: status 2, `error:` first, a usage hint.
+    /// A usage error reported by clap: status 2, one line, `driveprobe: error:` first, a
+    /// usage hint.
     fn clap_error(&self, needle: &str) {
         assert_eq!(self.code, Some(2), "bench {:?}: {}", self.args, self.stderr);
+        assert_eq!(self.stderr.lines().count(), 1, "{}", self.stderr);
         assert!(
-            self.stderr.starts_with("error:") && self.stderr.contains(needle),
+            self.stderr.starts_with("driveprobe: error:") && self.stderr.contains(needle),
             "bench {:?}: unexpected clap error:\n{}",
             self.args,
             self.stderr

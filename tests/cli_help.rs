@@ -49,3 +49,8 @@ fn daemon_help() {
 fn discover_help() {
     check(&["discover", "--help"], "discover-help.txt");
 }
+
+#[test]
+fn health_help() {
+    check(&["health", "--help"], "health-help.txt");
+}

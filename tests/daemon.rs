@@ -329,6 +329,91 @@ fn drive_info_device_follows_the_drive_to_another_device() {
     d.terminate(Duration::from_secs(5));
 }
 
+/// The drive's own load (`driveprobe_drive_load_*`, from /proc/diskstats): on a
+/// loop-device drive, its canary's reads are not load; 2,000 direct reads of its device by
+/// another process are. The canary publishes its count once a second, so a sample may
+/// see up to a second of its reads (50) before they are counted: that is the tolerance.
+#[test]
+fn the_drive_load_counts_others_io_not_the_canary_s() {
+    common::need_root();
+    let dir = common::shm_dir("dp-daemon-");
+    let img = common::image(dir.path(), "l.img", 16 << 20);
+    let lo = common::Loop::attach(&img, &[]);
+    let cfg = dir.path().join("d.toml");
+    write(
+        &cfg,
+        &format!(
+            "{}[[drive]]\nname = \"l\"\nserial = \"{}\"\npath = \"{}\"\n\n\
+[[probe]]\nname = \"rd\"\ndrives = [\"l\"]\nworkload = {{ rate_iops = 50 }}\n",
+            header(dir.path()),
+            common::loop_serial(&img),
+            lo.s(),
+        ),
+    );
+    let d = Daemon::start(&cfg, &[]);
+    let l = [("drive", "l")];
+    let canary = |e: &Exposition| {
+        counter(
+            e,
+            "driveprobe_probe_ops_total",
+            &[("drive", "l"), ("op", "read")],
+        )
+    };
+    let load = |e: &Exposition| e.value("driveprobe_drive_load_ios_total", &l);
+    // The canary's series appears with its first published count: until then (a busy host
+    // starts the probe late) a scrape has none, and the wait goes on.
+    let e1 = d.wait_for("the canary and the load", Duration::from_secs(30), |e| {
+        load(e).is_some()
+            && e.value(
+                "driveprobe_probe_ops_total",
+                &[("drive", "l"), ("op", "read")],
+            )
+            .is_some_and(|c| c >= 20.0)
+    });
+    let e2 = d.wait_for("100 more canary reads", Duration::from_secs(30), |e| {
+        canary(e) >= canary(&e1) + 100.0
+    });
+    let (quiet, reads) = (
+        load(&e2).unwrap() - load(&e1).unwrap(),
+        canary(&e2) - canary(&e1),
+    );
+    const LAG: f64 = 60.0;
+    assert!(
+        quiet <= LAG,
+        "the canary's {reads} reads counted as {quiet} I/Os of load"
+    );
+    let busy = |e: &Exposition| counter(e, "driveprobe_drive_load_busy_seconds_total", &l);
+    assert!(busy(&e2) >= busy(&e1), "a counter went back");
+
+    let dd = std::process::Command::new("dd")
+        .args([
+            &format!("if={}", lo.s()),
+            "of=/dev/null",
+            "bs=4k",
+            "count=2000",
+            "iflag=direct",
+        ])
+        .output()
+        .unwrap();
+    common::assert_ok(&dd, "dd");
+    let e3 = d.wait_for("the reads of dd as load", Duration::from_secs(30), |e| {
+        load(e).unwrap() >= load(&e2).unwrap() + 1_900.0
+    });
+    // Another scrape after the sample that saw all of dd's reads.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let e4 = d.scrape();
+    let (got, reads) = (
+        load(&e4).unwrap() - load(&e2).unwrap(),
+        canary(&e4) - canary(&e2),
+    );
+    assert!(
+        (2_000.0 - LAG..=2_000.0 + LAG).contains(&got),
+        "2000 reads of dd beside {reads} of the canary gave {got} I/Os of load"
+    );
+    assert!(busy(&e4) >= busy(&e3));
+    d.terminate(Duration::from_secs(5));
+}
+
 #[test]
 fn sighup_applies_a_good_config_and_keeps_the_old_one_on_a_bad_one() {
     let dir = common::shm_dir("dp-daemon-");
@@ -468,6 +553,76 @@ fn sighup_removes_a_dropped_probe_from_every_surface_and_ends_no_hold() {
     assert!(!log.contains("ended: canary drive_down"), "{log}");
     assert!(!log.contains("ended:"), "nothing ended: {log}");
     d.terminate(Duration::from_secs(5));
+}
+
+/// The one thread named `name` in the daemon (its id); fails the test when there is not
+/// exactly one.
+fn one_thread(d: &Daemon, name: &str) -> u64 {
+    let t = common::threads_named(d.pid(), name);
+    assert_eq!(t.len(), 1, "threads named {name}: {t:?}\n{}", d.log());
+    t[0]
+}
+
+/// Issue 18: a reload stopped and started every thread of every drive (768 threads on a
+/// 256-drive host for one change). A SIGHUP that changes drive b and adds drive c keeps
+/// drive a's canary and health threads running (the same threads; the canary's counts go
+/// on, not reset) and replaces b's.
+#[test]
+fn sighup_that_changes_one_drive_keeps_the_others_threads_running() {
+    let dir = common::shm_dir("dp-daemon-");
+    let cfg = dir.path().join("d.toml");
+    let probe = "[[probe]]\nname = \"rd\"\ndrives = [\"*\"]\nworkload = { rate_iops = 100 }\n";
+    let a = file_drive("a", &dir.path().join("a.dat"), "8MiB");
+    let b = file_drive("b", &dir.path().join("b.dat"), "8MiB");
+    write(&cfg, &format!("{}{a}{b}{probe}", header(dir.path())));
+    let d = Daemon::start(&cfg, &[]);
+    let ops = |e: &Exposition, drive: &str| {
+        e.value(
+            "driveprobe_probe_ops_total",
+            &[("drive", drive), ("probe", "rd"), ("op", "read")],
+        )
+    };
+    d.wait_for("a and b probing", Duration::from_secs(30), |e| {
+        ops(e, "a").is_some_and(|v| v > 0.0) && ops(e, "b").is_some_and(|v| v > 0.0)
+    });
+    let (canary_a, health_a) = (one_thread(&d, "dp-canary-a"), one_thread(&d, "dp-health-a"));
+    let canary_b = one_thread(&d, "dp-canary-b");
+    // b's file target grows; c is new.
+    let b2 = file_drive("b", &dir.path().join("b.dat"), "16MiB");
+    let c = file_drive("c", &dir.path().join("c.dat"), "8MiB");
+    let before = ops(&d.scrape(), "a").unwrap();
+    write(&cfg, &format!("{}{a}{b2}{c}{probe}", header(dir.path())));
+    d.signal("HUP");
+    let e = d.wait_for("c probing after SIGHUP", Duration::from_secs(30), |e| {
+        e.value("driveprobe_config_last_reload_successful", &[]) == Some(1.0)
+            && ops(e, "c").is_some_and(|v| v > 0.0)
+    });
+    assert!(d.log().contains("config reloaded"), "{}", d.log());
+    // a's series went on: a restart would have begun them again from 0.
+    let after = ops(&e, "a").unwrap();
+    assert!(
+        after >= before,
+        "a's canary started again: {before} then {after}"
+    );
+    assert_eq!(one_thread(&d, "dp-canary-a"), canary_a, "a's canary thread");
+    assert_eq!(one_thread(&d, "dp-health-a"), health_a, "a's health thread");
+    let e = d.wait_for("b probing again", Duration::from_secs(30), |e| {
+        ops(e, "b").is_some_and(|v| v > 0.0)
+    });
+    assert_ne!(
+        one_thread(&d, "dp-canary-b"),
+        canary_b,
+        "b changed: its canary is new"
+    );
+    assert_eq!(
+        e.value(
+            "driveprobe_probe_running",
+            &[("drive", "a"), ("probe", "rd")]
+        ),
+        Some(1.0)
+    );
+    let (st, _) = d.terminate(Duration::from_secs(5));
+    assert!(st.success());
 }
 
 /// A free port on loopback (bound, then let go: another process could take it meanwhile,
@@ -829,7 +984,7 @@ fn the_wear_budget_pauses_writing_probes_and_says_so() {
         counter(&e, "driveprobe_wear_budget_bytes", &[("drive", "a")]),
         (2u64 << 20) as f64
     );
-    let e = d.wait_for("the writing probe held", Duration::from_secs(5), |e| {
+    let e = d.wait_for("the writing probe held", Duration::from_secs(30), |e| {
         e.value(
             "driveprobe_probe_running",
             &[("drive", "a"), ("probe", "wr")],

@@ -203,7 +203,15 @@ fn a_run_whose_bound_does_not_fit_is_skipped_up_front_logged_once_and_shown_ever
         .count();
     assert_eq!(logged, 1, "logged once:\n{log}");
     assert!(log.contains(&format!("{bound} bytes")), "{log}");
-    assert!(!log.contains("waiting"), "{log}");
+    // Skipped, not left waiting for the budget: nothing waits after the skip. (Before it,
+    // on a busy host, the scheduler may see the run due before the drive's first health
+    // reading and say it waits for that.)
+    let after_skip: Vec<&str> = log
+        .lines()
+        .skip_while(|l| !l.contains("scheduled run skipped"))
+        .filter(|l| l.contains("waiting"))
+        .collect();
+    assert!(after_skip.is_empty(), "{after_skip:?}\n{log}");
     // The status page: the run's row and the drive's wear cell give the same sentence.
     let row = page_row(&d, &id);
     assert!(
@@ -406,7 +414,14 @@ fn a_spent_canary_budget_does_not_hold_or_stop_a_scheduled_run_and_runs_do_not_s
             &[("drive", "a"), ("probe", "rd")],
         ) == Some(0.0)
     });
-    assert!(!d.log().contains("waiting"), "{}", d.log());
+    // Never held for a budget. (On a busy host the scheduler may see the run due before
+    // the drive's first health reading and say it waits for that: not a hold.)
+    let log = d.log();
+    let held: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("waiting") && !l.contains("first health reading"))
+        .collect();
+    assert!(held.is_empty(), "{held:?}\n{log}");
     d.terminate(Duration::from_secs(5));
 }
 

@@ -225,6 +225,63 @@ fn a_loop_device_plugged_in_appears_and_one_removed_goes_down_then_is_dropped() 
     assert_eq!(checksum(&b), sum_b);
 }
 
+/// Issue 18: a hot-plugged disk swapped the whole generation: every drive's canary and
+/// health poller stopped and started again (on a 256-drive host, 768 threads for one
+/// disk). A loop device plugged in beside a watched one leaves the watched one's threads
+/// running (the same thread ids; its read count goes on, not from 0).
+#[test]
+fn a_hot_added_drive_does_not_restart_the_others() {
+    need_root();
+    let dir = shm_dir("dp-disc-");
+    let a = marked_image(dir.path(), "a.img", 16 * MIB);
+    let b = marked_image(dir.path(), "b.img", 16 * MIB);
+    let lo_a = Loop::attach(&a, &[]);
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, config(dir.path(), 20.0, "")).unwrap();
+    let d = Daemon::start(&cfg, &[]);
+    let (na, nb) = (label(&a), label(&b));
+    d.wait_for("a read", Duration::from_secs(30), |e| reads(e, &na) > 0.0);
+    // Thread names are cut to 15 bytes: every loop drive's are the same.
+    let (canary, health) = ("dp-canary-loop:", "dp-health-loop:");
+    let (canary_a, health_a) = (
+        common::threads_named(d.pid(), canary),
+        common::threads_named(d.pid(), health),
+    );
+    assert_eq!(
+        (canary_a.len(), health_a.len()),
+        (1, 1),
+        "{canary_a:?} {health_a:?}"
+    );
+    let before = reads(&d.scrape(), &na);
+    let lo_b = Loop::attach(&b, &[]);
+    let e = d.wait_for("b watched and read", Duration::from_secs(30), |e| {
+        reads(e, &nb) > 0.0
+    });
+    assert!(
+        reads(&e, &na) >= before,
+        "a's canary started again: {before} reads, then {}",
+        reads(&e, &na)
+    );
+    let (canaries, healths) = (
+        common::threads_named(d.pid(), canary),
+        common::threads_named(d.pid(), health),
+    );
+    assert_eq!(
+        (canaries.len(), healths.len()),
+        (2, 2),
+        "{canaries:?} {healths:?}"
+    );
+    assert!(
+        canaries.contains(&canary_a[0]) && healths.contains(&health_a[0]),
+        "a's threads {canary_a:?} {health_a:?} were replaced: {canaries:?} {healths:?}\n{}",
+        d.log()
+    );
+    let (status, _) = d.terminate(Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+    drop(lo_b);
+    drop(lo_a);
+}
+
 #[test]
 fn a_listed_drive_overrides_the_discovered_one() {
     need_root();

@@ -161,13 +161,14 @@ fn cpus_allowed_policy_help_says_what_the_engine_does() {
 
 // ------------------------------------------------------------------ installing
 
-/// The `install` lines of README.md's "Installing" block that put files under
+/// The `install` lines of README.md's "Installing" block for other distributions (the
+/// binary alone; the package installs its own config) that put files under
 /// /etc/driveprobe, with that folder moved to `to`.
 fn readme_install_lines(to: &Path) -> Vec<String> {
     let readme = read("README.md");
     let at = readme
-        .find("**Installing**")
-        .expect("README has an Installing step");
+        .find("**Other distributions: the binary alone**")
+        .expect("README has an Installing step for other distributions");
     let block = &readme[at..];
     let start = block.find("```sh").expect("with a shell block") + 5;
     let block = &block[start..start + block[start..].find("```").unwrap()];

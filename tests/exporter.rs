@@ -375,6 +375,37 @@ fn a_colliding_telemetry_path_is_refused_in_one_line() {
     }
 }
 
+/// A bad flag value (clap's own error, several lines as clap writes it) is one line too,
+/// with what was wrong, the values allowed and where help is: exit 2, nothing started.
+#[test]
+fn a_bad_flag_value_is_refused_in_one_line() {
+    for (args, needles) in [
+        (
+            &["daemon", "--log.level", "loud"][..],
+            &["'loud'", "--log.level", "possible values", "--help"][..],
+        ),
+        (
+            &["daemon", "--web.listen-address", "nowhere"],
+            &["'nowhere'", "HOST:PORT", "--help"],
+        ),
+        (&["daemon", "--no-such-flag"], &["--no-such-flag", "--help"]),
+    ] {
+        let out = Command::new(BIN)
+            .args(args)
+            .env_remove("NOTIFY_SOCKET")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("driveprobe: error: "), "{stderr}");
+        for n in needles {
+            assert!(stderr.contains(n), "{args:?}: no {n:?} in {stderr}");
+        }
+        assert!(out.stdout.is_empty(), "{args:?}: it started");
+    }
+}
+
 /// One logfmt line as key/value pairs, or why it is not logfmt. Bare values hold no
 /// space, `"` or `=`; quoted ones take JSON's escapes.
 fn parse_logfmt(line: &str) -> Result<Vec<(String, String)>, String> {

@@ -64,7 +64,10 @@ fn nvme_log_with_identify_data_from_qemu() {
     assert_eq!(h["identity"]["logical_block_size"], 512);
     assert_eq!(h["host_written_bytes"], 132 * 512_000);
     assert_eq!(h["critical_warning"], 0);
-    assert!((h["temperature_celsius"].as_f64().unwrap() - 49.85).abs() < 1e-9);
+    // 323 K is 50 °C, as smartctl says of the same drive (issue 20).
+    assert_eq!(h["temperature_celsius"], 50.0);
+    assert_eq!(h["temperature_warning_celsius"], 70.0, "343 K");
+    assert_eq!(h["temperature_critical_celsius"], 100.0, "373 K");
     assert_eq!(h["source"], "nvme-log-file");
     assert_eq!(v["assessment"]["verdict"], "ok");
 }
@@ -382,4 +385,105 @@ fn counts_and_unknowns_are_spelled_one_way() {
     let first = text.lines().next().unwrap();
     assert!(!first.contains('?'), "{first}");
     assert!(first.contains("unknown model, serial unknown"), "{first}");
+}
+
+/// Issue 20: `driveprobe health` shows the link, the latest self-tests and the attributes
+/// at or below threshold, and its JSON holds every attribute.
+#[test]
+fn text_and_json_show_the_link_self_tests_and_every_attribute() {
+    let f = fixture("smartctl/detail-sata.json");
+    let out = health(&["--from-smartctl-json", &f]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("link                   1.5 Gb/s, DEGRADED (maximum 6.0 Gb/s)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("extended self-test     failed at 20100 h, first failing LBA 123456789"),
+        "{text}"
+    );
+    assert!(
+        text.contains("short self-test        passed at 20090 h"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "ATA attributes         5, at or below threshold: 5 Reallocated_Sector_Ct (now), 190 Airflow_Temperature_Cel (in the past)"
+        ),
+        "{text}"
+    );
+    let v = json(&health(&["--from-smartctl-json", &f, "--json"]));
+    let attrs = v["health"]["ata_attributes"].as_array().unwrap();
+    assert_eq!(attrs.len(), 5);
+    assert_eq!(attrs[1]["name"], "Reallocated_Sector_Ct");
+    assert_eq!(attrs[1]["failed_now"], true);
+    assert_eq!(v["health"]["link"]["max_speed_transfers_per_second"], 6e9);
+    assert_eq!(v["health"]["ata_device_statistics"][4]["value"], -5);
+}
+
+/// `--device-type` takes what a `[[drive]]`'s smartctl_type takes (the same check), and
+/// refuses the rest as bad usage before anything runs.
+#[test]
+fn device_type_is_checked_like_smartctl_type() {
+    for bad in ["-d sat", "megaraid 1", "", "sat;reboot"] {
+        let out = health(&["/dev/null", &format!("--device-type={bad}")]);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--device-type '") && err.contains("is not a smartctl -d type"),
+            "{bad:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    // It needs a device (not saved JSON).
+    let out = health(&[
+        "--from-smartctl-json",
+        &fixture("smartctl/smart-ata.json"),
+        "--device-type",
+        "sat",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+/// A valid `--device-type` reaches smartctl as `-d TYPE` before the device, and the
+/// device need not be a node here (smartctl maps `/dev/bus/0` itself).
+#[test]
+fn device_type_is_passed_to_smartctl() {
+    let tools = tempfile::Builder::new()
+        .prefix("dp-health-cli-")
+        .tempdir()
+        .unwrap();
+    let args = tools.path().join("args");
+    let script = format!(
+        "#!/bin/sh\necho \"$@\" > '{}'\nexec cat '{}'\n",
+        args.display(),
+        fixture("smartctl/smart-megaraid0.json")
+    );
+    let smartctl = tools.path().join("smartctl");
+    std::fs::write(&smartctl, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&smartctl, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        tools.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_driveprobe"))
+        .args([
+            "health",
+            "/dev/bus/0",
+            "--device-type",
+            " sat+megaraid,0 ",
+            "--json",
+        ])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(v["device"], "/dev/bus/0", "{v}");
+    let args = std::fs::read_to_string(&args).unwrap();
+    assert!(
+        args.trim_end().ends_with("-d sat+megaraid,0 /dev/bus/0"),
+        "{args}"
+    );
 }

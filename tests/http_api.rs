@@ -98,6 +98,11 @@ fn status(bad_doc: &Path) -> Status {
                 p99_wait_seconds: Some(20e-6),
                 p99_latency_seconds: Some(95e-6),
             },
+            host_stall: Some(WindowQuantiles {
+                ops: 3_000,
+                quantiles: [62e-6, 85e-6, 240e-6, 1.1e-3],
+                max: 2.5e-3,
+            }),
         },
     );
     probes.insert(
@@ -117,6 +122,7 @@ fn status(bad_doc: &Path) -> Status {
                 p99_wait_seconds: Some(50e-6),
                 p99_latency_seconds: Some(90e-6),
             },
+            host_stall: None,
         },
     );
     let mut collectors = BTreeMap::new();
@@ -134,6 +140,7 @@ fn status(bad_doc: &Path) -> Status {
     drives.insert(
         "db1".to_string(),
         DriveStatus {
+            health_detail_metrics_off: false,
             name: "db1".into(),
             up: true,
             down_reason: None,
@@ -183,6 +190,10 @@ fn status(bad_doc: &Path) -> Status {
                 kernel_name: "sdb".into(),
                 source: driveprobe::discovery::Source::Sysfs,
             }),
+            load: Some(driveprobe::daemon::load::DriveLoad::new(
+                "sdb", 81_234, 312.5, 2,
+            )),
+            self_test: Default::default(),
         },
     );
     let mut collectors = BTreeMap::new();
@@ -198,6 +209,7 @@ fn status(bad_doc: &Path) -> Status {
     drives.insert(
         EVIL.to_string(),
         DriveStatus {
+            health_detail_metrics_off: false,
             name: EVIL.into(),
             up: false,
             down_reason: Some("identity mismatch: <b>S2</b> is not S1".into()),
@@ -886,7 +898,8 @@ fn chromium_shows_the_drive_table() {
 /// Every key path of a JSON value: `a.b`, `a[].c`; the keys of objects that are maps by
 /// name (drives' probes, collectors, last runs; the scheduler's due times and runs) are `*`.
 fn key_paths(v: &serde_json::Value, path: &str, out: &mut std::collections::BTreeSet<String>) {
-    const MAPS: [&str; 6] = [
+    const MAPS: [&str; 7] = [
+        "last",
         "probes",
         "collectors",
         "last_runs",
@@ -971,6 +984,21 @@ fn docs_api_md_matches_the_routes_and_the_live_json() {
                 status: "passed".into(),
                 points: vec![driveprobe::status::RunPoint::default()],
                 app_points: vec![driveprobe::status::AppRunPoint::default()],
+                ..Default::default()
+            },
+        );
+        d.self_test.running = Some(driveprobe::status::SelfTestRunning {
+            kind: "extended".into(),
+            schedule: Some("monthly-long".into()),
+            started_unix: Some(1.0),
+            done_ratio: Some(0.42),
+            updated_unix: 2.0,
+        });
+        d.self_test.last.insert(
+            "short".into(),
+            driveprobe::status::SelfTestOutcome {
+                schedule: "weekly-short".into(),
+                result: "passed".into(),
                 ..Default::default()
             },
         );

@@ -8,6 +8,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use driveprobe::health::detail::Link;
 use driveprobe::health::endurance::{Basis, Endurance};
 use driveprobe::health::model::{
     CriticalFlags, HealthReport, Identity, PowerState, Source, Transport, Verdict,
@@ -19,6 +20,14 @@ use driveprobe::status::{
     SkipStatus, Status, WearStatus, WindowQuantiles, LATENCY_BUCKETS,
 };
 
+/// A smartctl fixture parsed, for the detail of issue 20.
+fn detail(name: &str) -> HealthReport {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/smartctl")
+        .join(name);
+    driveprobe::health::smartctl::parse(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
 /// Unix seconds of 2026-11-30T06:00:00Z: "now" in the fixed status.
 const NOW: f64 = 1_795_932_000.0;
 
@@ -26,6 +35,8 @@ const NOW: f64 = 1_795_932_000.0;
 const ALLOWED_LINTS: &[&str] = &[
     // The metrics contract (docs/decisions/0001-starting-design.md): exact window quantiles are a gauge with a `quantile` label.
     "driveprobe_probe_latency_quantile_seconds non-summary metrics should not have \"quantile\" label",
+    // The same shape for the host's part of the canary's latency (issue 21).
+    "driveprobe_probe_host_stall_seconds non-summary metrics should not have \"quantile\" label",
 ];
 
 /// Cumulative bucket counts for `ops` I/Os spread over the bounds from `first` on, with a
@@ -130,6 +141,17 @@ fn nvme() -> DriveStatus {
         power_on_seconds: Some(4_321 * 3600),
         power_cycles: Some(87),
         unsafe_shutdowns: Some(5),
+        // Issue 20: the NVMe counters, sensors and self-tests of a hand-written smartctl
+        // output, and a Gen4 x4 link.
+        nvme: detail("detail-nvme.json").nvme,
+        self_tests: detail("detail-nvme.json").self_tests,
+        link: Some(Link {
+            current_speed_transfers_per_second: Some(16e9),
+            max_speed_transfers_per_second: Some(16e9),
+            current_width: Some(4),
+            max_width: Some(4),
+            source: "pcie-sysfs".into(),
+        }),
         ..Default::default()
     };
     let mut probes = BTreeMap::new();
@@ -148,6 +170,11 @@ fn nvme() -> DriveStatus {
                 p99_wait_seconds: Some(20e-6),
                 p99_latency_seconds: Some(95e-6),
             },
+            host_stall: Some(WindowQuantiles {
+                ops: 3_000,
+                quantiles: [62e-6, 85e-6, 240e-6, 1.1e-3],
+                max: 2.5e-3,
+            }),
         },
     );
     probes.insert(
@@ -165,6 +192,7 @@ fn nvme() -> DriveStatus {
                 p99_wait_seconds: Some(50e-6),
                 p99_latency_seconds: Some(90e-6),
             },
+            host_stall: None,
         },
     );
     let mut last_runs = BTreeMap::new();
@@ -243,6 +271,7 @@ fn nvme() -> DriveStatus {
         },
     );
     DriveStatus {
+        health_detail_metrics_off: false,
         name: "db1".into(),
         up: true,
         down_reason: None,
@@ -307,6 +336,10 @@ fn nvme() -> DriveStatus {
             kernel_name: "nvme0n1".into(),
             source: driveprobe::discovery::Source::Sysfs,
         }),
+        load: Some(driveprobe::daemon::load::DriveLoad::new(
+            "nvme0n1", 1_234_567, 4_321.25, 3,
+        )),
+        self_test: Default::default(),
     }
 }
 
@@ -337,6 +370,14 @@ fn sata() -> DriveStatus {
         power_cycles: Some(143),
         host_written_bytes: Some(96_412_345_212_928),
         host_read_bytes: Some(310_555_666_777_088),
+        // Issue 20: every attribute of a real 18-attribute disk (smart-ata.json), and the
+        // Device Statistics, PHY counters, 1.5 Gb/s link and self-tests of a hand-written
+        // one (detail-sata.json).
+        ata_attributes: detail("smart-ata.json").ata_attributes,
+        ata_device_statistics: detail("detail-sata.json").ata_device_statistics,
+        sata_phy_events: detail("detail-sata.json").sata_phy_events,
+        link: detail("detail-sata.json").link,
+        self_tests: detail("detail-sata.json").self_tests,
         ..Default::default()
     };
     let mut probes = BTreeMap::new();
@@ -354,9 +395,11 @@ fn sata() -> DriveStatus {
             read,
             write: OpStatus::default(),
             cpu_wait: CpuWait::default(),
+            host_stall: None,
         },
     );
     DriveStatus {
+        health_detail_metrics_off: false,
         name: "archive1".into(),
         up: true,
         down_reason: None,
@@ -395,12 +438,15 @@ fn sata() -> DriveStatus {
         last_runs: BTreeMap::new(),
         skipped: BTreeMap::new(),
         discovered: None,
+        load: None,
+        self_test: Default::default(),
     }
 }
 
 /// A drive that is not there: nothing known but its name.
 fn down() -> DriveStatus {
     DriveStatus {
+        health_detail_metrics_off: false,
         name: "spare3".into(),
         up: false,
         down_reason: Some("no device with serial ZA1B2C3D is present".into()),
@@ -445,6 +491,7 @@ fn rich_status() -> Status {
         discovery: Some(driveprobe::status::DiscoveryStatus {
             watched: 3,
             skipped: 5,
+            merge_skipped: 1,
             scans_total: 12,
             last_scan_unix: NOW - 30.0,
         }),
@@ -704,4 +751,96 @@ fn absent_and_down_drive() {
     );
     assert!(text.contains("driveprobe_drive_up{drive=\"spare3\"} 0.0\n"));
     assert!(text.contains("driveprobe_health_state{drive=\"spare3\",state=\"not_read_yet\"} 1.0\n"));
+}
+
+/// Issue 20: `health_detail_metrics = false` drops everything else the drive says and
+/// keeps the headline health series and the link (the link alert reads it).
+#[test]
+fn detail_metrics_opt_out_keeps_the_headline_and_the_link() {
+    let families = |s: &Status, drive: &str| -> BTreeMap<String, usize> {
+        let needle = format!("drive=\"{drive}\"");
+        let mut m = BTreeMap::new();
+        for l in render(s, Format::Text004).lines() {
+            if !l.starts_with('#') && l.contains(&needle) {
+                *m.entry(l.split('{').next().unwrap().to_string())
+                    .or_default() += 1;
+            }
+        }
+        m
+    };
+    let mut s = rich_status();
+    let on_sata = families(&s, "archive1");
+    let on_nvme = families(&s, "db1");
+    assert_eq!(on_sata["driveprobe_health_ata_attribute_value"], 18);
+    assert_eq!(on_sata["driveprobe_health_ata_attribute_raw"], 18);
+    assert_eq!(on_sata["driveprobe_health_ata_attributes_failed"], 2);
+    assert_eq!(on_sata["driveprobe_health_ata_device_statistic"], 6);
+    assert_eq!(on_sata["driveprobe_health_sata_phy_events_total"], 3);
+    assert_eq!(on_sata["driveprobe_health_self_test_failed"], 2);
+    assert_eq!(on_sata["driveprobe_link_speed_transfers_per_second"], 1);
+    assert!(
+        !on_sata.contains_key("driveprobe_link_width_lanes"),
+        "SATA has no width"
+    );
+    assert_eq!(
+        on_nvme["driveprobe_health_nvme_temperature_sensor_celsius"],
+        2
+    );
+    assert_eq!(
+        on_nvme["driveprobe_health_nvme_thermal_transitions_total"],
+        2
+    );
+    assert_eq!(on_nvme["driveprobe_health_nvme_host_commands_total"], 2);
+    assert_eq!(on_nvme["driveprobe_link_max_width_lanes"], 1);
+    for d in s.drives.values_mut() {
+        d.health_detail_metrics_off = true;
+    }
+    for (drive, on) in [("archive1", on_sata), ("db1", on_nvme)] {
+        let off = families(&s, drive);
+        let dropped: Vec<&String> = on.keys().filter(|k| !off.contains_key(*k)).collect();
+        assert!(!dropped.is_empty());
+        for name in &dropped {
+            assert!(
+                name.starts_with("driveprobe_health_ata_")
+                    || name.starts_with("driveprobe_health_sata_")
+                    || name.starts_with("driveprobe_health_nvme_")
+                    || name.starts_with("driveprobe_health_scsi_")
+                    || name.starts_with("driveprobe_health_self_test_"),
+                "{drive}: {name} is not detail"
+            );
+        }
+        for (name, n) in &off {
+            assert_eq!(on.get(name), Some(n), "{drive}: {name}");
+        }
+        assert!(off.contains_key("driveprobe_link_speed_transfers_per_second"));
+        assert!(off.contains_key("driveprobe_health_temperature_celsius"));
+    }
+}
+
+/// Issue 20: a SAS drive's error counters by direction, defects and start-stop counts.
+#[test]
+fn sas_detail_series() {
+    let mut s = rich_status();
+    let d = s.drives.get_mut("archive1").unwrap();
+    let h = d.health.as_mut().unwrap();
+    h.report = detail("detail-sas.json");
+    let text = render(&s, Format::Text004);
+    for want in [
+        "driveprobe_health_scsi_corrected_errors_total{drive=\"archive1\",direction=\"read\"} 13\n",
+        "driveprobe_health_scsi_corrected_errors_total{drive=\"archive1\",direction=\"verify\"} 4\n",
+        "driveprobe_health_scsi_uncorrected_errors_total{drive=\"archive1\",direction=\"read\"} 1\n",
+        "driveprobe_health_scsi_processed_bytes_total{drive=\"archive1\",direction=\"write\"} 99001000000",
+        "driveprobe_health_scsi_grown_defects{drive=\"archive1\"} 3.0\n",
+        "driveprobe_health_scsi_start_stop_cycles_total{drive=\"archive1\"} 88\n",
+        "driveprobe_health_scsi_load_unload_cycles_rated{drive=\"archive1\"} 600000.0\n",
+        "driveprobe_health_self_test_failed{drive=\"archive1\",kind=\"extended\"} 1.0\n",
+        "driveprobe_health_self_test_first_failing_lba{drive=\"archive1\",kind=\"extended\"} 99999.0\n",
+        "driveprobe_health_self_test_failed{drive=\"archive1\",kind=\"short\"} 0.0\n",
+    ] {
+        assert!(text.contains(want), "no {want:?} in\n{text}");
+    }
+    assert!(!text.contains(
+        "driveprobe_health_self_test_first_failing_lba{drive=\"archive1\",kind=\"short\"}"
+    ));
+    assert_promtool_lint_clean(&text);
 }

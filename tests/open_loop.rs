@@ -6,7 +6,7 @@
 mod common;
 
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[test]
 fn a_stall_shows_in_open_loop_latency() {
@@ -29,7 +29,18 @@ fn a_stall_shows_in_open_loop_latency() {
         .spawn()
         .unwrap();
     let pid = child.id() as i32;
-    std::thread::sleep(Duration::from_millis(1500));
+    // The stall must come during the run, not while the process starts or creates its
+    // file (a busy host can take a while for that): wait for the engine's worker thread,
+    // which exists only while the run does, then let the schedule go a moment.
+    let t0 = Instant::now();
+    while common::threads_named(pid, "dp-worker-0").is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the run did not start within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(500));
     let stop = Command::new("kill")
         .args(["-STOP", &pid.to_string()])
         .status();

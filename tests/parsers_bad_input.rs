@@ -11,6 +11,8 @@ fn nvme_all(data: &[u8]) {
     let ns = nvme::parse_id_ns(data).ok();
     let ocp = nvme::parse_ocp_c0(data).ok();
     let _ = nvme::parse_error_log(data);
+    let _ = nvme::parse_error_entries(data);
+    let _ = nvme::parse_self_test_log(data);
     if let Ok(s) = nvme::parse_smart_log(data) {
         let r = nvme::report(
             &s,
@@ -26,7 +28,7 @@ fn nvme_all(data: &[u8]) {
 #[test]
 fn nvme_parsers_survive_random_and_truncated_bytes() {
     let mut rng = Rng::new(1);
-    for len in [0usize, 1, 63, 64, 511, 512, 513, 4095, 4096, 8192] {
+    for len in [0usize, 1, 63, 64, 511, 512, 513, 563, 564, 4095, 4096, 8192] {
         for _ in 0..200 {
             let mut b = vec![0u8; len];
             rng.fill(&mut b);
@@ -68,6 +70,14 @@ fn smartctl_parser_survives_garbage_truncation_and_mutation() {
         "{\"nvme_smart_health_information_log\": {\"data_units_written\": -1}}",
         "{\"user_capacity\": {\"bytes\": 1e400}}",
         "{\"temperature\": {\"current\": \"hot\"}}",
+        // Issue 20's sections with wrong types, odd ranges and huge numbers.
+        "{\"ata_smart_attributes\": {\"table\": [{\"id\": 300}, {\"id\": 5, \"value\": -1, \"worst\": 1e300, \"raw\": {\"value\": \"x\"}}, {\"id\": 5}, 7]}}",
+        "{\"ata_device_statistics\": {\"pages\": [{\"number\": 999, \"table\": []}, {\"number\": 1, \"table\": [{\"name\": 5, \"value\": -9223372036854775808}, {\"name\": \"x\", \"value\": 1e40}]}]}}",
+        "{\"sata_phy_event_counters\": {\"table\": [{\"id\": 70000, \"value\": 1}, {\"id\": 1, \"value\": -1}, null]}}",
+        "{\"scsi_error_counter_log\": {\"read\": {\"gigabytes_processed\": \"1e999\"}, \"verify\": 3}, \"scsi_start_stop_cycle_counter\": []}",
+        "{\"nvme_smart_health_information_log\": {\"temperature_sensors\": [1e9, -300, \"x\", 40, 40, 40, 40, 40, 40, 40, 40]}, \"nvme_error_information_log\": {\"table\": [{\"error_count\": 1, \"nsid\": 1e30, \"lba\": 5}]}}",
+        "{\"interface_speed\": {\"current\": {\"units_per_second\": 18446744073709551615, \"bits_per_unit\": 18446744073709551615}, \"max\": \"fast\"}}",
+        "{\"ata_smart_self_test_log\": {\"extended\": {\"table\": [{\"type\": {\"value\": -1}, \"status\": {\"value\": 1e20}}]}}, \"nvme_self_test_log\": {\"table\": [{}]}, \"scsi_self_test_0\": 1}",
     ] {
         if let Ok(r) = smartctl::parse(text) {
             let _ = assess(&r);

@@ -116,6 +116,8 @@ fn round(
         slot_uncounted_seconds: 0.0,
         in_flight_seconds: 0.0,
         due_missed_ops: 0,
+        read_lat_hist: None,
+        write_lat_hist: None,
         read,
         write,
     }
@@ -191,6 +193,8 @@ fn steady_phase(
             window_mean_iops: mean,
             window_range_ratio: range,
             window_slope_excursion_ratio: exc,
+            watch_rounds: 0,
+            left: None,
         },
         burst: rounds[0].clone(),
         steady_figures: Round::average(last),

@@ -464,6 +464,26 @@ exit 1
             ),
             ("typed", format!("echo \"$@\" > {d}/typed.args\ncat '{}'\nexit 0\n", ata.display())),
             ("garbage", "echo 'smartctl 6.6 <html>'\nexit 0\n".to_string()),
+            // `smartctl -t short`: the drive took it (smartctl 7.4's words).
+            (
+                "test-ok",
+                format!(
+                    "echo \"$@\" > {d}/test-ok.args\n{}",
+                    r#"echo '{"json_format_version":[1,0],"smartctl":{"version":[7,4],"messages":[{"string":"Self-test has begun","severity":"information"}],"exit_status":0}}'
+exit 0
+"#
+                ),
+            ),
+            // A test already runs: smartctl will not abort it without `force` (bit 2).
+            (
+                "test-busy",
+r#"cat <<'JSON'
+{"json_format_version":[1,0],"smartctl":{"version":[7,4],"messages":[{"string":"Can't start self-test without aborting current test (90% remaining),","severity":"error"},{"string":"add '-t force' option to override, or run 'smartctl -X' to abort test.","severity":"error"}],"exit_status":4}}
+JSON
+exit 4
+"#
+                .to_string(),
+            ),
             ("killed", "kill -9 $$\n".to_string()),
         ];
         for (name, body) in scripts {
@@ -641,4 +661,386 @@ fn a_drive_behind_a_raid_controller_is_read_with_its_type() {
         read_device_with(&f.prog("typed"), dev, LONG),
         Err(SmartctlError::NoDevice { .. })
     ));
+}
+
+/// Issue 20: the same QEMU NVMe drive read by ioctl (the SMART log bytes) and through
+/// smartctl (its JSON, captured in the same boot) shows one temperature: 323 K is 50 °C
+/// in both (driveprobe said 49.85 from the bytes, smartctl 50).
+#[test]
+fn nvme_temperature_by_ioctl_agrees_with_smartctl() {
+    use driveprobe::health::nvme;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nvme");
+    let bytes = fs::read(dir.join("qemu-smart-log-after-64MiB.bin")).unwrap();
+    let ctrl = nvme::parse_id_ctrl(&fs::read(dir.join("qemu-id-ctrl.bin")).unwrap()).unwrap();
+    let log = nvme::parse_smart_log(&bytes).unwrap();
+    assert_eq!(log.temperature_k, 323);
+    let ioctl = nvme::report(&log, Some(&ctrl), None, None, Source::NvmeLogFile);
+    let json = load("qemu-nvme.json");
+    assert_eq!(json.temperature_celsius, Some(50.0));
+    assert_eq!(ioctl.temperature_celsius, json.temperature_celsius);
+    assert_eq!(ioctl.temperature_warning_celsius, Some(70.0), "343 K");
+    assert_eq!(ioctl.temperature_critical_celsius, Some(100.0), "373 K");
+    // Whole degrees for every kelvin a drive can report.
+    for k in 1..=u16::MAX {
+        let c = nvme::kelvin(k).unwrap();
+        assert_eq!(c, f64::from(i32::from(k) - 273), "{k} K");
+    }
+    assert_eq!(nvme::kelvin(0), None, "0 K: not reported");
+}
+
+/// Issue 20: everything an ATA drive says, in full: every attribute with its flags and
+/// failure state, Device Statistics (a temperature below zero), PHY event counters, the
+/// link, the extended self-test log's latest test of each kind.
+#[test]
+fn sata_detail_in_full() {
+    let r = load("detail-sata.json");
+    let ids: Vec<u8> = r.ata_attributes.iter().map(|a| a.id).collect();
+    assert_eq!(ids, [1, 5, 190, 194, 199]);
+    let a5 = &r.ata_attributes[1];
+    assert_eq!(a5.label(), "5 Reallocated_Sector_Ct");
+    assert_eq!(
+        (a5.value, a5.worst, a5.threshold, a5.raw),
+        (Some(5), Some(5), Some(5), Some(1912))
+    );
+    assert_eq!(a5.flags.as_deref(), Some("PO--CK"));
+    assert!(a5.prefailure && a5.failed_now && a5.failed_in_past);
+    let a190 = &r.ata_attributes[2];
+    assert!(!a190.failed_now && a190.failed_in_past, "worst 40 <= 45");
+    assert_eq!(a190.raw_string.as_deref(), Some("38 (Min/Max 24/59)"));
+    let a194 = &r.ata_attributes[3];
+    assert!(
+        !a194.failed_now && !a194.failed_in_past,
+        "threshold 0 never fails"
+    );
+    assert!(!r.ata_attributes[0].failed_now && r.ata_attributes[0].prefailure);
+
+    let stats: Vec<(u8, &str, i64)> = r
+        .ata_device_statistics
+        .iter()
+        .map(|s| (s.page, s.name.as_str(), s.value))
+        .collect();
+    assert_eq!(
+        stats,
+        [
+            (1, "Lifetime Power-On Resets", 77),
+            (1, "Power-on Hours", 20112),
+            (1, "Logical Sectors Written", 1_000_000),
+            (5, "Current Temperature", 38),
+            (5, "Lowest Temperature", -5),
+            (5, "Highest Temperature", 59),
+        ],
+        "the invalid entry is left out; a negative temperature is kept"
+    );
+    assert!(r.ata_device_statistics[5].condition_met);
+
+    let phy: Vec<(u16, u64, bool)> = r
+        .sata_phy_events
+        .iter()
+        .map(|p| (p.id, p.value, p.overflow))
+        .collect();
+    assert_eq!(phy, [(1, 0, false), (10, 12, false), (11, 65535, true)]);
+
+    let link = r.link.as_ref().expect("interface_speed");
+    assert_eq!(link.current_speed_transfers_per_second, Some(1.5e9));
+    assert_eq!(link.max_speed_transfers_per_second, Some(6e9));
+    assert_eq!((link.current_width, link.max_width), (None, None));
+    assert!(link.degraded());
+
+    let tests: Vec<(&str, &str, Option<u64>, Option<u64>)> = r
+        .self_tests
+        .iter()
+        .map(|t| {
+            (
+                t.kind.as_str(),
+                t.result.as_str(),
+                t.power_on_hours,
+                t.first_failing_lba,
+            )
+        })
+        .collect();
+    assert_eq!(
+        tests,
+        [
+            ("extended", "failed", Some(20100), Some(123_456_789)),
+            ("short", "passed", Some(20090), None),
+        ],
+        "the extended log over the standard one; the latest of each kind"
+    );
+    assert_eq!(r.scsi, None);
+    assert_eq!(r.nvme, None);
+    // The headline figures still come from the same data.
+    assert_eq!(r.reallocated_sectors, Some(1912));
+    assert_eq!(r.crc_errors, Some(41));
+    assert_eq!(r.power_cycles, Some(77));
+}
+
+/// Issue 20: the NVMe counters through smartctl (temperatures already in °C there).
+#[test]
+fn nvme_detail_through_smartctl() {
+    let r = load("detail-nvme.json");
+    let n = r.nvme.as_ref().expect("nvme detail");
+    assert_eq!(n.warning_temperature_minutes, Some(14));
+    assert_eq!(n.critical_temperature_minutes, Some(1));
+    let sensors: Vec<(u8, f64)> = n
+        .temperature_sensors
+        .iter()
+        .map(|t| (t.sensor, t.celsius))
+        .collect();
+    assert_eq!(sensors, [(1, 45.0), (2, 52.0)]);
+    assert_eq!(n.thermal_transitions, [Some(9), Some(1)]);
+    assert_eq!(n.thermal_seconds, [Some(3600), Some(30)]);
+    assert_eq!(n.controller_busy_minutes, Some(77));
+    assert_eq!(
+        (n.host_read_commands, n.host_write_commands),
+        (Some(123_456), Some(654_321))
+    );
+    let errs: Vec<(u64, u16, u64, u32)> = n
+        .error_log
+        .iter()
+        .map(|e| (e.error_count, e.submission_queue_id, e.lba, e.nsid))
+        .collect();
+    assert_eq!(
+        errs,
+        [(5, 0, 4096, u32::MAX), (4, 2, 0, 1)],
+        "most recent first"
+    );
+    let t = &r.self_tests;
+    assert_eq!(t.len(), 2);
+    assert_eq!(
+        (
+            t[0].kind.as_str(),
+            t[0].result.as_str(),
+            t[0].first_failing_lba
+        ),
+        ("extended", "failed", Some(777))
+    );
+    assert_eq!(
+        (t[1].kind.as_str(), t[1].result.as_str()),
+        ("short", "passed")
+    );
+    assert_eq!(r.link, None, "smartctl does not say an NVMe link");
+    assert!(r.ata_attributes.is_empty() && r.scsi.is_none());
+    // Real NVMe output without the newer keys: what is there, and nothing made up.
+    let old = load("smart-nvme.json");
+    let n = old.nvme.as_ref().unwrap();
+    assert_eq!(n.controller_busy_minutes, Some(3060));
+    assert_eq!(n.host_write_commands, Some(83_170_961));
+    assert_eq!(n.thermal_transitions, [None, None]);
+    assert!(n.temperature_sensors.is_empty() && n.error_log.is_empty());
+    assert!(old.self_tests.is_empty());
+}
+
+/// Issue 20: the SCSI error counter log by direction, grown defects, start-stop counts,
+/// the trip temperature, self-tests.
+#[test]
+fn sas_detail_in_full() {
+    let r = load("detail-sas.json");
+    let s = r.scsi.as_ref().expect("scsi detail");
+    let read = s.read.as_ref().unwrap();
+    assert_eq!(read.corrected_by_ecc_fast, Some(10));
+    assert_eq!(read.corrected_by_ecc_delayed, Some(2));
+    assert_eq!(read.corrected_by_rereads_rewrites, Some(1));
+    assert_eq!(read.total_corrected, Some(13));
+    assert_eq!(read.correction_algorithm_invocations, Some(5));
+    assert_eq!(read.total_uncorrected, Some(1));
+    assert_eq!(read.processed_bytes, Some(1_234_500_000_000));
+    assert_eq!(
+        s.write.as_ref().unwrap().processed_bytes,
+        Some(99_001_000_000)
+    );
+    assert_eq!(s.verify.as_ref().unwrap().total_corrected, Some(4));
+    assert_eq!(s.grown_defects, Some(3));
+    assert_eq!(
+        (s.start_stop_cycles, s.start_stop_cycles_specified),
+        (Some(88), Some(50_000))
+    );
+    assert_eq!(
+        (s.load_unload_cycles, s.load_unload_cycles_specified),
+        (Some(1500), Some(600_000))
+    );
+    assert_eq!(s.drive_trip_celsius, Some(65.0));
+    assert_eq!(r.temperature_celsius, Some(33.0));
+    let t: Vec<(&str, &str, Option<u64>, Option<u64>)> = r
+        .self_tests
+        .iter()
+        .map(|t| {
+            (
+                t.kind.as_str(),
+                t.result.as_str(),
+                t.power_on_hours,
+                t.first_failing_lba,
+            )
+        })
+        .collect();
+    assert_eq!(
+        t,
+        [
+            ("extended", "failed", Some(4100), Some(99_999)),
+            ("short", "passed", Some(4000), None),
+        ]
+    );
+    // The real SAS drive: its two directions, no start-stop log in that output.
+    let real = load("smart-scsi.json");
+    let s = real.scsi.as_ref().unwrap();
+    assert_eq!(s.read.as_ref().unwrap().total_corrected, Some(300_357_663));
+    assert_eq!(s.verify, None);
+    assert_eq!(s.grown_defects, Some(56));
+    assert_eq!(s.start_stop_cycles, None);
+}
+
+/// Issue 20: every attribute of the real ATA drives is kept, none invented.
+#[test]
+fn real_ata_drives_keep_every_attribute() {
+    for name in [
+        "smart-ata.json",
+        "smart-ata2.json",
+        "smart-fail2.json",
+        "smart-megaraid0.json",
+    ] {
+        let text = fs::read_to_string(fixture_path(name)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let table = v["ata_smart_attributes"]["table"].as_array().unwrap();
+        let r = load(name);
+        assert_eq!(r.ata_attributes.len(), table.len(), "{name}");
+        for (a, e) in r.ata_attributes.iter().zip(table) {
+            assert_eq!(u64::from(a.id), e["id"].as_u64().unwrap(), "{name}");
+            assert_eq!(a.name, e["name"].as_str().unwrap(), "{name}");
+            assert_eq!(a.raw, e["raw"]["value"].as_u64(), "{name}");
+            assert_eq!(
+                a.failed_now,
+                e["when_failed"] == "now"
+                    || (e["thresh"].as_u64() > Some(0)
+                        && e["value"].as_u64() <= e["thresh"].as_u64()),
+                "{name} {}",
+                a.id
+            );
+        }
+    }
+    let failing = load("smart-fail2.json");
+    assert!(
+        failing
+            .ata_attributes
+            .iter()
+            .any(|a| a.failed_now || a.failed_in_past),
+        "the failing drive has an attribute at or below threshold"
+    );
+    let sata = load("smart-ata.json");
+    let link = sata.link.as_ref().unwrap();
+    assert_eq!(
+        (
+            link.current_speed_transfers_per_second,
+            link.max_speed_transfers_per_second
+        ),
+        (Some(6e9), Some(6e9))
+    );
+    assert!(!link.degraded());
+    assert_eq!(sata.self_tests.len(), 2, "{:?}", sata.self_tests);
+}
+
+// ---------------------------------------------------------------------------------------
+// Self-tests (issue 20)
+// ---------------------------------------------------------------------------------------
+
+/// A self-test in progress is read with its kind and share done, from each transport's
+/// place in smartctl's JSON (hand-written fixtures, see the README; and one real file).
+#[test]
+fn self_tests_in_progress_are_read_with_their_progress() {
+    let r = load("selftest-running-sata.json");
+    let p = r.self_test_running.expect("ATA test in progress");
+    assert_eq!(p.kind, "short");
+    assert_eq!(p.done_ratio, Some(0.1));
+    // The log's in-progress entry is no result.
+    assert!(!r.self_tests.iter().any(|t| t.failed()));
+    let r = load("selftest-running-nvme.json");
+    let p = r.self_test_running.expect("NVMe test in progress");
+    assert_eq!(p.kind, "extended");
+    assert_eq!(p.done_ratio, Some(0.42));
+    let r = load("selftest-running-sas.json");
+    let p = r.self_test_running.expect("SCSI test in progress");
+    assert_eq!(p.kind, "extended");
+    assert_eq!(p.done_ratio, None, "smartctl gives no share done for SCSI");
+    // A real WD140EDFZ read while its test had 10% left (status 241), kind not logged.
+    let r = load("smart-ata.json");
+    let p = r
+        .self_test_running
+        .expect("the real file's test in progress");
+    assert_eq!(p.done_ratio, Some(0.9));
+    // Nothing running: the NVMe detail file says "No self-test in progress".
+    for name in [
+        "detail-nvme.json",
+        "detail-sata.json",
+        "detail-sas.json",
+        "smart-nvme.json",
+    ] {
+        assert_eq!(load(name).self_test_running, None, "{name}");
+    }
+}
+
+/// A failed self-test is a failing verdict, naming the kind and the LBA; a later pass of
+/// the same kind clears it.
+#[test]
+fn a_failed_self_test_is_a_failing_verdict_until_the_same_kind_passes() {
+    let text = fs::read_to_string(fixture_path("detail-sata.json")).unwrap();
+    let r = parse(&text).unwrap();
+    let a = driveprobe::health::assess(&r);
+    assert_eq!(a.verdict, driveprobe::health::Verdict::Failing, "{a:?}");
+    let why = a
+        .reasons
+        .iter()
+        .find(|w| w.contains("self-test"))
+        .unwrap_or_else(|| panic!("{a:?}"));
+    assert!(
+        why.contains("latest extended self-test failed")
+            && why.contains("Completed: read failure")
+            && why.contains("123456789"),
+        "{why}"
+    );
+    // A newer extended test passed: the failure is history.
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let table = v["ata_smart_self_test_log"]["extended"]["table"]
+        .as_array_mut()
+        .unwrap();
+    table.insert(
+        0,
+        serde_json::json!({"type": {"value": 2, "string": "Extended offline"},
+            "status": {"value": 0, "string": "Completed without error", "passed": true},
+            "lifetime_hours": 20200}),
+    );
+    let r = parse(&v.to_string()).unwrap();
+    let a = driveprobe::health::assess(&r);
+    assert!(!a.reasons.iter().any(|w| w.contains("self-test")), "{a:?}");
+}
+
+/// `smartctl -t short` through a fake: the arguments, and a refusal in smartctl's words.
+#[test]
+fn starting_a_self_test_through_smartctl() {
+    let f = fakes();
+    smartctl::run_action(
+        &f.prog("test-ok"),
+        Path::new("/dev/bus/0"),
+        Some("megaraid,2"),
+        &["-t", "short"],
+        LONG,
+    )
+    .unwrap();
+    let args = fs::read_to_string(f.dir.join("test-ok.args")).unwrap();
+    assert_eq!(
+        args.trim_end(),
+        "--json=c -t short -d megaraid,2 /dev/bus/0"
+    );
+    let e = smartctl::run_action(
+        &f.prog("test-busy"),
+        Path::new(DEV),
+        None,
+        &["-t", "long"],
+        LONG,
+    )
+    .unwrap_err();
+    assert!(matches!(e, SmartctlError::ActionFailed { .. }), "{e}");
+    let s = e.to_string();
+    assert!(
+        s.starts_with("smartctl -t long on /dev/null failed: Can't start self-test without aborting current test"),
+        "{s}"
+    );
+    assert!(!s.contains('\n'), "{s}");
 }

@@ -137,13 +137,29 @@ fn check_steady(p: &Value) {
     let s = &p["steady"];
     if s["attained"] == true {
         let at = s["steady_round"].as_u64().unwrap() as usize;
+        // Issue 23: the watch rounds follow the steady round, and whether the drive
+        // left steady state in them is the rule's verdict on their IOPS.
+        let watch = driveprobe::protocol::steady::WATCH_ROUNDS;
+        assert_eq!(s["watch_rounds"].as_u64(), Some(watch as u64));
         assert_eq!(
-            at + 1,
+            at + 1 + watch,
             rounds.len(),
-            "a steady phase ends at its steady round"
+            "a steady phase ends its watch rounds after its steady round"
         );
         assert!(s["window_range_ratio"].as_f64().unwrap() <= 0.20);
         assert!(s["window_slope_excursion_ratio"].as_f64().unwrap() <= 0.10);
+        let iops: Vec<f64> = rounds.iter().map(|r| r["iops"].as_f64().unwrap()).collect();
+        let window = &iops[at + 1 - 5..=at];
+        let mean = window.iter().sum::<f64>() / 5.0;
+        assert!((s["window_mean_iops"].as_f64().unwrap() - mean).abs() <= 1e-9 * mean);
+        let rule = driveprobe::protocol::steady::Rule::default();
+        let left = driveprobe::protocol::steady::left_steady(mean, &iops[at + 1..], &rule);
+        assert_eq!(
+            s.get("left").cloned().unwrap_or(Value::Null),
+            serde_json::to_value(left).unwrap(),
+            "{}",
+            wl["name"]
+        );
     }
     // The burst is the first full round after the start: at quick scale's 0.5 s rounds,
     // round 1 also holds the threads' start-up, so it is round 2.
@@ -368,6 +384,10 @@ fn unknown_suite_and_bad_scale_are_usage_errors() {
         "oltp",
         "kv",
         "review",
+        "throughput",
+        "xsr",
+        "hir",
+        "dirth",
     ] {
         assert!(text.contains(s), "{text}");
     }

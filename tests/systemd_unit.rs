@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Where ExecStart= points in the shipped unit; the tests point it at the built binary.
-const INSTALLED_BINARY: &str = "/usr/local/bin/driveprobe";
+const INSTALLED_BINARY: &str = "/usr/bin/driveprobe";
 
 /// The overall exposure `systemd-analyze security` may give the unit (0 = locked down,
 /// 10 = no sandbox). Measured with systemd 252: 2.5 ("OK"). What remains is inherent to
@@ -68,11 +68,11 @@ fn unit_for_this_build() -> (tempfile::TempDir, PathBuf) {
 }
 
 fn systemd_analyze(args: &[&str], unit: &Path) -> Output {
-    match Command::new("systemd-analyze")
-        .args(args)
-        .arg(unit)
-        .output()
-    {
+    systemd_analyze_with(args, unit, &mut Command::new("systemd-analyze"))
+}
+
+fn systemd_analyze_with(args: &[&str], unit: &Path, cmd: &mut Command) -> Output {
+    match cmd.args(args).arg(unit).output() {
         Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
             "systemd-analyze is not installed: run scripts/test (it installs the systemd package)"
@@ -187,8 +187,29 @@ fn about_another_unit(line: &str, ours: &Path) -> bool {
 
 #[test]
 fn systemd_analyze_verify_accepts_the_unit() {
-    let (_dir, unit) = unit_for_this_build();
-    let out = systemd_analyze(&["verify"], &unit);
+    let (dir, unit) = unit_for_this_build();
+    // Documentation= names man pages: verify runs `man` on each. They are the package's
+    // (`driveprobe generate man`), put where MANPATH finds them.
+    let generated = dir.path().join("generated");
+    let out = Command::new(env!("CARGO_BIN_EXE_driveprobe"))
+        .args(["generate", "man"])
+        .arg(&generated)
+        .output()
+        .unwrap();
+    common::assert_ok(&out, "driveprobe generate man");
+    let manpath = dir.path().join("man");
+    for page in std::fs::read_dir(&generated).unwrap() {
+        let page = page.unwrap().path();
+        let section = page.extension().unwrap().to_string_lossy().into_owned();
+        let to = manpath.join(format!("man{section}"));
+        std::fs::create_dir_all(&to).unwrap();
+        std::fs::rename(&page, to.join(page.file_name().unwrap())).unwrap();
+    }
+    let out = systemd_analyze_with(
+        &["verify"],
+        &unit,
+        Command::new("systemd-analyze").env("MANPATH", &manpath),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let ours: Vec<&str> = stderr
@@ -321,6 +342,8 @@ fn the_unit_keeps_the_daemon_contract() {
     // Service manager protocol: notify, only from the main process, with a watchdog.
     assert_eq!(single(&unit, "Type"), "notify");
     assert_eq!(single(&unit, "NotifyAccess"), "main");
+    // The daemon stops its own children (process::terminate_all) after its runs.
+    assert_eq!(single(&unit, "KillMode"), "mixed");
     let watchdog = single(&unit, "WatchdogSec");
     assert!(
         !matches!(watchdog, "" | "0" | "0s" | "infinity"),
@@ -331,10 +354,14 @@ fn the_unit_keeps_the_daemon_contract() {
     assert_eq!(single(&unit, "TimeoutStopSec"), "10s");
     assert_eq!(single(&unit, "StateDirectory"), "driveprobe");
 
+    // Extra flags come from /etc/default/driveprobe (the package's, optional: "-").
     assert_eq!(
         single(&unit, "ExecStart"),
-        format!("{INSTALLED_BINARY} daemon --config /etc/driveprobe/driveprobe.toml")
+        format!(
+            "{INSTALLED_BINARY} daemon --config /etc/driveprobe/driveprobe.toml $DRIVEPROBE_ARGS"
+        )
     );
+    assert_eq!(single(&unit, "EnvironmentFile"), "-/etc/default/driveprobe");
     assert!(
         service(&unit, "ExecReload")
             .iter()

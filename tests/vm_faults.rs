@@ -646,13 +646,15 @@ fn latency_alert_fires(base: &[Exposition], inj: &[Exposition]) -> String {
         if drive != "slow" {
             continue;
         }
+        // Only the p99 is replayed (the guest's run is minutes, not a day of load):
+        // the alert compares in the `unknown` load bucket.
         series.push_str(&format!(
             "      - series: 'driveprobe_probe_latency_quantile_seconds{{job=\"driveprobe\",instance=\"vm\",drive=\"{drive}\",probe=\"{probe}\",op=\"read\",quantile=\"0.99\"}}'\n        values: '{bm}+0x1499 {im}+0x89'\n"
         ));
         {
             let ratio = im / bm;
             fires.push_str(&format!(
-                "          - exp_labels:\n              severity: warning\n              job: driveprobe\n              instance: vm\n              drive: {drive}\n              probe: {probe}\n              op: read\n            exp_annotations:\n              summary: Drive canary latency is well above its 7-day baseline.\n              description: The p99 latency of probe {probe} (read) on drive {drive} (vm), averaged over 30 minutes, is {ratio:.2} times its 7-day median.\n              runbook_url: docs/alerts.md#driveprobelatencyregression\n"
+                "          - exp_labels:\n              severity: warning\n              job: driveprobe\n              instance: vm\n              drive: {drive}\n              probe: {probe}\n              op: read\n              load: unknown\n            exp_annotations:\n              summary: Drive canary latency is well above its 7-day baseline at this load.\n              description: The p99 latency of probe {probe} (read) on drive {drive} (vm), averaged over 30 minutes, is {ratio:.2} times its 7-day median at the same load (unknown).\n              runbook_url: docs/alerts.md#driveprobelatencyregression\n"
             ));
         }
     }
@@ -971,8 +973,11 @@ fn vm_faults_nvme_hot_removed_and_replaced() {
             }
         }
     }
+    // Not slowed to a crawl by the removals beside it. The bound is loose on purpose: a
+    // TCG guest on a busy host falls behind its schedule (the canary drops arrivals it is
+    // far late for), so the rate is a relation with the set one, not a speed.
     let sata_rate = (sata_ops[7] - sata_ops[0]) / (at[7] - at[0]);
-    assert!(sata_rate > 35.0, "sata at {sata_rate:.1} IOPS of 50");
+    assert!(sata_rate > 50.0 * 0.5, "sata at {sata_rate:.1} IOPS of 50");
     for e in &ex {
         assert_eq!(errors(e, "sata", "rd"), 0.0);
         assert_eq!(up(e, "sata"), 1.0);

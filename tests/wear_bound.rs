@@ -36,6 +36,7 @@ fn the_write_bound_holds_a_real_quick_enterprise_run_and_is_not_absurd() {
         rated: None,
         seed: Some(7),
         stop: Default::default(),
+        hist_digits: None,
     };
     let control = RunControl::new();
     let t0 = Instant::now();

@@ -168,7 +168,7 @@ pub fn run_detailed(dir: &Path, opts: &KvOptions, control: &RunControl) -> Resul
         DirectIo::Off => (false, Some("direct I/O turned off".to_string())),
         DirectIo::Auto => match direct_io_supported(db.path()) {
             Ok(()) => (true, None),
-            Err(why) => (false, Some(why)),
+            Err(why) => (false, Some(why.to_string())),
         },
     };
     if let Some(why) = &direct_io_note {
@@ -442,9 +442,23 @@ impl Drop for DbDir {
     }
 }
 
+/// Why a directory's filesystem takes no direct I/O ([`direct_io_supported`]).
+#[derive(Debug, thiserror::Error)]
+pub enum NoDirectIo {
+    /// statx says so (its direct I/O alignment is 0).
+    #[error("{}: the filesystem does not do direct I/O", .dir.display())]
+    NotSupported { dir: PathBuf },
+    /// A file cannot be opened with O_DIRECT.
+    #[error("{}: the filesystem refuses O_DIRECT ({source})", .dir.display())]
+    Refused {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 /// Ok when a file in `dir` can be opened with O_DIRECT (and statx does not say the
 /// filesystem refuses direct I/O); else why not.
-pub fn direct_io_supported(dir: &Path) -> Result<(), String> {
+pub fn direct_io_supported(dir: &Path) -> Result<(), NoDirectIo> {
     use std::os::unix::fs::OpenOptionsExt;
     let probe = dir.join(".driveprobe-odirect-probe");
     let r = std::fs::OpenOptions::new()
@@ -462,18 +476,17 @@ pub fn direct_io_supported(dir: &Path) -> Result<(), String> {
                     if st.stx_mask & StatxFlags::DIOALIGN.bits() != 0
                         && st.stx_dio_offset_align == 0 =>
                 {
-                    Err(format!(
-                        "{}: the filesystem does not do direct I/O",
-                        dir.display()
-                    ))
+                    Err(NoDirectIo::NotSupported {
+                        dir: dir.to_path_buf(),
+                    })
                 }
                 _ => Ok(()),
             }
         }
-        Err(e) => Err(format!(
-            "{}: the filesystem refuses O_DIRECT ({e})",
-            dir.display()
-        )),
+        Err(source) => Err(NoDirectIo::Refused {
+            dir: dir.to_path_buf(),
+            source,
+        }),
     };
     let _ = std::fs::remove_file(&probe);
     result
@@ -482,6 +495,26 @@ pub fn direct_io_supported(dir: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_o_direct_keeps_the_open_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join("gone");
+        let e = direct_io_supported(&gone).unwrap_err();
+        let NoDirectIo::Refused { source, .. } = &e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+        let source = std::error::Error::source(&e).expect("a source");
+        assert!(source.is::<std::io::Error>(), "{source}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}: the filesystem refuses O_DIRECT ({source})",
+                gone.display()
+            )
+        );
+    }
 
     #[test]
     fn scales() {

@@ -259,11 +259,12 @@ impl ChildGuard {
         }
     }
 
-    /// The child's exit status when it has exited (then reaped), None while it runs. A
-    /// metered guard counts the group's writes once more before the reap.
+    /// The child's exit status when it has exited (then the rest of its group is killed
+    /// and it is reaped), None while it runs. A metered guard counts the group's writes
+    /// once more before the reap.
     pub fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
         let pid = self.id();
-        if self.metering.is_some() && exited_unreaped(pid, false) {
+        if self.metering.is_some() && crate::process::exited_unreaped(pid, false) {
             self.final_sample();
         }
         self.supervised().try_wait()
@@ -272,20 +273,13 @@ impl ChildGuard {
     /// SIGTERM to the group, then SIGKILL if the child has not exited within `grace`.
     /// Returns the child's exit status.
     pub fn stop(mut self, grace: std::time::Duration) -> std::io::Result<std::process::ExitStatus> {
+        use crate::process::Waited;
         self.supervised().signal(rustix::process::Signal::TERM);
-        let t0 = std::time::Instant::now();
-        loop {
-            if let Some(status) = self.try_wait()? {
-                // Whatever else the group started goes with it.
-                if let Some(mut c) = self.child.take() {
-                    let _ = c.kill_and_reap();
-                }
-                return Ok(status);
-            }
-            if t0.elapsed() >= grace {
-                return self.kill_and_reap();
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
+        let deadline = std::time::Instant::now() + grace;
+        match crate::process::wait_until(|| self.try_wait(), Some(deadline), || false)? {
+            // Whatever else the group started went with it, before the reap.
+            Waited::Exited(status) => Ok(status),
+            Waited::Stopped | Waited::TimedOut => self.kill_and_reap(),
         }
     }
 
@@ -294,10 +288,10 @@ impl ChildGuard {
         let pid = self.id();
         if self.metering.is_some() {
             // Blocks until the child has exited, leaving it unreaped for the last count.
-            exited_unreaped(pid, true);
+            crate::process::exited_unreaped(pid, true);
             self.final_sample();
         }
-        // Reaps it, then kills whatever is left of its group.
+        // Kills whatever is left of its group, then reaps it.
         self.child
             .take()
             .expect("a ChildGuard holds its child")
@@ -312,7 +306,7 @@ impl ChildGuard {
         self.sample_now();
         child.signal(rustix::process::Signal::KILL);
         if self.metering.is_some() {
-            exited_unreaped(pid, true);
+            crate::process::exited_unreaped(pid, true);
             self.final_sample();
         }
         child.kill_and_reap()
@@ -327,27 +321,6 @@ impl Drop for ChildGuard {
         // A child reaped through `child_mut` (not the guard's way) still ends the sampler.
         if let Some(m) = self.metering.as_mut() {
             m.end_sampler();
-        }
-    }
-}
-
-/// True when child `pid` has exited and is not reaped yet (a zombie): waitid with
-/// `WNOWAIT` leaves it waitable, so its /proc/PID/io can still be read. `block`: wait for
-/// it to exit. False on any error (already reaped, not our child).
-fn exited_unreaped(pid: u32, block: bool) -> bool {
-    use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
-    let Some(pid) = Pid::from_raw(pid as i32) else {
-        return false;
-    };
-    let mut opts = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
-    if !block {
-        opts |= WaitIdOptions::NOHANG;
-    }
-    loop {
-        match waitid(WaitId::Pid(pid), opts) {
-            Ok(s) => return s.is_some(),
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(_) => return false,
         }
     }
 }
@@ -632,36 +605,19 @@ pub(crate) fn free_bytes(dir: &std::path::Path) -> std::io::Result<Option<u64>> 
     Ok((st.f_blocks > 0).then(|| st.f_bavail.saturating_mul(st.f_frsize)))
 }
 
-/// How a [`wait`] ended.
-#[derive(Debug)]
-pub enum Waited {
-    Exited(std::process::ExitStatus),
-    /// The run's control was stopped; the child is still running (its guard ends it).
-    Stopped,
-    /// The limit passed; the child is still running (its guard ends it).
-    TimedOut,
-}
+/// How a [`wait`] ended (`Stopped`: the run's control was stopped).
+pub use crate::process::Waited;
 
-/// Waits for the child to exit, for `control` to be stopped, or for `limit`, checking
-/// every 25 ms.
+/// Waits for the child to exit, for `control` to be stopped, or for `limit`, by the one
+/// wait of [`crate::process::wait_until`] (the guard's `try_wait`, so a metered guard
+/// counts before the reap).
 pub fn wait(
     g: &mut ChildGuard,
     control: &crate::engine::RunControl,
     limit: std::time::Duration,
 ) -> std::io::Result<Waited> {
-    let t0 = std::time::Instant::now();
-    loop {
-        if let Some(s) = g.try_wait()? {
-            return Ok(Waited::Exited(s));
-        }
-        if control.is_stopped() {
-            return Ok(Waited::Stopped);
-        }
-        if t0.elapsed() >= limit {
-            return Ok(Waited::TimedOut);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
+    let deadline = std::time::Instant::now() + limit;
+    crate::process::wait_until(|| g.try_wait(), Some(deadline), || control.is_stopped())
 }
 
 #[cfg(test)]

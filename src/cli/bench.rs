@@ -13,6 +13,7 @@ use crate::engine::{
     self, Arrival, BackendChoice, CpuPolicy, DirSummary, Distribution, IntervalSummary, Job,
     JobSpec, Pattern, RateLimit, RegionSpec, RunControl, RunResult, SizeMix, Stop,
 };
+use crate::protocol::hist::LatencyHist;
 use crate::safety::{self, WriteRequest};
 use crate::target::{self, Target, TargetKind};
 use crate::units::{self, format_size};
@@ -27,6 +28,12 @@ pub enum Rw {
     #[value(alias = "readwrite")]
     Rw,
     Randrw,
+    // Trims (discards: a punched hole in a file, BLKDISCARD on a device): sequential,
+    // random, and each block trimmed then written, sequentially (docs/fio-options.md).
+    // Plain comments, not doc comments: those would turn --help into its long form.
+    Trim,
+    Randtrim,
+    Trimwrite,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -260,6 +267,14 @@ pub struct BenchArgs {
         conflicts_with = "suite"
     )]
     pub(super) fio_job: Option<std::path::PathBuf>,
+    /// QoS latency targets for --suite qos (TOML: [[class]] tables of [[class.row]]s with
+    /// rw, bs, workers, depth, limits_us = { "99.9" = 500, ... }); default: the embedded
+    /// table (docs/protocol.md).
+    #[arg(long = "qos-targets", value_name = "FILE", help_heading = "Suites")]
+    pub(super) qos_targets: Option<std::path::PathBuf>,
+    /// The drive class of the QoS table to qualify against (default: its first).
+    #[arg(long = "qos-class", value_name = "NAME", help_heading = "Suites")]
+    pub(super) qos_class: Option<String>,
     /// List the suites and what each runs.
     #[arg(long = "list-suites", help_heading = "Suites")]
     pub(super) list_suites: bool,
@@ -304,6 +319,13 @@ pub struct BenchArgs {
     /// Job name, shown in the output (fio habit).
     #[arg(long, value_name = "NAME")]
     pub(super) name: Option<String>,
+    /// Keep the latency histograms of the JSON (a suite's result document, or one run's
+    /// `--output-format json`) to N significant digits: 3, the engine's (any percentile
+    /// within 0.1%), 2 (1%) or 1 (10%); each digit dropped makes a long run's histograms
+    /// 6 to 8 times smaller (BENCHMARKS.md). The figures measured (p50, p99...) stay the
+    /// engine's; each histogram states its digits.
+    #[arg(long = "hist-digits", value_name = "N", value_parser = clap::value_parser!(u8).range(1..=3))]
+    pub(super) hist_digits: Option<u8>,
 }
 
 /// fio options `bench` refuses, each with the reason: every one would change what is
@@ -526,6 +548,13 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
         Rw::Randwrite => (Pattern::Random, 0),
         Rw::Rw => (Pattern::Sequential, 50),
         Rw::Randrw => (Pattern::Random, 50),
+        Rw::Trim | Rw::Trimwrite => (Pattern::Sequential, 0),
+        Rw::Randtrim => (Pattern::Random, 0),
+    };
+    let trim = match a.rw {
+        Rw::Trim | Rw::Randtrim => engine::Trim::Only,
+        Rw::Trimwrite => engine::Trim::ThenWrite,
+        _ => engine::Trim::Off,
     };
     let mixed = matches!(a.rw, Rw::Rw | Rw::Randrw);
     let read_pct = match (a.rwmixread, a.rwmixwrite) {
@@ -662,6 +691,7 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
         }),
         // fio's random map, unless --norandommap.
         random_map: a.norandommap != Some(1),
+        trim,
         ramp: a
             .ramp_time
             .as_deref()
@@ -769,6 +799,28 @@ struct BenchReport<'a> {
     verify_read_back: Option<&'a ReadBack>,
     #[serde(flatten)]
     result: &'a RunResult,
+    /// Each direction's full latency histogram, as a result document's rounds keep them
+    /// (`protocol::hist`, docs/decisions/0010; absent for a direction with no I/O): any
+    /// percentile can be read later, and runs merged with `report --merge`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    read_lat_hist: Option<LatencyHist>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    write_lat_hist: Option<LatencyHist>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    trim_lat_hist: Option<LatencyHist>,
+}
+
+/// The histogram bench's JSON keeps of one direction (none when it did no I/O), to
+/// `digits` significant digits when given.
+fn kept_hist(d: &engine::DirStats, digits: Option<u8>) -> Result<Option<LatencyHist>, Failure> {
+    if d.ops == 0 {
+        return Ok(None);
+    }
+    let h = LatencyHist::from_histogram(d.histogram());
+    match digits {
+        Some(n) => h.coarsen(n).map(Some).map_err(Failure::runtime),
+        None => Ok(Some(h)),
+    }
 }
 
 /// The read-back pass after a write-only --verify job.
@@ -1067,6 +1119,9 @@ pub fn run(a: BenchArgs) -> Result<u8, Failure> {
         substitutions: substitutions(&a, &result, &job),
         verify_read_back: read_back.as_ref(),
         result: &result,
+        read_lat_hist: kept_hist(&result.read_stats, a.hist_digits)?,
+        write_lat_hist: kept_hist(&result.write_stats, a.hist_digits)?,
+        trim_lat_hist: kept_hist(&result.trim_stats, a.hist_digits)?,
     };
     super::emit(
         &report,
@@ -1148,8 +1203,8 @@ impl Progress {
 
     fn update(&self, i: &IntervalSummary) {
         let Some(bar) = &self.bar else { return };
-        let iops = i.read.iops + i.write.iops;
-        let bytes = i.read.bytes + i.write.bytes;
+        let iops = i.read.iops + i.write.iops + i.trim.iops;
+        let bytes = i.read.bytes + i.write.bytes + i.trim.bytes;
         let p99 = i.read.lat_ns.p99.max(i.write.lat_ns.p99);
         if matches!(bar.length(), Some(l) if l > 1_000_000) {
             bar.inc(bytes);
@@ -1286,7 +1341,10 @@ fn text_report(
     );
     dir_text(&mut out, "read", &r.read, r.runtime_seconds);
     dir_text(&mut out, "write", &r.write, r.runtime_seconds);
-    if r.read.ops > 0 && r.write.ops > 0 {
+    if r.trim.ops > 0 {
+        dir_text(&mut out, "trim", &r.trim, r.runtime_seconds);
+    }
+    if (r.read.ops > 0) as u8 + (r.write.ops > 0) as u8 + (r.trim.ops > 0) as u8 > 1 {
         dir_text(&mut out, "total", &r.total, r.runtime_seconds);
     }
     if job.verify() {

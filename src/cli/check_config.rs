@@ -15,7 +15,7 @@ use crate::units::count;
     after_help = "Give the config FILE, the web config with --web-config-file, or both (as the daemon is started; systemd's ExecReload= runs it before SIGHUP).\n\nExit status: 0 when what was given is valid, 2 when it is refused (the error names FILE:LINE:COLUMN, or the web config file, and what to change)."
 )]
 pub struct CheckConfigArgs {
-    /// The TOML config file (see config/driveprobe.example.toml).
+    /// The TOML config file (every key in driveprobe.toml(5)).
     #[arg(value_name = "FILE", required_unless_present = "web_config_file")]
     file: Option<PathBuf>,
     /// The web config file (TLS, basic auth) as `driveprobe daemon --web-config-file`

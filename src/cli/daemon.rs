@@ -15,13 +15,14 @@ use crate::logging::{LogFormat, LogLevel};
     after_help = "Without --config it runs the built-in config: a 256 MiB file target in the state directory ($XDG_STATE_HOME/driveprobe, or /var/lib/driveprobe as root) with one 4 KiB random-read canary at 50 IOPS, listening on 127.0.0.1:39480.\n\nSignals: SIGHUP reloads the config and the web config (a bad one is refused and the old one keeps running; a new [server] listen is bound, then the old address closed); SIGTERM and SIGINT stop within 5 seconds, saving the state.\n\nLogs go to stderr; set RUST_LOG (for example RUST_LOG=driveprobe=debug) for more or less.\n\nExit status: 0 after a clean stop, 2 for a refused config or web config, 1 for anything else that stops it from starting."
 )]
 pub struct DaemonArgs {
-    /// The TOML config file (see config/driveprobe.example.toml; check it with
-    /// `driveprobe check-config`).
+    /// The TOML config file (every key in driveprobe.toml(5); the package's is
+    /// /etc/driveprobe/driveprobe.toml; check it with `driveprobe check-config`).
     #[arg(long, short = 'c', value_name = "FILE")]
     config: Option<PathBuf>,
     /// Listen on this address instead of the config's [server] listen; repeatable: the
     /// daemon serves on every address given, all bound before it says it is ready (`:PORT`
-    /// is every IPv4 interface; port 0 picks a free port; each address is printed).
+    /// and `[::]:PORT` are every interface, IPv6 and IPv4; port 0 picks a free port; each
+    /// address is printed).
     /// `--listen` is the same flag: given together, the addresses of both are served.
     /// While one is given, a SIGHUP does not move the listeners.
     #[arg(
@@ -86,20 +87,24 @@ pub fn run(args: DaemonArgs) -> Result<u8, Failure> {
 }
 
 /// An address as `--web.listen-address` takes it: `HOST:PORT`, `[V6]:PORT`, or `:PORT`
-/// for every IPv4 interface (as other exporters write it).
-fn parse_listen_address(s: &str) -> Result<SocketAddr, String> {
+/// for every interface (as other exporters write it): `[::]:PORT`, which the daemon binds
+/// for both families.
+fn parse_listen_address(s: &str) -> Result<SocketAddr, BadListenAddress> {
     let full;
     let a = match s.strip_prefix(':') {
         Some(port) if !port.is_empty() => {
-            full = format!("0.0.0.0:{port}");
+            full = format!("[::]:{port}");
             &full
         }
         _ => s,
     };
-    a.parse().map_err(|_| {
-        "not an address: expected HOST:PORT (127.0.0.1:39480, [::1]:39480) or :PORT".to_string()
-    })
+    a.parse().map_err(BadListenAddress)
 }
+
+/// What `--web.listen-address` refuses (clap prints it after the value).
+#[derive(Debug, thiserror::Error)]
+#[error("not an address: expected HOST:PORT (127.0.0.1:39480, [::1]:39480) or :PORT")]
+pub struct BadListenAddress(#[source] std::net::AddrParseError);
 
 #[cfg(test)]
 mod tests {
@@ -116,14 +121,18 @@ mod tests {
     fn listen_addresses_add_up_across_both_spellings() {
         assert_eq!(
             parse_listen_address(":9100").unwrap().to_string(),
-            "0.0.0.0:9100"
+            "[::]:9100"
         );
         assert_eq!(
             parse_listen_address("[::1]:1").unwrap().to_string(),
             "[::1]:1"
         );
         for bad in [":", "", "host", "1.2.3.4", ":x", "localhost:80"] {
-            assert!(parse_listen_address(bad).is_err(), "{bad}");
+            let e = parse_listen_address(bad).unwrap_err();
+            // The parser's own error is kept as the source.
+            let source = std::error::Error::source(&e).expect("a source");
+            assert!(source.is::<std::net::AddrParseError>(), "{bad}: {source}");
+            assert!(e.to_string().starts_with("not an address: "), "{e}");
         }
         let w = Wrap::try_parse_from([
             "x",
@@ -135,7 +144,7 @@ mod tests {
         ])
         .unwrap();
         let got: Vec<String> = w.d.listen.iter().map(|a| a.to_string()).collect();
-        assert_eq!(got, ["127.0.0.1:1", "0.0.0.0:2", "127.0.0.1:3"]);
+        assert_eq!(got, ["127.0.0.1:1", "[::]:2", "127.0.0.1:3"]);
         assert_eq!(w.d.log_format, LogFormat::Logfmt);
         assert_eq!(w.d.log_level, None);
     }

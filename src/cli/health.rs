@@ -53,6 +53,9 @@ pub struct HealthArgs {
     /// Give up on smartctl after this long.
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     smartctl_timeout: String,
+    /// smartctl's -d TYPE, for a drive behind a RAID controller or USB bridge (megaraid,N, cciss,N, aacraid,H,L,ID, areca,N, 3ware,N, sat, usbjmicron...): the drive is read through smartctl with it; `smartctl --scan-open` lists the types. The same check as a [[drive]]'s smartctl_type.
+    #[arg(long, value_name = "TYPE", conflicts_with_all = ["from_smartctl_json", "from_nvme_log"])]
+    device_type: Option<String>,
 }
 
 /// What `health --json` prints.
@@ -172,10 +175,16 @@ fn read_and_print(a: HealthArgs) -> Result<u8, Failure> {
             .device
             .clone()
             .ok_or_else(|| Failure::usage("give a device"))?;
+        let smartctl_type = a
+            .device_type
+            .as_deref()
+            .map(crate::config::check_smartctl_type)
+            .transpose()
+            .map_err(|e| Failure::usage(format!("--device-type {e}")))?;
         let opts = ReadOptions {
             smartctl_timeout: timeout.max(Duration::from_millis(100)),
             nvme_via_smartctl: a.via_smartctl,
-            smartctl_type: None,
+            smartctl_type,
         };
         let r = health::read(&dev, &opts).map_err(Failure::runtime)?;
         (dev.display().to_string(), r)
@@ -223,14 +232,20 @@ fn bytes(v: f64) -> String {
 }
 
 fn date(unix: f64) -> String {
-    let days = (unix / 86_400.0).floor() as i64;
-    let (y, m, d) = crate::schedule::cron::civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}")
+    crate::calendar::ymd(unix.floor() as i64)
 }
 
 fn text(device: &str, r: &HealthReport, a: &Assessment, e: &Endurance, now: f64) -> String {
-    use std::fmt::Write as _;
     let mut o = String::new();
+    text_header(&mut o, device, r, a);
+    text_smart(&mut o, r);
+    text_endurance(&mut o, e, now);
+    o
+}
+
+/// The identity line, the verdict and its reasons.
+fn text_header(o: &mut String, device: &str, r: &HealthReport, a: &Assessment) {
+    use std::fmt::Write as _;
     let id = &r.identity;
     // One spelling for what is not known: "unknown" (not "?" beside "(unknown)").
     let unknown = "unknown".to_string();
@@ -252,6 +267,11 @@ fn text(device: &str, r: &HealthReport, a: &Assessment, e: &Endurance, now: f64)
     for reason in &a.reasons {
         let _ = writeln!(o, "  - {reason}");
     }
+}
+
+/// The SMART figures, one per line (those the drive gave), then the reader's notes.
+fn text_smart(o: &mut String, r: &HealthReport) {
+    use std::fmt::Write as _;
     let mut line = |k: &str, v: Option<String>| {
         if let Some(v) = v {
             let _ = writeln!(o, "  {k:<22} {v}");
@@ -266,48 +286,14 @@ fn text(device: &str, r: &HealthReport, a: &Assessment, e: &Endurance, now: f64)
         r.smart_passed
             .map(|p| if p { "PASSED".into() } else { "FAILED".into() }),
     );
-    line(
-        "temperature",
-        r.temperature_celsius.map(|t| {
-            let mut s = format!("{t:.0} °C");
-            if let Some(w) = r.temperature_warning_celsius {
-                s += &format!(" (warning {w:.0} °C");
-                if let Some(c) = r.temperature_critical_celsius {
-                    s += &format!(", critical {c:.0} °C");
-                }
-                s += ")";
-            }
-            s
-        }),
-    );
-    line(
-        "available spare",
-        r.available_spare_ratio.map(|s| {
-            format!(
-                "{:.0}%{}",
-                s * 100.0,
-                r.available_spare_threshold_ratio
-                    .map(|t| format!(" (threshold {:.0}%)", t * 100.0))
-                    .unwrap_or_default()
-            )
-        }),
-    );
+    line("temperature", temperature_text(r));
+    line("available spare", spare_text(r));
     line(
         "percentage used",
         r.percentage_used_ratio
             .map(|u| format!("{:.0}%", u * 100.0)),
     );
-    line(
-        "critical warning",
-        r.critical_warning.map(|w| {
-            let names = r.critical_flags.map(|f| f.names()).unwrap_or_default();
-            if names.is_empty() {
-                format!("0x{w:02x}")
-            } else {
-                format!("0x{w:02x}: {}", names.join(", "))
-            }
-        }),
-    );
+    line("critical warning", critical_warning_text(r));
     line("media errors", r.media_errors.map(|v| v.to_string()));
     line(
         "error log entries",
@@ -342,10 +328,120 @@ fn text(device: &str, r: &HealthReport, a: &Assessment, e: &Endurance, now: f64)
         "unsafe shutdowns",
         r.unsafe_shutdowns.map(|v| v.to_string()),
     );
+    line("link", r.link.as_ref().and_then(link_text));
+    for t in &r.self_tests {
+        line(
+            &format!("{} self-test", t.kind),
+            Some(format!(
+                "{}{}{}",
+                t.result.replace('_', " "),
+                t.power_on_hours
+                    .map(|h| format!(" at {h} h"))
+                    .unwrap_or_default(),
+                t.first_failing_lba
+                    .map(|l| format!(", first failing LBA {l}"))
+                    .unwrap_or_default()
+            )),
+        );
+    }
+    if !r.ata_attributes.is_empty() {
+        line("ATA attributes", Some(ata_attributes_text(r)));
+    }
     // The reader's notes belong to the SMART data above, the estimate's to endurance.
     for n in &r.notes {
         let _ = writeln!(o, "  note: {n}");
     }
+}
+
+/// The temperature, with its warning and critical thresholds when known.
+fn temperature_text(r: &HealthReport) -> Option<String> {
+    r.temperature_celsius.map(|t| {
+        let mut s = format!("{t:.0} °C");
+        if let Some(w) = r.temperature_warning_celsius {
+            s += &format!(" (warning {w:.0} °C");
+            if let Some(c) = r.temperature_critical_celsius {
+                s += &format!(", critical {c:.0} °C");
+            }
+            s += ")";
+        }
+        s
+    })
+}
+
+/// The available spare, with its threshold when known.
+fn spare_text(r: &HealthReport) -> Option<String> {
+    r.available_spare_ratio.map(|s| {
+        format!(
+            "{:.0}%{}",
+            s * 100.0,
+            r.available_spare_threshold_ratio
+                .map(|t| format!(" (threshold {:.0}%)", t * 100.0))
+                .unwrap_or_default()
+        )
+    })
+}
+
+/// The critical warning byte, with the names of the flags set.
+fn critical_warning_text(r: &HealthReport) -> Option<String> {
+    r.critical_warning.map(|w| {
+        let names = r.critical_flags.map(|f| f.names()).unwrap_or_default();
+        if names.is_empty() {
+            format!("0x{w:02x}")
+        } else {
+            format!("0x{w:02x}: {}", names.join(", "))
+        }
+    })
+}
+
+/// The link's speed and width against its maximum; None without a current speed.
+fn link_text(l: &crate::health::detail::Link) -> Option<String> {
+    let speed = |v: Option<f64>| v.map(|s| format!("{:.1} Gb/s", s / 1e9));
+    let width = |v: Option<u32>| v.map(|w| format!(" x{w}"));
+    let cur = format!(
+        "{}{}",
+        speed(l.current_speed_transfers_per_second)?,
+        width(l.current_width).unwrap_or_default()
+    );
+    let max = speed(l.max_speed_transfers_per_second)
+        .map(|m| format!("{m}{}", width(l.max_width).unwrap_or_default()));
+    Some(match max {
+        Some(m) if l.degraded() => format!("{cur}, DEGRADED (maximum {m})"),
+        Some(m) => format!("{cur} (maximum {m})"),
+        None => cur,
+    })
+}
+
+/// How many ATA attributes, and which are at or below their threshold.
+fn ata_attributes_text(r: &HealthReport) -> String {
+    let failing: Vec<String> = r
+        .ata_attributes
+        .iter()
+        .filter(|a| a.failed_now || a.failed_in_past)
+        .map(|a| {
+            format!(
+                "{} ({})",
+                a.label(),
+                if a.failed_now { "now" } else { "in the past" }
+            )
+        })
+        .collect();
+    if failing.is_empty() {
+        format!(
+            "{}, none at or below threshold (--json lists them)",
+            r.ata_attributes.len()
+        )
+    } else {
+        format!(
+            "{}, at or below threshold: {}",
+            r.ata_attributes.len(),
+            failing.join(", ")
+        )
+    }
+}
+
+/// The endurance estimate, one figure per line, then its notes.
+fn text_endurance(o: &mut String, e: &Endurance, now: f64) {
+    use std::fmt::Write as _;
     let _ = writeln!(o, "endurance:");
     let mut eline = |k: &str, v: Option<String>| {
         if let Some(v) = v {
@@ -407,7 +503,6 @@ fn text(device: &str, r: &HealthReport, a: &Assessment, e: &Endurance, now: f64)
     for n in &e.notes {
         let _ = writeln!(o, "  note: {n}");
     }
-    o
 }
 
 #[cfg(test)]

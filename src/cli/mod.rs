@@ -5,6 +5,7 @@ pub mod bench;
 mod check_config;
 mod daemon;
 mod discover;
+mod generate;
 mod health;
 mod report;
 mod suite;
@@ -45,6 +46,10 @@ enum Command {
     /// Run the daemon: canary probes, health polling and scheduled runs on the configured
     /// drives, served as Prometheus metrics and a status page (the default command).
     Daemon(daemon::DaemonArgs),
+    /// Write the man pages or the shell completions into a directory (for packagers:
+    /// scripts/package).
+    #[command(hide = true)]
+    Generate(generate::GenerateArgs),
 }
 
 /// An error with the exit status it deserves.
@@ -109,6 +114,18 @@ pub(crate) fn out(text: &str) -> Result<(), Failure> {
     }
 }
 
+/// clap's usage error (several lines: the error, possible values or a tip, the usage, a
+/// pointer to --help) as the one line every other failure is, `driveprobe: error: ...`,
+/// its parts joined by `; `.
+fn one_line_usage_error(rendered: &str) -> String {
+    let parts: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    format!("driveprobe: {}", parts.join("; "))
+}
+
 pub fn main() -> ExitCode {
     // A bare `driveprobe` (and `cargo run --release`) runs the daemon on the built-in config.
     // fio options `bench` refuses are named with the reason, before clap would call
@@ -136,10 +153,14 @@ pub fn main() -> ExitCode {
     };
     let cli = match parsed {
         Ok(c) => c,
-        Err(e) => {
-            let status = if e.use_stderr() { 2 } else { 0 };
+        // --help and --version print as clap writes them; a usage error is one line.
+        Err(e) if !e.use_stderr() => {
             let _ = e.print();
-            return ExitCode::from(status);
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{}", one_line_usage_error(&e.render().to_string()));
+            return ExitCode::from(2);
         }
     };
     let result = match cli.command {
@@ -149,6 +170,7 @@ pub fn main() -> ExitCode {
         Command::CheckConfig(args) => check_config::run(args),
         Command::Discover(args) => discover::run(args),
         Command::Daemon(args) => daemon::run(args),
+        Command::Generate(args) => generate::run(args),
     };
     match result {
         Ok(status) => ExitCode::from(status),

@@ -19,6 +19,12 @@ pub struct ReportArgs {
     /// The HTML file to write.
     #[arg(short, long, value_name = "FILE", default_value = "report.html")]
     output: PathBuf,
+    /// Merge the documents (runs of the same suite and scale: several drives of a model,
+    /// several hosts) into one result document written to FILE, instead of a page: its
+    /// latency figures and histograms are those of all the runs' I/Os together, its
+    /// throughput the mean of the runs.
+    #[arg(long, value_name = "FILE")]
+    merge: Option<PathBuf>,
 }
 
 pub fn run(a: ReportArgs) -> Result<u8, Failure> {
@@ -26,6 +32,19 @@ pub fn run(a: ReportArgs) -> Result<u8, Failure> {
     for path in a.results {
         let doc = report::load(&path).map_err(Failure::runtime)?;
         docs.push((path, doc));
+    }
+    if let Some(out) = &a.merge {
+        let named: Vec<(String, _)> = docs
+            .into_iter()
+            .map(|(p, d)| (p.display().to_string(), d))
+            .collect();
+        let merged = crate::protocol::merge::merge_documents(&named).map_err(Failure::usage)?;
+        let json = serde_json::to_string_pretty(&merged)
+            .map_err(|e| Failure::runtime(format!("{}: {e}", out.display())))?;
+        std::fs::write(out, json + "\n")
+            .map_err(|e| Failure::runtime(format!("{}: {e}", out.display())))?;
+        super::out(&format!("{}\n", out.display()))?;
+        return Ok(0);
     }
     let html = report::render(&report::label_documents(docs));
     std::fs::write(&a.output, html)

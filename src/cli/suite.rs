@@ -155,6 +155,20 @@ fn ms(ns: f64) -> String {
     }
 }
 
+/// `--suite qos` with its table (`--qos-targets`, else the embedded one) and class.
+fn qos_suite(a: &BenchArgs) -> Result<suite::Suite, Failure> {
+    use crate::protocol::qos::QosTable;
+    let table = match &a.qos_targets {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Failure::usage(format!("--qos-targets {}: {e}", path.display())))?;
+            QosTable::parse(&text, &path.display().to_string()).map_err(Failure::usage)?
+        }
+        None => QosTable::default_table(),
+    };
+    suite::qos_suite(&table, a.qos_class.as_deref()).map_err(Failure::usage)
+}
+
 pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
     let suite = match &a.fio_job {
         Some(job) => {
@@ -164,14 +178,26 @@ pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
             };
             suite::fio_job_suite(job, limit)
         }
+        None if a.suite.as_deref() == Some("qos") => qos_suite(a)?,
         None => suite::find(a.suite.as_deref().unwrap_or_default()).map_err(Failure::usage)?,
     };
+    if a.suite.as_deref() != Some("qos") && (a.qos_targets.is_some() || a.qos_class.is_some()) {
+        return Err(Failure::usage(
+            "--qos-targets and --qos-class go with --suite qos",
+        ));
+    }
     if a.offset.is_some() {
         return Err(Failure::usage(
             "--offset does not apply to suites: they use the whole target (give a file or device of the size to test)",
         ));
     }
     let scale = scale(a)?;
+    // A QoS table the scale cannot support: refused before the target is touched.
+    for step in &suite.steps {
+        if let suite::Step::Qos(row) = step {
+            crate::protocol::qos::ios_per_probe(row, scale.name).map_err(Failure::usage)?;
+        }
+    }
     let rated = rated(a)?;
     let size = a
         .size
@@ -193,6 +219,7 @@ pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
         // Ctrl-C sets only the control's flag: a run stopped without a reason was
         // stopped by a signal.
         stop: Default::default(),
+        hist_digits: a.hist_digits,
     };
     let control = bench::stop_on_signals();
     let json = a.output_format == OutputFormat::Json;
@@ -277,6 +304,11 @@ pub fn summary(r: &SuiteResult) -> String {
                 ms(steady_figures.lat_stddev_ns),
                 rounds.len(),
                 match steady.steady_round {
+                    Some(s) if steady.left.is_some() => format!(
+                        "steady at round {}, LEFT it at round {}",
+                        s + 1,
+                        s as usize + 2 + steady.left.map_or(0, |l| l.after)
+                    ),
                     Some(s) => format!("steady at round {}", s + 1),
                     None => "NOT steady".to_string(),
                 }
@@ -317,6 +349,9 @@ pub fn summary(r: &SuiteResult) -> String {
                     at(1.2)
                 );
             }
+            Phase::Qos { workload, qos } => {
+                let _ = writeln!(o, "  {}", crate::report::qos_line(&workload.name, qos));
+            }
             Phase::WriteSaturation {
                 workload,
                 rounds,
@@ -342,6 +377,9 @@ pub fn summary(r: &SuiteResult) -> String {
                     ms(round.read.lat_p99_ns.max(round.write.lat_p99_ns) as f64),
                     ms(round.lat_max_ns as f64)
                 );
+            }
+            Phase::Pts(t) => {
+                let _ = writeln!(o, "  {}", t.summary_line());
             }
             Phase::App { app, points } => {
                 let unit = if app == "oltp" { "TPS" } else { "ops/s" };

@@ -7,6 +7,7 @@
 pub mod file;
 pub mod raw;
 mod validate;
+pub use validate::{smartctl_type as check_smartctl_type, BadSmartctlType};
 
 pub use validate::{fio_job_label, FIO_JOB_SUITE_PREFIX};
 
@@ -60,12 +61,18 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// How often drive health is read.
     pub health_interval: Duration,
+    /// Export everything the drive says as metrics (every ATA attribute, Device Statistics
+    /// entry, PHY counter, SCSI and NVMe counter, self-test); false keeps the headline
+    /// `driveprobe_health_*` series only. The JSON has it all either way.
+    pub health_detail_metrics: bool,
     pub wear_budget: WearBudget,
     /// How many result documents are kept.
     pub runs: RunsRetention,
     pub drives: Vec<Drive>,
     pub probes: Vec<Probe>,
     pub schedules: Vec<Schedule>,
+    /// `[[selftest]]`: the drives' own self-tests, scheduled like `schedules`.
+    pub selftests: Vec<SelfTestSchedule>,
     /// `[discovery]`: what the daemon finds by itself.
     pub discovery: Discovery,
     /// The drives discovery put in (or matched to a listed drive), by drive name: empty
@@ -344,6 +351,24 @@ pub struct Schedule {
     pub max_duration: Duration,
     /// `wear_budget` on the schedule: its own allowance, instead of the drive's.
     pub wear_budget: ScheduleBudget,
+    /// `hist_digits`: the significant digits its result documents' latency histograms
+    /// keep (None: the engine's 3; `protocol::hist::KEPT_DIGITS`).
+    pub hist_digits: Option<u8>,
+}
+
+pub use crate::health::selftest::Kind as SelfTestKind;
+
+/// One `[[selftest]]`: a drive self-test of `kind` on `drives` at each `cron` time (UTC),
+/// inside `window` if given, through the schedules' rules (`schedule::plan`).
+#[derive(Debug, Clone)]
+pub struct SelfTestSchedule {
+    pub name: String,
+    pub drives: Vec<String>,
+    pub kind: SelfTestKind,
+    pub cron: String,
+    pub window: Option<MaintenanceWindow>,
+    /// Past this the test is aborted (when the drive can abort one) and marked timed out.
+    pub max_duration: Duration,
 }
 
 /// When a scheduled run may happen: from `start` to `end` (past midnight when `end` is
@@ -429,11 +454,13 @@ impl Config {
             },
             state_dir: state_dir.to_path_buf(),
             health_interval: validate::DEFAULT_HEALTH_INTERVAL,
+            health_detail_metrics: true,
             wear_budget: WearBudget::default(),
             runs: RunsRetention::default(),
             drives: Vec::new(),
             probes: Vec::new(),
             schedules: Vec::new(),
+            selftests: Vec::new(),
             discovery: Discovery::default(),
             discovered: BTreeMap::new(),
             gone: BTreeMap::new(),

@@ -10,6 +10,7 @@ use toml::Spanned;
 pub const KEYS: &[&str] = &[
     "state_dir",
     "health_interval",
+    "health_detail_metrics",
     "server",
     "server.listen",
     "wear_budget",
@@ -61,10 +62,21 @@ pub const KEYS: &[&str] = &[
     "schedule.cron",
     "schedule.max_duration",
     "schedule.wear_budget",
+    "schedule.hist_digits",
     "schedule.window",
     "schedule.window.start",
     "schedule.window.end",
     "schedule.window.days",
+    "selftest",
+    "selftest.name",
+    "selftest.drives",
+    "selftest.kind",
+    "selftest.cron",
+    "selftest.max_duration",
+    "selftest.window",
+    "selftest.window.start",
+    "selftest.window.end",
+    "selftest.window.days",
     "discovery",
     "discovery.enabled",
     "discovery.rescan_interval",
@@ -104,6 +116,7 @@ pub type S<T> = Spanned<T>;
 pub struct RawConfig {
     pub state_dir: Option<S<String>>,
     pub health_interval: Option<S<String>>,
+    pub health_detail_metrics: Option<S<bool>>,
     pub server: Option<RawServer>,
     pub wear_budget: Option<RawWearBudget>,
     pub runs: Option<RawRuns>,
@@ -113,6 +126,8 @@ pub struct RawConfig {
     pub probe: Vec<S<RawProbe>>,
     #[serde(default)]
     pub schedule: Vec<S<RawSchedule>>,
+    #[serde(default)]
+    pub selftest: Vec<S<RawSelfTest>>,
     pub discovery: Option<S<RawDiscovery>>,
 }
 
@@ -244,6 +259,20 @@ pub struct RawSchedule {
     pub window: Option<S<RawWindow>>,
     /// `"unlimited"` or a size per period: the schedule's own wear allowance.
     pub wear_budget: Option<S<String>>,
+    /// Significant digits the run documents' latency histograms keep (1 to 3).
+    pub hist_digits: Option<S<i64>>,
+}
+
+/// `[[selftest]]`: the drive's own self-test, on a cron like a schedule.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSelfTest {
+    pub name: S<String>,
+    pub drives: S<Vec<S<String>>>,
+    pub kind: S<String>,
+    pub cron: S<String>,
+    pub max_duration: Option<S<String>>,
+    pub window: Option<S<RawWindow>>,
 }
 
 #[derive(Debug, Deserialize)]

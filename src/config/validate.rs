@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::raw::{self, RawConfig, S};
 use super::{
     default_state_dir, Config, ConfigError, Discovery, DiscoveryFilters, Drive, FileTarget,
-    Identity, MaintenanceWindow, Probe, RunsRetention, Schedule, ScheduleBudget, Server, TimeOfDay,
-    WearBudget, Weekday, DEFAULT_LISTEN,
+    Identity, MaintenanceWindow, Probe, RunsRetention, Schedule, ScheduleBudget, SelfTestKind,
+    SelfTestSchedule, Server, TimeOfDay, WearBudget, Weekday, DEFAULT_LISTEN,
 };
 use crate::discovery::Class;
 use crate::engine::{Arrival, CpuPolicy, JobSpec, Pattern, RateLimit, SizeMix, Stop};
@@ -37,6 +37,11 @@ pub const PROBE_WINDOW_RANGE: (Duration, Duration) =
 /// takes about a day).
 pub const MAX_DURATION_RANGE: (Duration, Duration) =
     (Duration::from_secs(1), Duration::from_secs(7 * 86_400));
+/// A `[[selftest]]`'s `max_duration` when it gives none: a short test takes minutes
+/// (ATA drives say 1-2), an extended one hours (a 14 TB disk says 1,479 minutes, and host
+/// I/O makes it longer).
+pub const SELFTEST_SHORT_MAX_DURATION: Duration = Duration::from_secs(3600);
+pub const SELFTEST_EXTENDED_MAX_DURATION: Duration = Duration::from_secs(3 * 86_400);
 /// A probe's `rate_iops`: a canary, from one I/O in 100 s to 100,000 per second.
 pub const PROBE_IOPS_RANGE: (f64, f64) = (0.01, 100_000.0);
 /// A file target's size, and the unrated wear budget per day: at most 1 PiB.
@@ -134,6 +139,10 @@ impl Cx<'_> {
             Some(s) => self.duration(&s, "health_interval", HEALTH_INTERVAL_RANGE)?,
             None => DEFAULT_HEALTH_INTERVAL,
         };
+        let health_detail_metrics = raw
+            .health_detail_metrics
+            .map(|b| *b.get_ref())
+            .unwrap_or(true);
         let listen = match raw.server.and_then(|s| s.listen) {
             Some(l) => l.get_ref().trim().parse::<SocketAddr>().map_err(|_| {
                 self.err(
@@ -151,6 +160,7 @@ impl Cx<'_> {
             ("drive", raw.drive.get(MAX_TABLES).map(S::span)),
             ("probe", raw.probe.get(MAX_TABLES).map(S::span)),
             ("schedule", raw.schedule.get(MAX_TABLES).map(S::span)),
+            ("selftest", raw.selftest.get(MAX_TABLES).map(S::span)),
         ] {
             if let Some(span) = over {
                 return Err(self.err(
@@ -215,6 +225,26 @@ impl Cx<'_> {
             schedules.push(schedule);
         }
 
+        let mut selftests = Vec::with_capacity(raw.selftest.len());
+        let mut selftest_names = Names::default();
+        for t in raw.selftest {
+            let name_span = t.get_ref().name.span();
+            let st = self.selftest(t.into_inner(), &drives)?;
+            // One namespace with the schedules: both keep their bookkeeping in the
+            // state's `schedules` under NAME/DRIVE.
+            if schedules.iter().any(|s: &Schedule| s.name == st.name) {
+                return Err(self.err(
+                    name_span,
+                    format!(
+                        "selftest '{}' has the name of a [[schedule]]; give it a name of its own",
+                        st.name
+                    ),
+                ));
+            }
+            selftest_names.add(self, "selftest", "name", &st.name, name_span)?;
+            selftests.push(st);
+        }
+
         let mut discovery = self.discovery(raw.discovery)?;
         // Not root, the raw devices cannot be opened for a canary: health only, of the
         // disks this user may open (as the built-in config does).
@@ -223,11 +253,13 @@ impl Cx<'_> {
             server: Server { listen },
             state_dir,
             health_interval,
+            health_detail_metrics,
             wear_budget,
             runs,
             drives,
             probes,
             schedules,
+            selftests,
             discovery,
             discovered: Default::default(),
             gone: Default::default(),
@@ -486,21 +518,10 @@ impl Cx<'_> {
         let destructive = d.destructive.as_ref().is_some_and(|s| *s.get_ref());
         let smartctl_type = match &d.smartctl_type {
             None => None,
-            Some(t) => {
-                let v = t.get_ref().trim();
-                let ok = !v.is_empty()
-                    && v.len() <= 64
-                    && v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-                    && v.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || ",_+-/".contains(c));
-                if !ok {
-                    return Err(self.err(
-                        t.span(),
-                        format!("smartctl_type '{}' is not a smartctl -d type; give one such as \"sat\" or \"megaraid,1\" (see `smartctl --scan-open`)", t.get_ref()),
-                    ));
-                }
-                Some(v.to_string())
-            }
+            Some(t) => Some(
+                smartctl_type(t.get_ref())
+                    .map_err(|e| self.err(t.span(), format!("smartctl_type {e}")))?,
+            ),
         };
         if identity.is_none() && file_target.is_none() {
             return Err(self.err(
@@ -789,12 +810,12 @@ impl Cx<'_> {
                     .filter(|d| selected.contains(d.name.as_str()))
                     .collect();
                 let path = self.fio_job(f, &targets)?;
-                (fio_job_label(&path), Some(path))
+                (fio_job_label(&path), Ok(Some(path)))
             }
             Err(suite_s) => {
                 let suite = suite_s.get_ref().trim().to_string();
                 self.builtin_suite(&suite, suite_s.span(), drives, &drive_names)?;
-                (suite, None)
+                (suite, Err(suite_s.span()))
             }
         };
         let scale = match &s.scale {
@@ -805,6 +826,30 @@ impl Cx<'_> {
             let at = s.scale.as_ref().map_or(0..0, |sc| sc.span());
             self.err(at, format!("scale: {e}"))
         })?;
+        // A QoS table the scale cannot support fails at every firing: refused here, as
+        // the command line refuses it before the target is touched.
+        let fio_job = match fio_job {
+            Err(suite_span) => {
+                if let Ok(found) = crate::protocol::suite::find(&suite) {
+                    for step in &found.steps {
+                        if let crate::protocol::suite::Step::Qos(row) = step {
+                            crate::protocol::qos::ios_per_probe(row, scale.name).map_err(|e| {
+                                let at = s.scale.as_ref().map_or(suite_span.clone(), |sc| sc.span());
+                                self.err(
+                                    at,
+                                    format!(
+                                        "schedule '{name}' runs suite '{suite}' at {} scale, too short for its QoS table ({e}); give scale = \"full\"",
+                                        scale.name
+                                    ),
+                                )
+                            })?;
+                        }
+                    }
+                }
+                None
+            }
+            Ok(f) => f,
+        };
         let cron = s.cron.get_ref().trim().to_string();
         crate::schedule::cron::Cron::parse(&cron)
             .map_err(|e| self.err(s.cron.span(), e.to_string()))?;
@@ -827,6 +872,26 @@ impl Cx<'_> {
                 }
             },
         };
+        let hist_digits = match &s.hist_digits {
+            None => None,
+            Some(d) => {
+                let kept = crate::protocol::hist::KEPT_DIGITS;
+                match u8::try_from(*d.get_ref()) {
+                    Ok(n) if kept.contains(&n) => Some(n),
+                    _ => {
+                        return Err(self.err(
+                            d.span(),
+                            format!(
+                                "hist_digits {} is not {} to {}; give 3 (the engine's histograms, any percentile within 0.1%), 2 (1%) or 1 (10%), or leave it out",
+                                d.get_ref(),
+                                kept.start(),
+                                kept.end()
+                            ),
+                        ))
+                    }
+                }
+            }
+        };
         Ok(Schedule {
             name,
             drives: drive_names,
@@ -837,6 +902,40 @@ impl Cx<'_> {
             window,
             max_duration,
             wear_budget,
+            hist_digits,
+        })
+    }
+
+    fn selftest(&self, t: raw::RawSelfTest, drives: &[Drive]) -> R<SelfTestSchedule> {
+        let name = self.name(&t.name, "selftest")?;
+        let drive_names = self.drive_list(&t.drives, drives, "selftest", &name)?;
+        let kind = SelfTestKind::parse(t.kind.get_ref()).ok_or_else(|| {
+            self.err(
+                t.kind.span(),
+                format!(
+                    "selftest '{name}' kind '{}' is not a self-test; give \"short\", \"long\" or \"extended\" (long and extended are the same test)",
+                    t.kind.get_ref()
+                ),
+            )
+        })?;
+        let cron = t.cron.get_ref().trim().to_string();
+        crate::schedule::cron::Cron::parse(&cron)
+            .map_err(|e| self.err(t.cron.span(), e.to_string()))?;
+        let max_duration = match &t.max_duration {
+            Some(m) => self.duration(m, "max_duration", MAX_DURATION_RANGE)?,
+            None => match kind {
+                SelfTestKind::Short => SELFTEST_SHORT_MAX_DURATION,
+                SelfTestKind::Extended => SELFTEST_EXTENDED_MAX_DURATION,
+            },
+        };
+        let window = t.window.map(|w| self.window(w.into_inner())).transpose()?;
+        Ok(SelfTestSchedule {
+            name,
+            drives: drive_names,
+            kind,
+            cron,
+            window,
+            max_duration,
         })
     }
 
@@ -1170,6 +1269,30 @@ impl Names {
         }
     }
 }
+
+/// A smartctl `-d TYPE` (`sat`, `megaraid,1`, `sat+megaraid,0`, `cciss,3`), trimmed: the
+/// check of `[[drive]] smartctl_type` and of `driveprobe health --device-type`. It is
+/// passed to smartctl as one argument, so it must not look like an option or hold spaces.
+/// The error reads after the key's name: `'X' is not a smartctl -d type; ...`.
+pub fn smartctl_type(t: &str) -> Result<String, BadSmartctlType> {
+    let v = t.trim();
+    let ok = !v.is_empty()
+        && v.len() <= 64
+        && v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || ",_+-/".contains(c));
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err(BadSmartctlType(t.to_string()))
+    }
+}
+
+/// A `smartctl -d` type refused by [`smartctl_type`] (what was given, untrimmed). Its
+/// message reads after the key's or option's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not a smartctl -d type; give one such as \"sat\" or \"megaraid,1\" (see `smartctl --scan-open`)")]
+pub struct BadSmartctlType(pub String);
 
 /// The suite label of a schedule that runs the fio job file `path`:
 /// `fio-job:STEM`, the file name without its extension, with any character other than

@@ -31,12 +31,13 @@ pub const RAID_EVERY: Duration = Duration::from_secs(3600);
 pub struct Discoverer {
     paths: SystemPaths,
     present: Vec<Found>,
-    gone: BTreeMap<String, (Found, Instant)>,
+    /// Since when (and since when in Unix seconds, for the surfaces), by key.
+    gone: BTreeMap<String, (Found, Instant, f64)>,
     log: CondLog,
     scans: u64,
     /// The last answer of `smartctl --scan-open` (None: no RAID controller), and when;
     /// read again under each scan's filters.
-    raid: Option<(Instant, Result<Option<String>, String>)>,
+    raid: Option<(Instant, Result<Option<String>, discovery::RaidScanError>)>,
 }
 
 /// The key a drive is known by across scans (the same when it comes back at another
@@ -87,7 +88,15 @@ impl Discoverer {
                 .as_ref()
                 .filter(|_| d.raid)
                 .map(|(_, r)| discovery::raid_of(r, d));
-            discovery::complete(&mut s, raid.as_ref(), d);
+            // The drives watched now (or gone, not yet dropped) keep their places under
+            // max_drives: a new disk does not take one's place because of its name.
+            let watched: std::collections::BTreeSet<String> = self
+                .present
+                .iter()
+                .map(key)
+                .chain(self.gone.keys().cloned())
+                .collect();
+            discovery::complete_keeping(&mut s, raid.as_ref(), d, |f| watched.contains(&key(f)));
             s
         } else {
             Scan::default()
@@ -115,7 +124,7 @@ impl Discoverer {
                         d.drop_after.as_secs()
                     ),
                 );
-                self.gone.insert(k, (f, now));
+                self.gone.insert(k, (f, now, now_unix()));
             }
         }
         for k in &keys {
@@ -126,14 +135,14 @@ impl Discoverer {
         let dropped: Vec<String> = self
             .gone
             .iter()
-            .filter(|(_, (_, since))| now.duration_since(*since) >= d.drop_after || !d.enabled)
+            .filter(|(_, (_, since, _))| now.duration_since(*since) >= d.drop_after || !d.enabled)
             .map(|(k, _)| k.clone())
             .collect();
         for k in dropped {
             let label = self
                 .gone
                 .remove(&k)
-                .map(|(f, _)| f.label())
+                .map(|(f, _, _)| f.label())
                 .unwrap_or_default();
             // The condition's end is the one line that says it is dropped.
             self.log.ends(&format!("gone:{k}"));
@@ -143,15 +152,16 @@ impl Discoverer {
         s.gone = self
             .gone
             .iter()
-            .map(|(_, (f, since))| {
-                let left = d.drop_after.saturating_sub(now.duration_since(*since));
+            .map(|(_, (f, _, since_unix))| {
+                // A time, not a countdown: the reason is carried as it is until the next
+                // swap, and a countdown in it stood still at the swap's value.
                 (
                     f.clone(),
                     format!(
-                        "discovered drive {} ({}) is gone; dropped in {} s",
+                        "discovered drive {} ({}) is gone; its series are dropped at {}",
                         f.label(),
                         f.kernel_name,
-                        left.as_secs()
+                        crate::fmt::utc(since_unix + d.drop_after.as_secs_f64())
                     ),
                 )
             })
@@ -163,7 +173,7 @@ impl Discoverer {
     pub fn next_drop(&self, d: &Discovery) -> Option<Instant> {
         self.gone
             .values()
-            .map(|(_, since)| *since + d.drop_after)
+            .map(|(_, since, _)| *since + d.drop_after)
             .min()
     }
 
@@ -249,8 +259,8 @@ fn shape(s: &Scan) -> Vec<(String, String, &'static str, bool)> {
     v
 }
 
-/// Publishes the figures of a merge (what is watched and skipped).
-pub fn publish_watch(shared: &Shared, d: &Discovery, watch: &Watch) {
+/// Publishes the figures of a merge of `scan` (what is watched and skipped).
+pub fn publish_watch(shared: &Shared, d: &Discovery, watch: &Watch, scan: &Scan) {
     let mut s = shared.lock();
     if !d.enabled {
         s.discovery = None;
@@ -258,6 +268,8 @@ pub fn publish_watch(shared: &Shared, d: &Discovery, watch: &Watch) {
     }
     let st = s.discovery.get_or_insert_with(DiscoveryStatus::default);
     st.watched = watch.watched.len();
+    // The merge starts from the scan's skips and adds its own.
+    st.merge_skipped = watch.skipped.len().saturating_sub(scan.skipped.len());
     st.skipped = watch.skipped.len();
 }
 
@@ -269,7 +281,7 @@ pub fn publish_scan(shared: &Shared, d: &Discovery, scan: &Scan, scans: u64) {
         return;
     }
     let st = s.discovery.get_or_insert_with(DiscoveryStatus::default);
-    st.skipped = scan.skipped.len();
+    st.skipped = scan.skipped.len() + st.merge_skipped;
     st.scans_total = scans;
     st.last_scan_unix = now_unix();
 }
@@ -351,5 +363,45 @@ pub fn run(
                 break;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discovery::Skipped;
+    use crate::status::Status;
+
+    /// Issue 18: `driveprobe_discovery_drives{state="skipped"}` was the scan's count after
+    /// each scan and the merge's after each merge: it flipped between the two.
+    #[test]
+    fn skipped_is_the_same_count_after_a_scan_and_after_its_merge() {
+        let shared = Shared::new(Status::default());
+        let d = Discovery::default();
+        let skip = |n: &str| Skipped {
+            name: n.into(),
+            reason: "a partition".into(),
+        };
+        let scan = Scan {
+            skipped: vec![skip("sda1"), skip("sdb1")],
+            ..Scan::default()
+        };
+        // The merge adds one of its own (a disk already matched to a listed drive).
+        let watch = Watch {
+            skipped: vec![skip("sda1"), skip("sdb1"), skip("sdc")],
+            ..Watch::default()
+        };
+        let skipped = || shared.lock().discovery.as_ref().unwrap().skipped;
+        publish_watch(&shared, &d, &watch, &scan);
+        assert_eq!(skipped(), 3);
+        publish_scan(&shared, &d, &scan, 2);
+        assert_eq!(skipped(), 3);
+        // A later scan with one more partition: its own skips and the merge's.
+        let more = Scan {
+            skipped: vec![skip("sda1"), skip("sdb1"), skip("sdb2")],
+            ..Scan::default()
+        };
+        publish_scan(&shared, &d, &more, 3);
+        assert_eq!(skipped(), 4);
     }
 }

@@ -280,6 +280,7 @@ fn poll_once(
                     read_unix: now,
                 });
                 d.health_state = HealthState::Read { read_unix: now };
+                d.health_detail_metrics_off = !ctx.config.health_detail_metrics;
             });
             if !asleep {
                 if let Some(written) = report.host_written_bytes {
@@ -301,6 +302,9 @@ fn poll_once(
                 }
             }
         }
+        // A read cut short by the daemon's stop (its smartctl ended with the rest) is
+        // not a failure of the drive: nothing is recorded.
+        Err(_) if drive.stopped() || crate::process::stopping() => {}
         Err(e) => {
             let msg = e.to_string();
             log.holds(

@@ -8,6 +8,43 @@ use std::path::{Path, PathBuf};
 use crate::config::{Drive, Identity};
 use crate::device::{self, BlockDeviceInfo, DeviceError};
 
+/// Why a drive is down: one line naming what was looked for and what was found. It
+/// keeps the error underneath (sysfs, a device lookup) as its source.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("{} is absent", link.display())]
+    LinkAbsent { link: PathBuf, source: DeviceError },
+    #[error("{}: {source}", path.display())]
+    Inspect { path: PathBuf, source: DeviceError },
+    #[error("cannot list /sys/block: {0}")]
+    ListBlock(#[source] std::io::Error),
+    #[error("no device has {what}{}", hint.as_ref().map(|p| format!(" ({} is absent or is another drive)", p.display())).unwrap_or_default())]
+    NoDevice { what: String, hint: Option<PathBuf> },
+    #[error("{}: its disk {parent}: {source}", path.display())]
+    Disk {
+        path: PathBuf,
+        parent: String,
+        source: DeviceError,
+    },
+    #[error("file target {}: cannot tell which drive it is on: {source}", file.display())]
+    FileDrive { file: PathBuf, source: DeviceError },
+    #[error("file target {} is on {on}, not on the drive with {what} ({disk})", file.display())]
+    FileElsewhere {
+        file: PathBuf,
+        on: String,
+        what: String,
+        disk: String,
+    },
+    #[error("{} is gone: {source}", path.display())]
+    Gone { path: PathBuf, source: DeviceError },
+    #[error("{} has size 0 (nothing attached)", path.display())]
+    Empty { path: PathBuf },
+    #[error("the drive has neither an identity nor a file target")]
+    Unnamed,
+    #[error("file target directory {} is absent", dir.display())]
+    DirAbsent { dir: PathBuf },
+}
+
 /// Where a drive is now.
 #[derive(Debug, Clone)]
 pub struct Resolved {
@@ -137,7 +174,7 @@ fn overlay_upper_in(mountinfo: &str, major: u32, minor: u32) -> Option<PathBuf> 
 }
 
 /// Resolves `d` now. `Err` is the one-line reason the drive is down.
-pub fn resolve(d: &Drive) -> Result<Resolved, String> {
+pub fn resolve(d: &Drive) -> Result<Resolved, ResolveError> {
     match &d.identity {
         None if d.file_target.is_none() && d.path.is_some() => resolve_path_only(d),
         None => resolve_file_only(d),
@@ -196,11 +233,17 @@ pub fn normalize_wwn(w: &str) -> String {
 
 /// The whole disk with identity `id`: at `hint` when it is still there, else wherever it
 /// is now.
-fn find_device(id: &Identity, hint: Option<&Path>) -> Result<BlockDeviceInfo, String> {
+fn find_device(id: &Identity, hint: Option<&Path>) -> Result<BlockDeviceInfo, ResolveError> {
     if let Identity::ById(link) = id {
         let info = device::inspect(link).map_err(|e| match e {
-            DeviceError::Io { .. } => format!("{} is absent", link.display()),
-            e => format!("{}: {e}", link.display()),
+            e @ DeviceError::Io { .. } => ResolveError::LinkAbsent {
+                link: link.clone(),
+                source: e,
+            },
+            e => ResolveError::Inspect {
+                path: link.clone(),
+                source: e,
+            },
         })?;
         return whole_disk(info);
     }
@@ -211,8 +254,7 @@ fn find_device(id: &Identity, hint: Option<&Path>) -> Result<BlockDeviceInfo, St
             }
         }
     }
-    let entries =
-        std::fs::read_dir("/sys/block").map_err(|e| format!("cannot list /sys/block: {e}"))?;
+    let entries = std::fs::read_dir("/sys/block").map_err(ResolveError::ListBlock)?;
     let mut names: Vec<String> = entries
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -226,45 +268,43 @@ fn find_device(id: &Identity, hint: Option<&Path>) -> Result<BlockDeviceInfo, St
             }
         }
     }
-    Err(match hint {
-        Some(p) => format!(
-            "no device has {} ({} is absent or is another drive)",
-            describe(id),
-            p.display()
-        ),
-        None => format!("no device has {}", describe(id)),
+    Err(ResolveError::NoDevice {
+        what: describe(id),
+        hint: hint.map(Path::to_path_buf),
     })
 }
 
 /// The whole disk of a device that may be a partition.
-fn whole_disk(info: BlockDeviceInfo) -> Result<BlockDeviceInfo, String> {
+fn whole_disk(info: BlockDeviceInfo) -> Result<BlockDeviceInfo, ResolveError> {
     match &info.parent {
-        Some(parent) => device::inspect(&PathBuf::from("/dev").join(parent))
-            .map_err(|e| format!("{}: its disk {parent}: {e}", info.path.display())),
+        Some(parent) => {
+            device::inspect(&PathBuf::from("/dev").join(parent)).map_err(|e| ResolveError::Disk {
+                path: info.path.clone(),
+                parent: parent.clone(),
+                source: e,
+            })
+        }
         None => Ok(info),
     }
 }
 
 /// A file target must live on the identified disk.
-fn check_file_on(file: &Path, disk: &BlockDeviceInfo, id: &Identity) -> Result<(), String> {
+fn check_file_on(file: &Path, disk: &BlockDeviceInfo, id: &Identity) -> Result<(), ResolveError> {
     let probe = existing_ancestor(file);
-    let drives = device::drives_of_file(&probe).map_err(|e| {
-        format!(
-            "file target {}: cannot tell which drive it is on: {e}",
-            file.display()
-        )
+    let drives = device::drives_of_file(&probe).map_err(|e| ResolveError::FileDrive {
+        file: file.to_path_buf(),
+        source: e,
     })?;
     if drives.disks.iter().any(|d| d.name == disk.name) {
         Ok(())
     } else {
         let on: Vec<&str> = drives.disks.iter().map(|d| d.name.as_str()).collect();
-        Err(format!(
-            "file target {} is on {}, not on the drive with {} ({})",
-            file.display(),
-            on.join(", "),
-            describe(id),
-            disk.name
-        ))
+        Err(ResolveError::FileElsewhere {
+            file: file.to_path_buf(),
+            on: on.join(", "),
+            what: describe(id),
+            disk: disk.name.clone(),
+        })
     }
 }
 
@@ -285,7 +325,7 @@ fn existing_ancestor(p: &Path) -> PathBuf {
 /// A discovered drive with neither serial nor WWN (a virtio disk without one), or one
 /// behind a RAID controller (health only, through smartctl's `-d` type: its path need
 /// not be a node here): it is at its path.
-fn resolve_path_only(d: &Drive) -> Result<Resolved, String> {
+fn resolve_path_only(d: &Drive) -> Result<Resolved, ResolveError> {
     let path = d.path.clone().unwrap_or_default();
     if d.smartctl_type.is_some() {
         return Ok(Resolved {
@@ -296,9 +336,12 @@ fn resolve_path_only(d: &Drive) -> Result<Resolved, String> {
             no_drive: None,
         });
     }
-    let info = device::inspect(&path).map_err(|e| format!("{} is gone: {e}", path.display()))?;
+    let info = device::inspect(&path).map_err(|e| ResolveError::Gone {
+        path: path.clone(),
+        source: e,
+    })?;
     if info.size_bytes == 0 {
-        return Err(format!("{} has size 0 (nothing attached)", path.display()));
+        return Err(ResolveError::Empty { path });
     }
     Ok(Resolved {
         target: path.clone(),
@@ -309,14 +352,13 @@ fn resolve_path_only(d: &Drive) -> Result<Resolved, String> {
     })
 }
 
-fn resolve_file_only(d: &Drive) -> Result<Resolved, String> {
-    let ft = d
-        .file_target
-        .as_ref()
-        .ok_or_else(|| "the drive has neither an identity nor a file target".to_string())?;
+fn resolve_file_only(d: &Drive) -> Result<Resolved, ResolveError> {
+    let ft = d.file_target.as_ref().ok_or(ResolveError::Unnamed)?;
     let dir = ft.path.parent().unwrap_or(Path::new("/"));
     if !dir.is_dir() {
-        return Err(format!("file target directory {} is absent", dir.display()));
+        return Err(ResolveError::DirAbsent {
+            dir: dir.to_path_buf(),
+        });
     }
     let at = existing_ancestor(&ft.path);
     let (device, device_info, note, no_drive) = match device::drives_of_file(&at) {
@@ -373,6 +415,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_drive_gone_from_its_path_keeps_the_lookup_error() {
+        use std::error::Error as _;
+        let d = Drive {
+            name: "t".into(),
+            identity: None,
+            path: Some(PathBuf::from("/dev/driveprobe-no-such-disk")),
+            destructive: false,
+            file_target: None,
+            rating: Default::default(),
+            rated: Default::default(),
+            smartctl_type: None,
+        };
+        let e = resolve(&d).unwrap_err();
+        assert!(matches!(e, ResolveError::Gone { .. }), "{e:?}");
+        let under = e.source().expect("the device lookup's error is kept");
+        assert!(e.to_string().ends_with(&under.to_string()), "{e}");
+        assert!(e
+            .to_string()
+            .starts_with("/dev/driveprobe-no-such-disk is gone: "));
+    }
+
+    #[test]
     fn wwns_compare_by_their_digits() {
         assert_eq!(normalize_wwn("0x5002538E40A1B2C3"), "5002538e40a1b2c3");
         assert_eq!(normalize_wwn("naa.5002538e40a1b2c3"), "5002538e40a1b2c3");
@@ -411,7 +475,7 @@ mod tests {
             }),
             ..d
         };
-        let e = resolve(&gone).unwrap_err();
+        let e = resolve(&gone).unwrap_err().to_string();
         assert!(e.contains("absent"), "{e}");
     }
 
@@ -506,7 +570,7 @@ mod tests {
             rated: Default::default(),
             smartctl_type: None,
         };
-        let e = resolve(&d).unwrap_err();
+        let e = resolve(&d).unwrap_err().to_string();
         assert!(e.contains("NO-SUCH-SERIAL-42"), "{e}");
     }
 }

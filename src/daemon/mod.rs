@@ -9,19 +9,26 @@
 //! restart).
 //!
 //! A config "generation" is the set of threads made from one config. SIGHUP loads the new
-//! config; when it is valid, the old generation stops and a new one starts (runs going on
-//! go on: [`scheduler::Runs`] outlives generations); when it is not, the old one keeps
-//! running and the failure is exported.
+//! config; when it is valid, the new generation replaces the old one drive by drive: a
+//! drive whose slice of the config did not change keeps its threads running, a changed
+//! or removed drive's stop, a changed or added drive's start (once no earlier thread of
+//! it is left), and the scheduler starts anew (runs going on go on: [`scheduler::Runs`]
+//! outlives generations); when it is not valid, the old one keeps running and the
+//! failure is exported. A change of the discovered drives swaps the same way.
 
 pub mod canary;
+pub mod canary_io;
 pub mod condlog;
 pub mod discover;
 pub mod health;
 pub mod identity;
+pub mod load;
 pub mod pacing;
 pub mod scheduler;
+pub mod selftest;
 pub mod standby;
 pub mod store;
+pub mod supervisor;
 pub mod window;
 
 use std::collections::BTreeMap;
@@ -39,6 +46,7 @@ use crate::status::{ConfigStatus, Shared, Status, WearStatus};
 use identity::Resolved;
 use scheduler::Runs;
 use store::Store;
+use supervisor::Supervisor;
 
 /// A failure that stops the daemon before or while it starts. Each is one line.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +72,8 @@ pub enum DaemonError {
     Runtime(std::io::Error),
     #[error("{0}")]
     WebConfig(#[from] crate::http::WebConfigError),
+    #[error("{0}")]
+    Swap(#[from] supervisor::SwapFailed),
 }
 
 /// What to do about an address that cannot be bound. Without `--listen` the address is
@@ -133,7 +143,7 @@ impl Beat {
 #[derive(Debug)]
 pub struct DriveCtl {
     pub cfg: Drive,
-    resolved: Mutex<Result<Resolved, String>>,
+    resolved: Mutex<Result<Resolved, Arc<identity::ResolveError>>>,
     /// Canaries running an engine segment now.
     pub active: AtomicUsize,
     /// How many times the drive went from up to down (it left: removed, replaced...).
@@ -145,7 +155,7 @@ pub struct DriveCtl {
 
 impl DriveCtl {
     fn new(cfg: Drive, runs: Arc<Runs>) -> Self {
-        let resolved = identity::resolve(&cfg);
+        let resolved = identity::resolve(&cfg).map_err(Arc::new);
         DriveCtl {
             cfg,
             resolved: Mutex::new(resolved),
@@ -159,7 +169,7 @@ impl DriveCtl {
 
     /// Resolves the identity again (now), logging a change of state.
     pub fn refresh_identity(&self) {
-        let r = identity::resolve(&self.cfg);
+        let r = identity::resolve(&self.cfg).map_err(Arc::new);
         let was = std::mem::replace(
             &mut *self.resolved.lock().unwrap_or_else(|e| e.into_inner()),
             r.clone(),
@@ -182,7 +192,7 @@ impl DriveCtl {
     }
 
     /// Where the drive is, or why it is down.
-    pub fn resolved(&self) -> Result<Resolved, String> {
+    pub fn resolved(&self) -> Result<Resolved, Arc<identity::ResolveError>> {
         self.resolved
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -223,11 +233,13 @@ impl DriveCtl {
     }
 }
 
-/// What every thread of one generation shares.
+/// What a generation's scheduler shares with its runs (the whole config, every drive),
+/// or one drive's threads share (the drive's slice of the config, the drive alone).
 #[derive(Debug)]
 pub struct Ctx {
     pub config: Config,
-    /// This generation's number: its threads write the status only while it is current.
+    /// The scheduler's generation number, or the drive threads' writer number: they
+    /// write the status only while it is current (see [`Shared::drive_of_generation`]).
     pub generation: u64,
     pub shared: Arc<Shared>,
     pub store: Arc<Store>,
@@ -310,7 +322,7 @@ impl Ctx {
             // write its view of the drive over the new one.
             self.drive_status(&d.cfg.name, |s| {
                 s.up = r.is_ok();
-                s.down_reason = r.as_ref().err().cloned();
+                s.down_reason = r.as_ref().err().map(|e| e.to_string());
                 if let Ok(res) = &r {
                     s.device = res.device.clone();
                     s.target = Some(res.target.clone());
@@ -335,6 +347,29 @@ impl Ctx {
         }
     }
 
+    /// Adds the disks' load since the last call to every drive whose disk is known
+    /// (`load`): one read of `/proc/diskstats` for all of them.
+    pub fn sample_load(&self) {
+        let Some(stats) = load::read_diskstats() else {
+            return;
+        };
+        for d in self.drives.values() {
+            self.drive_status(&d.cfg.name, |s| {
+                let dev = s
+                    .device
+                    .as_deref()
+                    .and_then(|p| p.file_name())
+                    .and_then(|n| n.to_str());
+                match dev.and_then(|n| stats.get_key_value(n)) {
+                    Some((name, c)) if s.up => load::sample(s, name, *c),
+                    // Down: the counters stay where they were (the series do not
+                    // vanish while the drive is gone), and the next disk starts over.
+                    _ => {}
+                }
+            });
+        }
+    }
+
     /// Saves the state if it changed; a failure is retried (the store logs it once per
     /// episode).
     pub fn save_state(&self) {
@@ -349,9 +384,8 @@ impl Ctx {
 /// shorter than its configured size (truncated under the daemon). Anything else at the
 /// path (a file driveprobe did not create, a copy of one, a link, a link on the way) is
 /// refused and left untouched: the path is in the config, the file there may not be ours.
-pub fn ensure_file_target(ft: &config::FileTarget) -> Result<(), String> {
+pub fn ensure_file_target(ft: &config::FileTarget) -> Result<(), OpenError> {
     use crate::target::Ensured;
-    let what = |e: &dyn std::fmt::Display| format!("file target {}: {e}", ft.path.display());
     match crate::target::ensure_own_file(&ft.path, ft.size) {
         Ok(Ensured::Recreated { was }) => {
             tracing::warn!(path = %ft.path.display(), size = was, configured = ft.size,
@@ -359,8 +393,40 @@ pub fn ensure_file_target(ft: &config::FileTarget) -> Result<(), String> {
             Ok(())
         }
         Ok(_) => Ok(()),
-        Err(e @ crate::target::TargetError::NotFound(_)) => Err(what(&e)),
-        Err(e) => Err(e.to_string()),
+        Err(e @ crate::target::TargetError::NotFound(_)) => Err(OpenError::FileTarget {
+            path: ft.path.clone(),
+            source: e,
+        }),
+        Err(e) => Err(OpenError::Target(e)),
+    }
+}
+
+/// Why a canary or a scheduled run cannot open its drive's target: one line, the error
+/// underneath (the identity lookup, the write gate, the open) kept as its source.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The drive is down (its identity matches no device now).
+    #[error("{0}")]
+    Down(Arc<identity::ResolveError>),
+    #[error("file target {}: {source}", path.display())]
+    FileTarget {
+        path: PathBuf,
+        source: crate::target::TargetError,
+    },
+    #[error(transparent)]
+    Target(#[from] crate::target::TargetError),
+    #[error(transparent)]
+    Gate(#[from] crate::safety::SafetyError),
+    #[error(transparent)]
+    Device(#[from] crate::device::DeviceError),
+    /// Another disk is at the drive's path now (a swap while it was being opened).
+    #[error("{} is no longer this drive (it is at {} now)", path.display(), now.display())]
+    Moved { path: PathBuf, now: PathBuf },
+}
+
+impl From<Arc<identity::ResolveError>> for OpenError {
+    fn from(e: Arc<identity::ResolveError>) -> Self {
+        OpenError::Down(e)
     }
 }
 
@@ -421,12 +487,275 @@ fn prune(s: &mut Status, config: &Config) {
     }
 }
 
-/// The threads of one config.
-struct Generation {
+/// How long a swap waits for the threads it stops (a changed or removed drive's, the
+/// scheduler) before it leaves them behind.
+const SWAP_WAIT: Duration = Duration::from_secs(5);
+
+/// `full` without its drives, probes, schedules and discovery entries: what every
+/// drive's [`slice`] starts from (its global settings; a field added to the config is
+/// in it, and compared by [`fingerprint`], without a change here).
+fn globals(full: &Config) -> Config {
+    // The clone copies the lists only to drop them: once per swap.
+    Config {
+        drives: Vec::new(),
+        probes: Vec::new(),
+        schedules: Vec::new(),
+        selftests: Vec::new(),
+        discovered: BTreeMap::new(),
+        gone: BTreeMap::new(),
+        ..full.clone()
+    }
+}
+
+/// What one drive's threads read of `full` (`globals` is [`globals`] of it): its
+/// `[[drive]]` or discovered entry, what discovery knows of it, the probes that run on
+/// it (each with this drive alone in its `drives`), and the global settings. Its threads
+/// get this, not the whole config: what they can read is what [`fingerprint`] compares.
+fn slice_of(globals: &Config, full: &Config, d: &Drive) -> Config {
+    let mut probes: Vec<config::Probe> = full
+        .probes
+        .iter()
+        .filter(|p| p.drives.contains(&d.name))
+        .map(|p| config::Probe {
+            drives: vec![d.name.clone()],
+            ..p.clone()
+        })
+        .collect();
+    probes.sort_by(|a, b| a.name.cmp(&b.name));
+    Config {
+        drives: vec![d.clone()],
+        probes,
+        discovered: full
+            .discovered
+            .get(&d.name)
+            .map(|x| (d.name.clone(), x.clone()))
+            .into_iter()
+            .collect(),
+        ..globals.clone()
+    }
+}
+
+/// [`slice_of`] for one drive.
+#[cfg(test)]
+fn slice(full: &Config, d: &Drive) -> Config {
+    slice_of(&globals(full), full, d)
+}
+
+/// What decides whether a reload (or a change of the discovered drives) changes a drive:
+/// two slices ([`slice_of`]) with the same fingerprint run the same threads, so the
+/// drive's threads go on. The whole slice is compared, but for what no drive thread
+/// reads, set to a fixed value here: a field added to the config is compared (a change
+/// restarts the drives: safe) until it is added to this list (see
+/// docs/decisions/0005-incremental-generation-swap.md).
+fn fingerprint(slice: &Config) -> String {
+    let mut c = slice.clone();
+    // The HTTP server's.
+    c.server.listen = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+    // The store is opened once at start; the scheduler writes documents there.
+    c.state_dir = PathBuf::new();
+    // The scheduler's (result documents kept; schedules).
+    c.runs = config::RunsRetention::default();
+    c.schedules.clear();
+    // The discovery thread's and the merge's: what it means for this drive is in
+    // `drives`, `probes` and `discovered`.
+    c.discovery = config::Discovery::default();
+    // Gone drives have no threads.
+    c.gone.clear();
+    // The wear budget holds only probes that write (the scheduler has its own copy).
+    if !c.probes.iter().any(|p| p.writes) {
+        c.wear_budget = config::WearBudget::default();
+    }
+    format!("{c:?}")
+}
+
+/// One drive's threads: its health poller and its canaries, and what they share.
+struct DriveThreads {
+    /// Their context: the drive's [`slice`] of the config, and their writer number (see
+    /// [`Shared::drive_of_generation`]).
     ctx: Arc<Ctx>,
+    drive: Arc<DriveCtl>,
+    fingerprint: String,
     threads: Vec<JoinHandle<()>>,
-    scheduler_stop: Arc<AtomicBool>,
     beats: Vec<Arc<Beat>>,
+    /// Threads of this drive's previous config (or of a removed drive of the same name)
+    /// that did not stop in time: this drive's own start only when they have ended, so
+    /// a drive hung in the kernel never has more than one set of threads behind it.
+    waiting: Vec<JoinHandle<()>>,
+}
+
+impl DriveThreads {
+    fn new(
+        (globals, full): (&Config, &Config),
+        d: &Drive,
+        shared: &Arc<Shared>,
+        store: &Arc<Store>,
+        runs: &Arc<Runs>,
+    ) -> DriveThreads {
+        let config = slice_of(globals, full, d);
+        let fingerprint = fingerprint(&config);
+        let drive = Arc::new(DriveCtl::new(d.clone(), runs.clone()));
+        if let Ok(r) = drive.resolved() {
+            if let Some(n) = &r.note {
+                tracing::info!(drive = %d.name, "{n}");
+            }
+        }
+        let ctx = Arc::new(Ctx {
+            config,
+            generation: shared.number(),
+            shared: shared.clone(),
+            store: store.clone(),
+            drives: BTreeMap::from([(d.name.clone(), drive.clone())]),
+            runs: runs.clone(),
+        });
+        DriveThreads {
+            ctx,
+            drive,
+            fingerprint,
+            threads: Vec::new(),
+            beats: Vec::new(),
+            waiting: Vec::new(),
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.drive.cfg.name
+    }
+
+    /// Starts the health poller and the canaries.
+    fn spawn(&mut self) {
+        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new().name(name).spawn(f)
+        };
+        let (ctx, d) = (&self.ctx, &self.drive);
+        let (c, dd) = (ctx.clone(), d.clone());
+        match spawn(
+            format!("dp-health-{}", d.cfg.name),
+            Box::new(move || health::run(c, dd)),
+        ) {
+            Ok(h) => self.threads.push(h),
+            Err(e) => {
+                tracing::error!(drive = %d.cfg.name, error = %e, "cannot start the health thread")
+            }
+        }
+        for p in &ctx.config.probes {
+            let beat = Beat::new(format!("canary {} on {}", p.name, d.cfg.name));
+            beat.beat();
+            self.beats.push(beat.clone());
+            let (c, dd, pp) = (ctx.clone(), d.clone(), p.clone());
+            match spawn(
+                format!("dp-canary-{}", d.cfg.name),
+                Box::new(move || canary::run(c, dd, pp, beat)),
+            ) {
+                Ok(h) => self.threads.push(h),
+                Err(e) => {
+                    tracing::error!(drive = %d.cfg.name, error = %e, "cannot start a canary thread")
+                }
+            }
+        }
+    }
+
+    /// Says on every surface why the drive's threads wait, once, when they begin to.
+    fn publish_waiting(&self) {
+        let reason = format!(
+            "the threads of this drive's previous config did not stop within {} s (a device that does not answer?): its health polling and canaries start again once they have ended",
+            SWAP_WAIT.as_secs()
+        );
+        tracing::warn!(drive = %self.name(), threads = self.waiting.len(), "{reason}");
+        let now = now_unix();
+        self.ctx.drive_status(self.name(), |s| {
+            s.health_state = s.health_state.failed(reason.clone(), now);
+            for p in &self.ctx.config.probes {
+                let ps = s.probes.entry(p.name.clone()).or_default();
+                ps.writes = p.writes;
+                ps.window_seconds = p.window.as_secs_f64();
+                ps.rate_iops = p.job.rate().map(|r| r.iops);
+                ps.state = crate::status::ProbeState::Failing {
+                    reason: reason.clone(),
+                };
+            }
+        });
+    }
+
+    /// Starts the threads when those it waits for have ended; true once they run.
+    fn start_when_free(&mut self) -> bool {
+        if self.waiting.iter().any(|t| !t.is_finished()) {
+            return false;
+        }
+        let was_waiting = !self.waiting.is_empty();
+        for t in self.waiting.drain(..) {
+            let _ = t.join();
+        }
+        if self.threads.is_empty() && !self.drive.stopped() {
+            if was_waiting {
+                tracing::info!(drive = %self.name(), "the threads of the drive's previous config have ended; its threads start");
+            }
+            self.spawn();
+        }
+        true
+    }
+
+    /// Tells the threads to stop; their handles, to wait for (with those it waited for).
+    fn stop(self) -> Vec<JoinHandle<()>> {
+        self.drive.request_stop();
+        let mut all = self.threads;
+        all.extend(self.waiting);
+        all
+    }
+}
+
+/// Waits until `deadline` for every thread of `stopping` (by drive name); returns those
+/// still going then, by drive name (joined the others).
+fn wait_for_threads(
+    stopping: BTreeMap<String, Vec<JoinHandle<()>>>,
+    deadline: Instant,
+) -> BTreeMap<String, Vec<JoinHandle<()>>> {
+    // Health pollers waiting for a read permit see their stop.
+    pacing::ReadLimiter::global().wake_all();
+    while Instant::now() < deadline
+        && stopping
+            .values()
+            .flatten()
+            .any(|t: &JoinHandle<()>| !t.is_finished())
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut left = BTreeMap::new();
+    for (name, threads) in stopping {
+        let going: Vec<JoinHandle<()>> = threads
+            .into_iter()
+            .filter_map(|t| {
+                if t.is_finished() {
+                    let _ = t.join();
+                    None
+                } else {
+                    Some(t)
+                }
+            })
+            .collect();
+        if !going.is_empty() {
+            let names: Vec<_> = going
+                .iter()
+                .map(|t| t.thread().name().unwrap_or("?").to_string())
+                .collect();
+            tracing::warn!(drive = %name, threads = ?names, "threads did not stop in time; leaving them (the drive's new threads, if any, wait for them)");
+            left.insert(name, going);
+        }
+    }
+    left
+}
+
+/// The threads of one config: per drive, its health poller and canaries (kept across
+/// swaps while the drive's config does not change), and the scheduler.
+struct Generation {
+    /// The whole config and every drive: the scheduler's.
+    ctx: Arc<Ctx>,
+    drives: BTreeMap<String, DriveThreads>,
+    /// Threads of removed drives that did not stop in time, by drive name: a drive of
+    /// that name added again starts only once they have ended.
+    leftovers: BTreeMap<String, Vec<JoinHandle<()>>>,
+    scheduler: Option<JoinHandle<()>>,
+    scheduler_stop: Arc<AtomicBool>,
+    scheduler_beat: Arc<Beat>,
 }
 
 impl Generation {
@@ -436,26 +765,92 @@ impl Generation {
         store: Arc<Store>,
         runs: Arc<Runs>,
     ) -> Generation {
-        let drives: BTreeMap<String, Arc<DriveCtl>> = config
-            .drives
-            .iter()
-            .map(|d| {
-                (
-                    d.name.clone(),
-                    Arc::new(DriveCtl::new(d.clone(), runs.clone())),
-                )
-            })
+        Generation::next(None, config, shared, store, runs, Instant::now())
+    }
+
+    /// The generation of `config`, after `old` (None at start): a drive whose
+    /// [`fingerprint`] did not change keeps its threads, running; a changed or removed
+    /// drive's threads are stopped (waited for until `deadline`) and a changed or added
+    /// drive's started, once no earlier thread of that drive is left. The scheduler is
+    /// stopped and started anew (runs going on go on: [`Runs`] outlives generations).
+    fn next(
+        old: Option<Generation>,
+        config: Config,
+        shared: Arc<Shared>,
+        store: Arc<Store>,
+        runs: Arc<Runs>,
+        deadline: Instant,
+    ) -> Generation {
+        let (mut kept, mut stopping, mut leftovers) =
+            (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+        let mut fresh: Vec<DriveThreads> = Vec::new();
+        let mut sched = None;
+        let globals = globals(&config);
+        if let Some(old) = old {
+            old.scheduler_stop.store(true, Ordering::Release);
+            sched = old.scheduler;
+            leftovers = old.leftovers;
+            for (name, t) in old.drives {
+                let same = config
+                    .drives
+                    .iter()
+                    .find(|d| d.name == name)
+                    .is_some_and(|d| {
+                        t.drive.cfg == *d
+                            && fingerprint(&slice_of(&globals, &config, d)) == t.fingerprint
+                    });
+                if same {
+                    kept.insert(name, t);
+                } else {
+                    stopping.insert(name, t.stop());
+                }
+            }
+        }
+        for d in config.drives.iter().filter(|d| !kept.contains_key(&d.name)) {
+            fresh.push(DriveThreads::new(
+                (&globals, &config),
+                d,
+                &shared,
+                &store,
+                &runs,
+            ));
+        }
+        if let Some(s) = sched {
+            stopping.entry(String::new()).or_default().push(s);
+        }
+        for (name, left) in wait_for_threads(stopping, deadline) {
+            if !name.is_empty() {
+                leftovers.entry(name).or_default().extend(left);
+            }
+        }
+        // Leftovers that have ended since are forgotten.
+        leftovers.retain(|_, ts: &mut Vec<JoinHandle<()>>| {
+            ts.retain(|t| !t.is_finished());
+            !ts.is_empty()
+        });
+        for t in &mut fresh {
+            t.waiting = leftovers.remove(t.name()).unwrap_or_default();
+        }
+        let writers: BTreeMap<String, u64> = kept
+            .values()
+            .chain(&fresh)
+            .map(|t: &DriveThreads| (t.name().to_string(), t.ctx.generation))
             .collect();
         // Drives and probes no longer configured leave the status (and so every
-        // surface); new ones enter it. From here on, the old generation's threads
-        // (some may still be going) cannot write it.
-        let generation = shared.begin_generation(|s| {
+        // surface); new ones enter it. From here on, the threads of removed and changed
+        // drives (some may still be going) cannot write it; a kept drive's go on.
+        let generation = shared.begin_generation_with(writers, |s| {
             prune(s, &config);
             // What discovery knows of each drive (None for a listed drive it did not match).
             for d in &config.drives {
                 s.drive_entry(&d.name).discovered = config.discovered.get(&d.name).cloned();
             }
         });
+        let drives: BTreeMap<String, Arc<DriveCtl>> = kept
+            .values()
+            .chain(&fresh)
+            .map(|t| (t.name().to_string(), t.drive.clone()))
+            .collect();
         let ctx = Arc::new(Ctx {
             config,
             generation,
@@ -464,68 +859,66 @@ impl Generation {
             drives,
             runs,
         });
-        for d in ctx.drives.values() {
-            if let Ok(r) = d.resolved() {
-                if let Some(n) = &r.note {
-                    tracing::info!(drive = %d.cfg.name, "{n}");
-                }
-            }
-        }
         ctx.refresh_drives(false);
-        let mut threads = Vec::new();
-        let mut beats = Vec::new();
-        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
-            std::thread::Builder::new().name(name).spawn(f)
-        };
-        for d in ctx.drives.values() {
-            let (c, dd) = (ctx.clone(), d.clone());
-            match spawn(
-                format!("dp-health-{}", d.cfg.name),
-                Box::new(move || health::run(c, dd)),
-            ) {
-                Ok(h) => threads.push(h),
-                Err(e) => {
-                    tracing::error!(drive = %d.cfg.name, error = %e, "cannot start the health thread")
-                }
+        for mut t in fresh {
+            if !t.start_when_free() {
+                t.publish_waiting();
             }
-            for p in ctx
-                .config
-                .probes
-                .iter()
-                .filter(|p| p.drives.contains(&d.cfg.name))
-            {
-                let beat = Beat::new(format!("canary {} on {}", p.name, d.cfg.name));
-                beat.beat();
-                beats.push(beat.clone());
-                let (c, dd, pp) = (ctx.clone(), d.clone(), p.clone());
-                match spawn(
-                    format!("dp-canary-{}", d.cfg.name),
-                    Box::new(move || canary::run(c, dd, pp, beat)),
-                ) {
-                    Ok(h) => threads.push(h),
-                    Err(e) => {
-                        tracing::error!(drive = %d.cfg.name, error = %e, "cannot start a canary thread")
-                    }
-                }
-            }
+            kept.insert(t.name().to_string(), t);
         }
         let scheduler_stop = Arc::new(AtomicBool::new(false));
         let beat = Beat::new("scheduler".into());
         beat.beat();
-        beats.push(beat.clone());
-        let (c, s) = (ctx.clone(), scheduler_stop.clone());
-        match spawn(
-            "dp-scheduler".into(),
-            Box::new(move || scheduler::run(c, beat, s)),
-        ) {
-            Ok(h) => threads.push(h),
-            Err(e) => tracing::error!(error = %e, "cannot start the scheduler thread"),
-        }
+        let (c, s, b) = (ctx.clone(), scheduler_stop.clone(), beat.clone());
+        let scheduler = match std::thread::Builder::new()
+            .name("dp-scheduler".into())
+            .spawn(move || scheduler::run(c, b, s))
+        {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the scheduler thread");
+                None
+            }
+        };
         Generation {
             ctx,
-            threads,
+            drives: kept,
+            leftovers,
+            scheduler,
             scheduler_stop,
-            beats,
+            scheduler_beat: beat,
+        }
+    }
+
+    /// Starts the threads of drives that waited for their earlier threads to end, and
+    /// forgets the leftovers that have ended (every tick of the main loop).
+    fn start_waiting(&mut self) {
+        for t in self.drives.values_mut() {
+            if !t.waiting.is_empty() {
+                t.start_when_free();
+            }
+        }
+        self.leftovers.retain(|_, ts| {
+            ts.retain(|t| !t.is_finished());
+            !ts.is_empty()
+        });
+    }
+
+    /// Stops the scheduler and waits for it (until `deadline`), so that nothing new
+    /// starts while the runs and self-tests are being stopped: a run ended at the stop
+    /// frees its drive, and the next tick would otherwise start a self-test there that
+    /// nobody aborts.
+    fn stop_scheduler(&mut self, deadline: Instant) {
+        self.scheduler_stop.store(true, Ordering::Release);
+        if let Some(s) = self.scheduler.take() {
+            while !s.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if s.is_finished() {
+                let _ = s.join();
+            } else {
+                self.scheduler = Some(s);
+            }
         }
     }
 
@@ -533,45 +926,92 @@ impl Generation {
     /// going then (a device that does not answer) are left behind, detached.
     fn stop(self, deadline: Instant) {
         self.scheduler_stop.store(true, Ordering::Release);
-        for d in self.ctx.drives.values() {
-            d.request_stop();
+        let mut stopping: BTreeMap<String, Vec<JoinHandle<()>>> = self
+            .drives
+            .into_iter()
+            .map(|(name, t)| (name, t.stop()))
+            .collect();
+        if let Some(s) = self.scheduler {
+            stopping.entry(String::new()).or_default().push(s);
         }
-        // Health pollers waiting for a read permit see their stop.
-        pacing::ReadLimiter::global().wake_all();
-        for t in self.threads {
-            while !t.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if t.is_finished() {
-                let _ = t.join();
-            } else {
-                tracing::warn!(thread = ?t.thread().name(), "a thread did not stop in time; leaving it");
-            }
-        }
+        wait_for_threads(stopping, deadline);
     }
 
-    /// The threads that have not beaten for `max`.
-    fn stale(&self, max: Duration) -> Vec<String> {
-        self.beats
-            .iter()
+    /// The threads whose silence for `max` means the daemon itself is wedged, for the
+    /// watchdog: the scheduler. Not the canaries: one blocked in an I/O its drive does not
+    /// answer (a failing disk's minutes of retries, a hung controller) is the drive's
+    /// fault, a restart cannot end a thread stuck in the kernel, and it would stop the
+    /// watch of every other drive on the host ([`Generation::stalled_canaries`] says it).
+    fn wedged(&self, max: Duration) -> Vec<String> {
+        std::iter::once(&self.scheduler_beat)
+            .filter(|b| b.age() > max)
+            .map(|b| b.name.clone())
+            .collect()
+    }
+
+    /// The canaries that have not beaten for `max`: blocked in an I/O (or wedged).
+    fn stalled_canaries(&self, max: Duration) -> Vec<String> {
+        self.drives
+            .values()
+            .flat_map(|t| &t.beats)
             .filter(|b| b.age() > max)
             .map(|b| b.name.clone())
             .collect()
     }
 }
 
-/// Stops `old` (waiting up to 5 s for its threads) and starts a generation on `new`: a
-/// reload, and a change of the discovered drives.
-async fn swap(
-    old: Generation,
-    new: Config,
-    shared: &Arc<Shared>,
-    store: &Arc<Store>,
-    runs: &Arc<Runs>,
-) -> Generation {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let _ = tokio::task::spawn_blocking(move || old.stop(deadline)).await;
-    Generation::start(new, shared.clone(), store.clone(), runs.clone())
+impl supervisor::Threads for Generation {
+    fn start_waiting(&mut self) {
+        Generation::start_waiting(self)
+    }
+    fn stalled_canaries(&self, max: Duration) -> Vec<String> {
+        Generation::stalled_canaries(self, max)
+    }
+    fn wedged(&self, max: Duration) -> Vec<String> {
+        Generation::wedged(self, max)
+    }
+    /// Stops what `new` changes of these threads (waiting until `deadline` for those)
+    /// and starts the generation of `new`: a reload, and a change of the discovered drives.
+    fn next(self, new: Config, deadline: Instant) -> Generation {
+        let (shared, store, runs) = (
+            self.ctx.shared.clone(),
+            self.ctx.store.clone(),
+            self.ctx.runs.clone(),
+        );
+        Generation::next(Some(self), new, shared, store, runs, deadline)
+    }
+    fn stop_scheduler(&mut self, deadline: Instant) {
+        Generation::stop_scheduler(self, deadline)
+    }
+    fn stop(self, deadline: Instant) {
+        Generation::stop(self, deadline)
+    }
+}
+
+/// What outlives generations: the runs and self-tests, the children, the saved state.
+struct Estate {
+    runs: Arc<Runs>,
+    store: Arc<Store>,
+}
+
+impl supervisor::Estate for Estate {
+    fn stop_selftests(&self, deadline: Instant) {
+        self.runs.selftests.stop_all(deadline);
+    }
+    fn stop_runs(&self, deadline: Instant) {
+        self.runs.stop_all(deadline);
+    }
+    /// The runs have stopped their programs gracefully; whatever child is left (a
+    /// smartctl on a hung disk, a run that did not stop in time) goes now, with its
+    /// process group, and no new one starts.
+    fn end_children(&self, grace: Duration) {
+        crate::process::terminate_all(grace);
+    }
+    fn save(&self) {
+        if let Err(e) = self.store.save() {
+            tracing::error!(error = %e, "cannot save the state at exit");
+        }
+    }
 }
 
 fn load_config(opts: &Options) -> Result<Config, ConfigError> {
@@ -633,9 +1073,9 @@ fn summary_text(drives: usize, up: usize, running: usize) -> String {
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(opts: Options) -> Result<(), DaemonError> {
     // The config as listed; what the daemon runs is it merged with discovery's last scan.
-    let mut base = load_config(&opts)?;
+    let base = load_config(&opts)?;
     let mut discoverer = discover::Discoverer::new(crate::device::SystemPaths::default());
-    let mut last_scan = discoverer.scan(&base.discovery);
+    let last_scan = discoverer.scan(&base.discovery);
     let (config, watch) = crate::discovery::merge(&base, &last_scan);
     if base.discovery.enabled {
         discover::log_watch(&watch);
@@ -702,12 +1142,12 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     }
 
     discover::publish_scan(&shared, &base.discovery, &last_scan, discoverer.scans());
-    discover::publish_watch(&shared, &base.discovery, &watch);
-    let mut last_watch = watch;
+    discover::publish_watch(&shared, &base.discovery, &watch, &last_scan);
+    let last_watch = watch;
     let runs = Arc::new(Runs::default());
     scheduler::recover(&store, now_unix() as i64);
     scheduler::start_cleanup(&config.state_dir, &store, config.runs);
-    let mut generation = Generation::start(config, shared.clone(), store.clone(), runs.clone());
+    let generation = Generation::start(config, shared.clone(), store.clone(), runs.clone());
     {
         // The run index and last results, from the state, for the exporters.
         let st = store.lock();
@@ -775,14 +1215,32 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
             .unwrap_or(Duration::from_secs(5));
         let mut tick = tokio::time::interval(period.min(Duration::from_secs(5)));
         let mut reload: Option<Reload> = None;
-        let mut conditions = condlog::CondLog::new("daemon");
+        let estate = Estate {
+            runs: runs.clone(),
+            store: store.clone(),
+        };
+        let ctl = disc_ctl.clone();
+        let mut sup = Supervisor::new(
+            base,
+            last_scan,
+            last_watch,
+            generation,
+            estate,
+            supervisor::SdNotify,
+            shared.clone(),
+            Box::new(move |d| match d {
+                Some(d) => ctl.set(d),
+                None => ctl.stop(),
+            }),
+            watchdog.is_some(),
+        );
         loop {
             tokio::select! {
                 _ = tick.tick() => {
                     if http.is_none() {
                         // A move that could not take the old address back left no
                         // listener: bind the configured one again, every tick until it can.
-                        let to = generation.ctx.config.server.listen;
+                        let to = sup.listen();
                         match Http::open(to, &shared, &web, &metrics_path) {
                             Ok(h) => {
                                 announce(h.bound, &web);
@@ -792,41 +1250,19 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                             Err(e) => tracing::debug!(error = %e, "still no listener"),
                         }
                     }
-                    let stale = generation.stale(Duration::from_secs(15));
-                    if stale.is_empty() {
-                        conditions.ends("watchdog");
-                        if watchdog.is_some() {
-                            notify(&[sd_notify::NotifyState::Watchdog]);
-                        }
-                        notify(&[sd_notify::NotifyState::Status(&summary_line(&shared))]);
-                    } else {
-                        // Said once while it lasts (and when it ends), not every tick.
-                        conditions.holds(
-                            "watchdog",
-                            condlog::Level::Error,
-                            format!("threads stopped beating; withholding the watchdog: {stale:?}"),
-                        );
-                    }
+                    sup.tick();
                 }
                 _ = hup.recv() => {
-                    if reload.is_some() {
-                        tracing::warn!("SIGHUP: the last reload is still reading its files; this one is left out");
-                        continue;
+                    if sup.hup() {
+                        // The files are read and checked on a thread of their own: this
+                        // one serves HTTP and takes SIGTERM, whatever the files do.
+                        reload = Some(Reload::start(&opts, RELOAD_TIMEOUT));
                     }
-                    let mut reloading = vec![sd_notify::NotifyState::Reloading];
-                    if let Ok(m) = sd_notify::NotifyState::monotonic_usec_now() {
-                        reloading.push(m);
-                    }
-                    notify(&reloading);
-                    tracing::info!("SIGHUP: reloading the config");
-                    // The files are read and checked on a thread of their own: this one
-                    // serves HTTP and takes SIGTERM, whatever the files do.
-                    reload = Some(Reload::start(&opts, RELOAD_TIMEOUT));
                 }
                 done = Reload::finish(&mut reload) => {
                     reload = None;
                     let (new_web, mut loaded) = match done {
-                        Ok(read) => read,
+                        Ok((web, config)) => (web, config.map_err(ReloadError::from)),
                         Err(e) => (None, Err(e)),
                     };
                     match new_web {
@@ -840,13 +1276,13 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                     // A new listen address is bound before anything changes: if it cannot
                     // be, the whole new config is refused and the old one keeps serving.
                     if let Ok(new) = &loaded {
-                        if http.is_none() || new.server.listen != generation.ctx.config.server.listen {
+                        if http.is_none() || new.server.listen != sup.listen() {
                             let to = new.server.listen;
                             let (now, moved) = match http.take() {
                                 Some(h) => h.move_to(to, &shared, &web, &metrics_path).await,
                                 None => match Http::open(to, &shared, &web, &metrics_path) {
                                     Ok(h) => (Some(h), Ok(())),
-                                    Err(e) => (None, Err(e.to_string())),
+                                    Err(e) => (None, Err(e)),
                                 },
                             };
                             http = now;
@@ -856,76 +1292,27 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
                                     announce(bound, &web);
                                     tracing::info!(%bound, "listening on the new address; the old one is closed");
                                 }
-                                Err(e) => loaded = Err(e),
+                                Err(e) => loaded = Err(ReloadError::Listen(e)),
                             }
                         }
                     }
-                    match loaded {
-                        Ok(new) => {
-                            // The listed config anew, with discovery's last scan; the
-                            // discovery thread rescans at once with the new [discovery].
-                            base = new;
-                            // The last scan under the new filters: a drive the reload
-                            // excludes gets no canary before the rescan.
-                            last_scan = crate::discovery::refilter(&last_scan, &base.discovery);
-                            let (merged, watch) = crate::discovery::merge(&base, &last_scan);
-                            discover::publish_watch(&shared, &base.discovery, &watch);
-                            discover::log_watch_change(&last_watch, &watch);
-                            last_watch = watch;
-                            disc_ctl.set(base.discovery.clone());
-                            generation = swap(generation, merged, &shared, &store, &runs).await;
-                            let mut s = shared.lock();
-                            s.config.last_reload_successful = true;
-                            s.config.last_reload_success_unix = now_unix();
-                            s.config.last_error = None;
-                            drop(s);
-                            tracing::info!("config reloaded");
-                        }
-                        Err(e) => {
-                            tracing::error!(error = %e, "the new config is refused; the old one keeps running");
-                            let mut s = shared.lock();
-                            s.config.last_reload_successful = false;
-                            s.config.last_error = Some(e);
-                        }
-                    }
-                    notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&summary_line(&shared))]);
+                    sup.reloaded(loaded).await?;
                 }
                 Some(scan) = disc_rx.recv() => {
-                    last_scan = scan;
-                    // Scans that came while the last swap waited for its threads (up to
-                    // 5 s, one every 2 s in a hot-plug storm): only the newest counts;
-                    // one swap per scan would fall ever further behind.
+                    let mut scans = vec![scan];
                     while let Ok(newer) = disc_rx.try_recv() {
-                        last_scan = newer;
+                        scans.push(newer);
                     }
-                    let (new, watch) = crate::discovery::merge(&base, &last_scan);
-                    tracing::info!("discovery: the drives changed; starting on the new set");
-                    discover::log_watch_change(&last_watch, &watch);
-                    last_watch = watch.clone();
-                    discover::publish_watch(&shared, &base.discovery, &watch);
-                    generation = swap(generation, new, &shared, &store, &runs).await;
-                    notify(&[sd_notify::NotifyState::Status(&summary_line(&shared))]);
+                    sup.scanned(scans).await?;
                 }
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
         }
-        disc_ctl.stop();
-        notify(&[sd_notify::NotifyState::Stopping, sd_notify::NotifyState::Status("stopping")]);
-        tracing::info!("stopping");
-        let deadline = Instant::now() + Duration::from_millis(4000);
         for h in http.iter().chain(&pinned) {
             let _ = h.shutdown.send(true);
         }
-        runs.stop_all(deadline);
-        // The runs have stopped their programs gracefully; whatever child is left (a
-        // smartctl on a hung disk, a run that did not stop in time) goes now, with its
-        // process group, and no new one starts.
-        crate::process::terminate_all(Duration::from_millis(500));
-        generation.stop(deadline);
-        if let Err(e) = store.save() {
-            tracing::error!(error = %e, "cannot save the state at exit");
-        }
+        sup.stop();
         for h in http.into_iter().chain(pinned) {
             let _ = tokio::time::timeout(Duration::from_millis(500), h.server).await;
         }
@@ -941,8 +1328,22 @@ const RELOAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// What a reload read: the web config (when there is a web config file) and the config.
 type ReloadRead = (
     Option<Result<crate::http::WebConfig, crate::http::WebConfigError>>,
-    Result<Config, String>,
+    Result<Config, ConfigError>,
 );
+
+/// Why a SIGHUP left the old config running (logged, and the status's `last_error`).
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("the reload could not read the config (its thread did not start or ended early); see the log")]
+    Lost,
+    #[error("reading and checking the config files took more than {secs} s (a file that blocks, such as a FIFO or a hung network filesystem?); the old config keeps running")]
+    TimedOut { secs: f64 },
+    /// The new `[server] listen` cannot be bound.
+    #[error("{0}")]
+    Listen(DaemonError),
+}
 
 /// A reload whose files are being read and checked on a thread of its own, so that a
 /// file that blocks (a FIFO swapped in, a hung network filesystem) holds neither HTTP
@@ -959,7 +1360,7 @@ impl Reload {
         Reload::spawn(
             move || {
                 let web = opts.web_config.as_deref().map(crate::http::WebConfig::load);
-                (web, load_config(&opts).map_err(|e| e.to_string()))
+                (web, load_config(&opts))
             },
             limit,
         )
@@ -986,17 +1387,16 @@ impl Reload {
     /// What the reload read, or why it has nothing: it ran past its time limit (its
     /// thread is left to end on its own), or it could not run. Never ends while there is
     /// no reload.
-    async fn finish(reload: &mut Option<Reload>) -> Result<ReloadRead, String> {
+    async fn finish(reload: &mut Option<Reload>) -> Result<ReloadRead, ReloadError> {
         let Some(r) = reload else {
             return std::future::pending().await;
         };
         match tokio::time::timeout_at(r.deadline, &mut r.rx).await {
             Ok(Ok(read)) => Ok(read),
-            Ok(Err(_)) => Err("the reload could not read the config (its thread did not start or ended early); see the log".into()),
-            Err(_) => Err(format!(
-                "reading and checking the config files took more than {} s (a file that blocks, such as a FIFO or a hung network filesystem?); the old config keeps running",
-                r.limit.as_secs_f64()
-            )),
+            Ok(Err(_)) => Err(ReloadError::Lost),
+            Err(_) => Err(ReloadError::TimedOut {
+                secs: r.limit.as_secs_f64(),
+            }),
         }
     }
 }
@@ -1063,7 +1463,7 @@ impl Http {
         shared: &Arc<Shared>,
         web: &crate::http::WebHandle,
         metrics_path: &Arc<str>,
-    ) -> (Option<Http>, Result<(), String>) {
+    ) -> (Option<Http>, Result<(), DaemonError>) {
         match Http::open(to, shared, web, metrics_path) {
             Ok(new) => {
                 self.stop().await;
@@ -1078,15 +1478,15 @@ impl Http {
                 match Http::open(to, shared, web, metrics_path) {
                     Ok(new) => (Some(new), Ok(())),
                     Err(e) => match Http::open(old, shared, web, metrics_path) {
-                        Ok(back) => (Some(back), Err(e.to_string())),
+                        Ok(back) => (Some(back), Err(e)),
                         Err(again) => {
                             tracing::error!(error = %again, "cannot take the old address back: no HTTP until it can be bound again (tried every tick, and at a reload)");
-                            (None, Err(e.to_string()))
+                            (None, Err(e))
                         }
                     },
                 }
             }
-            Err(e) => (Some(self), Err(e.to_string())),
+            Err(e) => (Some(self), Err(e)),
         }
     }
 }
@@ -1103,16 +1503,45 @@ fn announce(bound: SocketAddr, web: &crate::http::WebHandle) {
 }
 
 /// A non-blocking listener on `addr`, and the address it got (the port, for port 0).
+/// `[::]:PORT` (what `:PORT` means) is every interface of both families, as Go exporters
+/// bind it, whatever `net.ipv6.bindv6only` says; on a host without IPv6 it is
+/// `0.0.0.0:PORT`.
 fn bind(addr: SocketAddr) -> Result<(std::net::TcpListener, SocketAddr), DaemonError> {
     let err = |source| DaemonError::Listen {
         addr,
         source,
         from_flag: false,
     };
-    let listener = std::net::TcpListener::bind(addr).map_err(err)?;
+    let listener = match bind_any(addr) {
+        Some(l) => l.map_err(err)?,
+        None => std::net::TcpListener::bind(addr).map_err(err)?,
+    };
     listener.set_nonblocking(true).map_err(err)?;
     let bound = listener.local_addr().map_err(err)?;
     Ok((listener, bound))
+}
+
+/// `[::]:PORT` as one dual-stack socket, or `0.0.0.0:PORT` where the host has no IPv6;
+/// None for any other address.
+fn bind_any(addr: SocketAddr) -> Option<std::io::Result<std::net::TcpListener>> {
+    use socket2::{Domain, Socket, Type};
+    if !matches!(addr, SocketAddr::V6(a) if a.ip().is_unspecified() && a.scope_id() == 0) {
+        return None;
+    }
+    let socket = match Socket::new(Domain::IPV6, Type::STREAM, None) {
+        Ok(s) => s,
+        Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {
+            let v4 = SocketAddr::from(([0, 0, 0, 0], addr.port()));
+            return Some(std::net::TcpListener::bind(v4));
+        }
+        Err(e) => return Some(Err(e)),
+    };
+    let bound = socket
+        .set_only_v6(false)
+        .and_then(|()| socket.set_reuse_address(true))
+        .and_then(|()| socket.bind(&addr.into()))
+        .and_then(|()| socket.listen(1024));
+    Some(bound.map(|()| socket.into()))
 }
 
 /// After a restart: the last run of each suite per drive, from the documents on disk.
@@ -1165,6 +1594,27 @@ mod tests {
     use super::*;
 
     /// Review of issue 17, C1: the systemd status said "1 drive(s), 1 up, 0 run(s) going".
+    /// `:PORT` (`[::]:PORT`) answers on IPv4 and, where the host has it, IPv6 loopback.
+    #[test]
+    fn every_interface_means_both_families() {
+        let (listener, bound) = bind("[::]:0".parse().unwrap()).unwrap();
+        listener.set_nonblocking(false).unwrap();
+        let port = bound.port();
+        // ::1 on `lo` (a container may have IPv6 without it).
+        let v6 = std::fs::read_to_string("/proc/net/if_inet6")
+            .is_ok_and(|s| s.lines().any(|l| l.starts_with(&format!("{:031}1", 0))));
+        let mut targets = vec![SocketAddr::from(([127, 0, 0, 1], port))];
+        if v6 {
+            targets.push(SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)));
+        }
+        for t in targets {
+            let c = std::net::TcpStream::connect_timeout(&t, Duration::from_secs(5));
+            assert!(c.is_ok(), "{t}: {c:?}");
+            let (_s, from) = listener.accept().unwrap();
+            assert_eq!(from.ip().to_canonical(), t.ip(), "{t}");
+        }
+    }
+
     #[test]
     fn the_status_line_counts_in_words() {
         assert_eq!(summary_text(1, 1, 0), "1 drive, 1 up, 0 runs going");
@@ -1210,10 +1660,76 @@ mod tests {
         );
     }
 
+    /// Issue 18: what makes a swap stop and start a drive's threads: a change of what they
+    /// read (its entry, its probes, the health interval, the wear budget when a probe on
+    /// it writes), not another drive's change nor a setting only others read.
+    #[test]
+    fn a_drive_changes_only_with_what_its_threads_read() {
+        let cfg = |b_size: &str, c: bool| {
+            let mut t = format!(
+                "state_dir = \"/dev/shm/none\"\ndiscovery.enabled = false\nhealth_interval = \"1h\"\n\
+                 [[drive]]\nname = \"a\"\nfile_target = {{ path = \"/dev/shm/x/a.dat\", size = \"1MiB\" }}\n\
+                 [[drive]]\nname = \"b\"\nfile_target = {{ path = \"/dev/shm/x/b.dat\", size = \"{b_size}\" }}\n"
+            );
+            if c {
+                t += "[[drive]]\nname = \"c\"\nfile_target = { path = \"/dev/shm/x/c.dat\", size = \"1MiB\" }\n";
+            }
+            t += "[[probe]]\nname = \"rd\"\ndrives = [\"*\"]\nworkload = { rate_iops = 10 }\n";
+            Config::parse(&t, "t.toml").unwrap()
+        };
+        let fp = |c: &Config, n: &str| {
+            fingerprint(&slice(c, c.drives.iter().find(|d| d.name == n).unwrap()))
+        };
+        let base = cfg("1MiB", false);
+        // b grows and c comes (the probe on "*" now lists c too): a is the same.
+        let next = cfg("2MiB", true);
+        assert_eq!(fp(&base, "a"), fp(&next, "a"));
+        assert_ne!(fp(&base, "b"), fp(&next, "b"));
+        // A probe's drive list is not the drive's (a class canary gains every new disk).
+        let mut more = base.clone();
+        more.probes[0].drives.push("elsewhere".into());
+        assert_eq!(fp(&base, "a"), fp(&more, "a"));
+        // Its rate is.
+        let mut faster = base.clone();
+        faster.probes[0].job = config::canary_job(20.0, faster.probes[0].window);
+        assert_ne!(fp(&base, "a"), fp(&faster, "a"));
+        // The health interval is every drive's.
+        let mut slower = base.clone();
+        slower.health_interval = Duration::from_secs(60);
+        assert_ne!(fp(&base, "a"), fp(&slower, "a"));
+        // What only the HTTP server, the scheduler or discovery read is no drive's.
+        let mut other = base.clone();
+        other.server.listen = "127.0.0.1:1".parse().unwrap();
+        other.runs.keep_documents += 1;
+        other.discovery.rescan_interval += Duration::from_secs(1);
+        other.state_dir = "/dev/shm/elsewhere".into();
+        assert_eq!(fp(&base, "a"), fp(&other, "a"));
+        // The wear budget holds writing probes only.
+        let mut budget = base.clone();
+        budget.wear_budget.unrated_bytes_per_day += 1;
+        assert_eq!(fp(&base, "a"), fp(&budget, "a"));
+        let (mut w, mut wb) = (base.clone(), budget.clone());
+        w.probes[0].writes = true;
+        wb.probes[0].writes = true;
+        assert_ne!(fp(&w, "a"), fp(&wb, "a"));
+        // The slice holds the drive alone, with its probes.
+        let s = slice(&next, &next.drives[0]);
+        assert_eq!(s.drives.len(), 1);
+        assert_eq!(s.probes[0].drives, ["a"]);
+    }
+
     /// A reload whose reading never ends is given up at its limit, and the runtime's
     /// thread (HTTP, signals) goes on meanwhile.
     #[test]
     fn a_reload_that_hangs_is_given_up_and_holds_nothing_else() {
+        fn refused(message: &str) -> ConfigError {
+            ConfigError::Invalid {
+                file: "t.toml".into(),
+                line: 1,
+                column: 1,
+                message: message.into(),
+            }
+        }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -1224,7 +1740,7 @@ mod tests {
                 move || {
                     // Blocks until the test ends (a FIFO's open, a hung mount).
                     let _ = hold_rx.recv();
-                    (None, Err("never".into()))
+                    (None, Err(refused("never")))
                 },
                 Duration::from_millis(300),
             ));
@@ -1238,7 +1754,7 @@ mod tests {
                     }
                 }
             });
-            let e = Reload::finish(&mut reload).await.err().unwrap();
+            let e = Reload::finish(&mut reload).await.err().unwrap().to_string();
             assert!(e.contains("took more than 0.3 s"), "{e}");
             // The other task ran while the reload was pending.
             assert!(ticks.is_finished(), "the runtime was held by the reload");
@@ -1252,12 +1768,15 @@ mod tests {
         // A reload that reads at once hands over what it read.
         rt.block_on(async {
             let mut reload = Some(Reload::spawn(
-                || (None, Err("refused".into())),
+                || (None, Err(refused("refused"))),
                 Duration::from_secs(5),
             ));
             let (web, config) = Reload::finish(&mut reload).await.unwrap();
             assert!(web.is_none());
-            assert_eq!(config.err().as_deref(), Some("refused"));
+            assert_eq!(
+                config.err().map(|e| e.to_string()).as_deref(),
+                Some("t.toml:1:1: refused")
+            );
         });
     }
 }

@@ -48,7 +48,7 @@ use crate::schedule::{self as plan_mod, Decision, RunRecord, RunStatus};
 use crate::status::{RunLatency, RunPoint, RunSummary};
 use crate::target::Target;
 
-use super::{now_unix, Beat, Ctx, DriveCtl};
+use super::{now_unix, Beat, Ctx, DriveCtl, OpenError};
 
 /// Seconds between two identity checks of every drive (a drive that vanishes is down
 /// within this; a run re-checks its drive just before it starts).
@@ -76,6 +76,8 @@ pub struct RunHandle {
 #[derive(Debug, Default)]
 pub struct Runs {
     active: Mutex<BTreeMap<String, Arc<RunHandle>>>,
+    /// The drives' own self-tests going on (`[[selftest]]`), which hold their drives too.
+    pub selftests: super::selftest::SelfTests,
     pending: Mutex<Vec<Pending>>,
 }
 
@@ -151,6 +153,11 @@ pub struct Plan {
     pub fio_job: Option<(PathBuf, Duration)>,
     /// The schedule's own wear allowance, if it has one.
     pub wear_budget: ScheduleBudget,
+    /// A `[[selftest]]`: the drive's own test of this kind instead of a suite (it writes
+    /// nothing; `suite` is `selftest:KIND`, for the log).
+    pub selftest: Option<crate::config::SelfTestKind>,
+    /// The schedule's `hist_digits`: the digits its documents' histograms keep.
+    pub hist_digits: Option<u8>,
 }
 
 impl Plan {
@@ -197,6 +204,34 @@ pub fn plans(ctx: &Ctx) -> Vec<Plan> {
                 scale: s.scale,
                 fio_job: s.fio_job.clone().map(|f| (f, s.max_duration)),
                 wear_budget: s.wear_budget,
+                selftest: None,
+                hist_digits: s.hist_digits,
+            });
+        }
+    }
+    for t in &ctx.config.selftests {
+        let Ok(cron) = plan_mod::Cron::parse(&t.cron) else {
+            continue; // validated at load; cannot happen
+        };
+        let window = t.window.as_ref().map(super::window_of);
+        for d in &t.drives {
+            let key = format!("{}/{}", t.name, d);
+            out.push(Plan {
+                schedule: plan_mod::Schedule {
+                    name: key.clone(),
+                    drive: d.clone(),
+                    cron: cron.clone(),
+                    window,
+                    max_duration: t.max_duration.as_secs() as i64,
+                },
+                key,
+                config_name: t.name.clone(),
+                suite: format!("selftest:{}", t.kind.name()),
+                scale: suite::Scale::named("quick").expect("the default scale exists"),
+                fio_job: None,
+                wear_budget: ScheduleBudget::Unlimited,
+                selftest: Some(t.kind),
+                hist_digits: None,
             });
         }
     }
@@ -266,8 +301,26 @@ pub fn tick(ctx: &Arc<Ctx>, plans: &[Plan], now: i64, log: &mut CondLog) {
     // Identities every few seconds (sysfs and the mount table are read for each drive);
     // the wear figures every tick.
     ctx.refresh_drives(now % RESOLVE_EVERY == 0);
+    ctx.sample_load();
 
-    let busy: BTreeSet<String> = ctx.runs.all().iter().map(|r| r.drive.clone()).collect();
+    // Held: by a run, by a self-test the daemon follows, or by a self-test the drive's
+    // latest health reading shows running (one started by hand): a suite never starts
+    // on a drive testing itself, and a self-test never on a drive busy with a run (and
+    // neither starts before the drive's first health reading: `unread`).
+    let mut busy: BTreeSet<String> = ctx.runs.all().iter().map(|r| r.drive.clone()).collect();
+    busy.extend(ctx.runs.selftests.all().iter().map(|h| h.drive.clone()));
+    busy.extend(
+        ctx.shared
+            .lock()
+            .drives
+            .iter()
+            .filter(|(_, d)| {
+                d.health
+                    .as_ref()
+                    .is_some_and(|h| h.report.self_test_running.is_some())
+            })
+            .map(|(n, _)| n.clone()),
+    );
     let schedules: Vec<plan_mod::Schedule> = plans.iter().map(|p| p.schedule.clone()).collect();
     let books: Vec<plan_mod::Bookkeeping> = ctx.store.update(|st| {
         plans
@@ -282,6 +335,35 @@ pub fn tick(ctx: &Arc<Ctx>, plans: &[Plan], now: i64, log: &mut CondLog) {
         match d {
             Decision::Wait { until } => {
                 next_due.insert(p.key.clone(), until);
+            }
+            Decision::Start { due, .. } if p.selftest.is_some() => {
+                if !try_start_selftest(ctx, p, due, now, log) {
+                    next_due.insert(p.key.clone(), due);
+                }
+            }
+            Decision::Running { .. } if p.selftest.is_some() => {
+                if ctx
+                    .runs
+                    .selftests
+                    .on_drive(&p.schedule.drive)
+                    .is_none_or(|h| h.key != p.key)
+                {
+                    // Its thread ended without finishing the books: close them.
+                    ctx.store
+                        .update(|st| st.schedule_mut(&p.key, now).finish(now));
+                }
+            }
+            Decision::TimedOut { .. } if p.selftest.is_some() => {
+                match ctx.runs.selftests.on_drive(&p.schedule.drive) {
+                    Some(h) if h.key == p.key => {
+                        if h.time_out() {
+                            tracing::warn!(selftest = %p.key, "self-test passed its maximum duration; aborting it");
+                        }
+                    }
+                    _ => ctx
+                        .store
+                        .update(|st| st.schedule_mut(&p.key, now).finish(now)),
+                }
             }
             Decision::Start { due, deadline } => {
                 if let Some(id) = try_start(ctx, p, due, deadline, now, log) {
@@ -423,6 +505,75 @@ fn skip(ctx: &Ctx, p: &Plan, due: i64, now: i64, bound: WriteBound, message: Str
     });
 }
 
+/// True (and logged once) while the drive, up, has no health reading yet (the daemon just
+/// started; its health thread reads at once): a self-test started by hand that runs now
+/// is only known from that reading, so nothing starts before it.
+fn unread(ctx: &Ctx, p: &Plan, log: &mut CondLog) -> bool {
+    let key = format!("unread {}", p.key);
+    let unread = ctx
+        .shared
+        .lock()
+        .drives
+        .get(&p.schedule.drive)
+        .is_some_and(|d| d.health_state == crate::status::HealthState::NotReadYet);
+    if unread {
+        log.holds(
+            &key,
+            Level::Info,
+            format!(
+                "{}: due, waiting for the drive's first health reading (a self-test may be running)",
+                p.key
+            ),
+        );
+    } else {
+        log.ends(&key);
+    }
+    unread
+}
+
+/// Starts a due self-test, after persisting its start (so a kill -9 never repeats one).
+/// False when it cannot start now (the drive is down, the state cannot be saved); it
+/// stays due.
+fn try_start_selftest(ctx: &Arc<Ctx>, p: &Plan, due: i64, now: i64, log: &mut CondLog) -> bool {
+    let Some(kind) = p.selftest else {
+        return false;
+    };
+    let Some(drive) = startable_drive(ctx, p, &format!("selftest {}: due", p.key), log) else {
+        return false;
+    };
+    let before = ctx.store.update(|st| {
+        let before = *st.schedule_mut(&p.key, now);
+        st.schedule_mut(&p.key, now).start(due, now);
+        before
+    });
+    if let Err(e) = ctx.store.save() {
+        tracing::debug!(selftest = %p.key, error = %e, "cannot save the state; the self-test does not start");
+        ctx.store
+            .update(|st| *st.schedule_mut(&p.key, now) = before);
+        return false;
+    }
+    super::selftest::spawn(ctx, drive, &p.key, &p.config_name, kind, now)
+}
+
+/// The plan's drive when something due may start on it: known, up (re-resolved now; a
+/// drive down is logged once, after `what` ("schedule KEY: run due"), and waited for)
+/// and read at least once.
+fn startable_drive(ctx: &Ctx, p: &Plan, what: &str, log: &mut CondLog) -> Option<Arc<DriveCtl>> {
+    let drive = ctx.drives.get(&p.schedule.drive)?.clone();
+    drive.refresh_identity();
+    let waiting = format!("down {}", p.key);
+    if let Err(why) = drive.resolved() {
+        log.holds(
+            &waiting,
+            Level::Info,
+            format!("{what}, but the drive is down ({why}); waiting"),
+        );
+        return None;
+    }
+    log.ends(&waiting);
+    (!unread(ctx, p, log)).then_some(drive)
+}
+
 /// Starts a due run, after persisting its start. None when it cannot start now (the
 /// drive is down or over budget, or the state cannot be saved); it stays due.
 fn try_start(
@@ -433,21 +584,7 @@ fn try_start(
     now: i64,
     log: &mut CondLog,
 ) -> Option<String> {
-    let drive = ctx.drives.get(&p.schedule.drive)?.clone();
-    drive.refresh_identity();
-    let waiting = format!("down {}", p.key);
-    if let Err(why) = drive.resolved() {
-        log.holds(
-            &waiting,
-            Level::Info,
-            format!(
-                "schedule {}: run due, but the drive is down ({why}); waiting",
-                p.key
-            ),
-        );
-        return None;
-    }
-    log.ends(&waiting);
+    let drive = startable_drive(ctx, p, &format!("schedule {}: run due", p.key), log)?;
     let (bound, allowance) = bound_and_allowance(ctx, &drive, p);
     let used = ctx.store.lock().run_written_in_window(
         &p.schedule.drive,
@@ -499,9 +636,10 @@ fn try_start(
     });
     ctx.runs.lock().insert(handle.drive.clone(), handle.clone());
     let (c, h, scale, fio_job) = (ctx.clone(), handle.clone(), p.scale, p.fio_job.clone());
+    let hist_digits = p.hist_digits;
     let spawned = std::thread::Builder::new()
         .name(format!("dp-run-{}", p.schedule.drive))
-        .spawn(move || run_thread(c, drive, h, scale, fio_job));
+        .spawn(move || run_thread(c, drive, h, scale, fio_job, hist_digits));
     match spawned {
         Ok(j) => {
             *handle.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(j);
@@ -541,22 +679,23 @@ fn run_thread(
     h: Arc<RunHandle>,
     scale: suite::Scale,
     fio_job: Option<(PathBuf, Duration)>,
+    hist_digits: Option<u8>,
 ) {
     // The canaries see the drive held and stop within an interval; wait for them.
     let t0 = Instant::now();
     while drive.active.load(Ordering::SeqCst) > 0 && t0.elapsed() < Duration::from_secs(15) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let outcome = (|| -> Result<(SuiteResult, Option<StopReason>), String> {
+    let outcome = (|| -> Result<(SuiteResult, Option<StopReason>), RunStartError> {
         if drive.active.load(Ordering::SeqCst) > 0 {
-            return Err("the drive's canaries did not stop within 15 s".into());
+            return Err(RunStartError::CanariesBusy);
         }
         let suite = match &fio_job {
             // The job file is read and checked again by the step itself (it may have
             // changed since the config was loaded); fio's own time limit is the
             // schedule's max_duration, which the scheduler enforces first (timed_out).
             Some((file, limit)) => suite::fio_job_suite(file, *limit),
-            None => suite::find(&h.suite).map_err(|e| e.to_string())?,
+            None => suite::find(&h.suite)?,
         };
         // Every run goes through the write gate, a fio job file's too (see
         // `config::validate`: we cannot prove a job file only reads).
@@ -573,6 +712,7 @@ fn run_thread(
             rated: Some(drive.cfg.rated.clone()),
             seed: None,
             stop: h.stop.clone(),
+            hist_digits,
         };
         let (mut result, err) =
             suite::run_suite(&suite, &target, &opts, &h.control, &mut suite::Quiet);
@@ -590,7 +730,9 @@ fn run_thread(
         Err(e) => (
             RunStatus::Failed,
             None,
-            Some(StopReason::Error { message: e }),
+            Some(StopReason::Error {
+                message: e.to_string(),
+            }),
         ),
         Ok((result, why)) => (status_of(why.as_ref(), result.complete), Some(result), why),
     };
@@ -608,25 +750,34 @@ pub fn status_of(why: Option<&StopReason>, complete: bool) -> RunStatus {
     }
 }
 
+/// Why a scheduled run could not start its suite (the run is `failed` with this line).
+#[derive(Debug, thiserror::Error)]
+enum RunStartError {
+    #[error("the drive's canaries did not stop within 15 s")]
+    CanariesBusy,
+    #[error(transparent)]
+    Suite(#[from] suite::SuiteError),
+    #[error(transparent)]
+    Open(#[from] OpenError),
+}
+
 /// Opens the drive's run target through the write gate (suites write).
-fn open_for_run(drive: &DriveCtl) -> Result<Target, String> {
+fn open_for_run(drive: &DriveCtl) -> Result<Target, OpenError> {
     let r = drive.resolved()?;
     let permit = match &drive.cfg.file_target {
         Some(ft) => {
             super::ensure_file_target(ft)?;
-            safety::authorize_file_writes(&ft.path, false).map_err(|e| e.to_string())?
+            safety::authorize_file_writes(&ft.path, false)?
         }
         None => {
-            let info = crate::device::inspect(&r.target).map_err(|e| e.to_string())?;
-            safety::authorize_block_writes(&info, &super::canary::write_request(drive))
-                .map_err(|e| e.to_string())?
+            let info = crate::device::inspect(&r.target)?;
+            safety::authorize_block_writes(&info, &super::canary::write_request(drive))?
         }
     };
-    match &drive.cfg.file_target {
+    Ok(match &drive.cfg.file_target {
         Some(ft) => Target::open_own_file(&r.target, true, Some(&permit), ft.size),
         None => Target::open(&r.target, true, Some(&permit)),
-    }
-    .map_err(|e| e.to_string())
+    }?)
 }
 
 /// Records the end of a run: result document, index, bookkeeping, gauges; frees the drive.
@@ -941,7 +1092,7 @@ pub fn write_result(dir: &Path, id: &str, r: &SuiteResult) -> std::io::Result<Pa
     std::fs::create_dir_all(dir)?;
     let path = dir.join(format!("{id}.json"));
     let tmp = dir.join(format!(".{id}.json.tmp"));
-    let json = serde_json::to_vec_pretty(r).map_err(std::io::Error::other)?;
+    let json = serde_json::to_vec(r).map_err(std::io::Error::other)?;
     let written = (|| {
         use std::io::Write;
         let mut f = std::fs::File::create(&tmp)?;
@@ -1058,7 +1209,29 @@ pub fn summarize(
                     });
                 }
             }
+            // The highest rate at which every QoS limit held, as the row's point.
+            Phase::Qos { workload, qos } => {
+                let best = qos
+                    .probes
+                    .iter()
+                    .filter(|p| p.pass)
+                    .max_by(|a, b| a.target_iops.total_cmp(&b.target_iops));
+                if let Some(b) = best {
+                    points.push(point(
+                        workload,
+                        "@qos",
+                        workload.workers,
+                        workload.depth,
+                        &b.round,
+                    ));
+                }
+            }
             Phase::Purge { .. } | Phase::Precondition { .. } | Phase::Fill { .. } => {}
+            Phase::Pts(t) => {
+                for (w, round) in crate::protocol::pts::status_points(t) {
+                    points.push(point(w, "", w.workers, w.depth, round));
+                }
+            }
         }
     }
     let mut app_seen = BTreeMap::new();

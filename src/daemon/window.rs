@@ -92,6 +92,8 @@ impl OpWindow {
                 self.in_window += count;
             }
         }
+        // Kept for the window's length: no spare capacity from the pushes.
+        pairs.shrink_to_fit();
         self.slices.push_back(Slice {
             end,
             pairs,

@@ -32,7 +32,9 @@ use crate::device::{self, DeviceIdentity, SystemPaths};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Class {
-    /// Rotational (sysfs `queue/rotational` = 1): about 100-200 random IOPS in all.
+    /// Rotational: the drive's own rotation rate (SCSI VPD page B1h, which the kernel
+    /// also builds from ATA IDENTIFY word 217, as smartctl's `rotation_rate`) when it
+    /// reports one, else sysfs `queue/rotational` = 1. About 100-200 random IOPS in all.
     Hdd,
     /// A SATA, SAS or SCSI drive that does not rotate.
     Ssd,
@@ -211,9 +213,7 @@ const NOT_DRIVES: &[(&str, &str)] = &[
 /// Why a kernel name is not a drive, by name alone.
 fn not_a_drive(name: &str, include_loop: bool) -> Option<String> {
     if name.starts_with("loop") && name[4..].chars().all(|c| c.is_ascii_digit()) {
-        return (!include_loop).then(|| {
-            "a loop device (set include_loop = true in [discovery] to watch loop devices)".into()
-        });
+        return (!include_loop).then(|| LOOP_SKIPPED.into());
     }
     NOT_DRIVES
         .iter()
@@ -254,14 +254,42 @@ pub fn transport_of(name: &str, sysfs_path: &str) -> Transport {
     }
 }
 
-/// The class: NVMe; virtual for virtio, Xen, loop and unknown; else hdd when the queue
-/// says it rotates, ssd when not.
-pub fn class_of(transport: Transport, rotational: bool) -> Class {
+/// What a drive says of its medium: the MEDIUM ROTATION RATE of its Block Device
+/// Characteristics VPD page (B1h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rotation {
+    /// 0001h: a solid-state medium.
+    NonRotating,
+    /// The nominal rate in rpm.
+    Rpm(u16),
+}
+
+/// The rotation rate in a VPD page B1h as the kernel gives it (`device/vpd_pgb1`): None
+/// for another page, a short one, "not reported" (0) or a reserved value.
+pub fn rotation_of_vpd_b1(page: &[u8]) -> Option<Rotation> {
+    if page.len() < 6 || page[1] != 0xB1 {
+        return None;
+    }
+    match u16::from_be_bytes([page[4], page[5]]) {
+        1 => Some(Rotation::NonRotating),
+        rpm @ 0x0401..=0xFFFE => Some(Rotation::Rpm(rpm)),
+        _ => None,
+    }
+}
+
+/// The class: NVMe; virtual for virtio, Xen, loop and unknown; else hdd or ssd by the
+/// drive's own rotation rate when it reports one (a udev rule or a bridge can set the
+/// queue's flag either way), by the queue's `rotational` flag when it does not.
+pub fn class_of(transport: Transport, rotational: bool, rotation: Option<Rotation>) -> Class {
     match transport {
         Transport::Nvme => Class::Nvme,
         Transport::Virtio | Transport::Xen | Transport::Loop | Transport::Unknown => Class::Virtual,
-        _ if rotational => Class::Hdd,
-        _ => Class::Ssd,
+        _ => match rotation {
+            Some(Rotation::Rpm(_)) => Class::Hdd,
+            Some(Rotation::NonRotating) => Class::Ssd,
+            None if rotational => Class::Hdd,
+            None => Class::Ssd,
+        },
     }
 }
 
@@ -400,12 +428,15 @@ pub fn scan(paths: &SystemPaths, d: &Discovery) -> Scan {
             .unwrap_or_default();
         let transport = transport_of(&name, &real);
         let rotational = read_trim(&dir.join("queue/rotational")).as_deref() == Some("1");
+        let rotation = fs::read(dir.join("device/vpd_pgb1"))
+            .ok()
+            .and_then(|p| rotation_of_vpd_b1(&p));
         let found = Found {
             kernel_name: name.clone(),
             path: PathBuf::from("/dev").join(&name),
             identity: info.identity.clone(),
             size_bytes: info.size_bytes,
-            class: class_of(transport, rotational),
+            class: class_of(transport, rotational, rotation),
             transport,
             source: Source::Sysfs,
             smartctl_type: None,
@@ -491,13 +522,19 @@ pub fn raid_drives(
     Ok(out)
 }
 
+/// Why a loop device is skipped (unless `include_loop`).
+const LOOP_SKIPPED: &str =
+    "a loop device (set include_loop = true in [discovery] to watch loop devices)";
+/// Why a drive behind a RAID controller is skipped with `raid = false`.
+const RAID_OFF: &str = "behind a RAID controller, and raid = false in [discovery]";
+
 /// A skip reason that comes from `[discovery]` (filters, `include_loop`, `raid`,
 /// `max_drives`), not from what the device is.
 pub fn left_out_by_config(reason: &str) -> bool {
     reason.contains("[discovery.include]")
         || reason.contains("[discovery.exclude]")
-        || reason.contains("include_loop = true")
-        || reason.contains("raid = false")
+        || reason == LOOP_SKIPPED
+        || reason == RAID_OFF
         || reason.starts_with("over max_drives")
 }
 
@@ -509,12 +546,9 @@ pub fn refilter(s: &Scan, d: &Discovery) -> Scan {
     let mut out = s.clone();
     for f in std::mem::take(&mut out.found) {
         let why = if f.transport == Transport::Loop && !d.include_loop {
-            Some(
-                "a loop device (set include_loop = true in [discovery] to watch loop devices)"
-                    .to_string(),
-            )
+            Some(LOOP_SKIPPED.to_string())
         } else if f.source == Source::Smartctl && !d.raid {
-            Some("behind a RAID controller, and raid = false in [discovery]".to_string())
+            Some(RAID_OFF.to_string())
         } else {
             filtered_out(&f, &d.include, &d.exclude)
         };
@@ -532,8 +566,24 @@ pub fn refilter(s: &Scan, d: &Discovery) -> Scan {
 
 /// Keeps the first `max` drives (in the scan's order) and skips the rest with a reason.
 pub fn limit(scan: &mut Scan, max: usize) {
-    if scan.found.len() > max {
-        for f in scan.found.split_off(max) {
+    limit_keeping(scan, max, |_| false);
+}
+
+/// [`limit`], the drives already `watched` first: a disk plugged in that sorts before
+/// them does not push one of them out (its series and labels would move to another
+/// disk); it is the one over `max_drives`. The drives kept stay in the scan's order.
+pub fn limit_keeping(scan: &mut Scan, max: usize, watched: impl Fn(&Found) -> bool) {
+    if scan.found.len() <= max {
+        return;
+    }
+    let mut order: Vec<usize> = (0..scan.found.len()).collect();
+    // Stable: watched first, each part in the scan's order.
+    order.sort_by_key(|&i| !watched(&scan.found[i]));
+    let keep: std::collections::BTreeSet<usize> = order[..max].iter().copied().collect();
+    for (i, f) in std::mem::take(&mut scan.found).into_iter().enumerate() {
+        if keep.contains(&i) {
+            scan.found.push(f);
+        } else {
             scan.skipped.push(Skipped {
                 name: f.kernel_name,
                 reason: format!("over max_drives ({max}) in [discovery]"),
@@ -576,36 +626,62 @@ pub fn raid_controllers(paths: &SystemPaths) -> Vec<String> {
     v
 }
 
+/// Why the drives behind RAID controllers were not looked for. Cloned with the daemon's
+/// kept `smartctl --scan-open` answer into each scan, so the smartctl error is shared.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RaidScanError {
+    /// `smartctl --scan-open` did not run, or failed.
+    #[error(transparent)]
+    ScanOpen(std::sync::Arc<crate::health::smartctl::SmartctlError>),
+    /// Its answer could not be read.
+    #[error(transparent)]
+    Answer(std::sync::Arc<crate::health::smartctl::SmartctlError>),
+}
+
 /// The drives behind the host's RAID controllers: none without a controller, else
 /// `smartctl --scan-open` read by [`raid_drives`]. `Err` says why they were not looked for.
-pub fn raid_host(paths: &SystemPaths, d: &Discovery) -> Result<Scan, String> {
+pub fn raid_host(paths: &SystemPaths, d: &Discovery) -> Result<Scan, RaidScanError> {
     raid_of(&raid_scan_open(paths), d)
 }
 
 /// What `smartctl --scan-open` says on this host: `None` without a RAID controller (it is
 /// not run), its JSON text otherwise. Kept by the daemon and read again with each config's
 /// filters ([`raid_of`]), so a reload does not open every device again.
-pub fn raid_scan_open(paths: &SystemPaths) -> Result<Option<String>, String> {
+pub fn raid_scan_open(paths: &SystemPaths) -> Result<Option<String>, RaidScanError> {
     if raid_controllers(paths).is_empty() {
         return Ok(None);
     }
     crate::health::smartctl::scan_open(std::time::Duration::from_secs(30))
         .map(Some)
-        .map_err(|e| e.to_string())
+        .map_err(|e| RaidScanError::ScanOpen(e.into()))
 }
 
 /// The RAID drives of a kept `smartctl --scan-open` answer, under `d`'s filters.
-pub fn raid_of(scan_open: &Result<Option<String>, String>, d: &Discovery) -> Result<Scan, String> {
+pub fn raid_of(
+    scan_open: &Result<Option<String>, RaidScanError>,
+    d: &Discovery,
+) -> Result<Scan, RaidScanError> {
     match scan_open {
         Ok(None) => Ok(Scan::default()),
-        Ok(Some(text)) => raid_drives(text, d).map_err(|e| e.to_string()),
+        Ok(Some(text)) => raid_drives(text, d).map_err(|e| RaidScanError::Answer(e.into())),
         Err(e) => Err(e.clone()),
     }
 }
 
 /// A scan of sysfs completed: the RAID drives (when looked for), the health-only rule,
 /// then `max_drives`.
-pub fn complete(s: &mut Scan, raid: Option<&Result<Scan, String>>, d: &Discovery) {
+pub fn complete(s: &mut Scan, raid: Option<&Result<Scan, RaidScanError>>, d: &Discovery) {
+    complete_keeping(s, raid, d, |_| false);
+}
+
+/// [`complete`], keeping the drives already `watched` first under `max_drives` (see
+/// [`limit_keeping`]).
+pub fn complete_keeping(
+    s: &mut Scan,
+    raid: Option<&Result<Scan, RaidScanError>>,
+    d: &Discovery,
+    watched: impl Fn(&Found) -> bool,
+) {
     match raid {
         Some(Ok(r)) => {
             s.found.extend(r.found.iter().cloned());
@@ -633,7 +709,7 @@ pub fn complete(s: &mut Scan, raid: Option<&Result<Scan, String>>, d: &Discovery
             name: f.kernel_name,
         }));
     }
-    limit(s, d.max_drives);
+    limit_keeping(s, d.max_drives, watched);
 }
 
 /// A whole scan of the host: sysfs, then (when `raid`) the drives behind RAID

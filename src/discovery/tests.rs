@@ -342,6 +342,63 @@ fn max_drives_keeps_the_first_in_order() {
     assert!(skipped(&s, "xvda").contains("max_drives (3)"));
 }
 
+/// Issue 18: `max_drives` counted in kernel-name order, so a disk plugged in under a
+/// lower name pushed the last watched drive out (its series and labels moved). The
+/// drives already watched keep their places; the new disk is the one over the limit.
+#[test]
+fn max_drives_keeps_the_drives_already_watched() {
+    let f = host();
+    let mut d = Discovery {
+        max_drives: 2,
+        raid: false,
+        ..Discovery::default()
+    };
+    // mmcblk0, first in kernel-name order, is not there yet (left out).
+    d.exclude.name = re("^mmcblk0$");
+    let mut disc = crate::daemon::discover::Discoverer::new(f.paths.clone());
+    let names = |s: &Scan| {
+        s.found
+            .iter()
+            .map(|f| f.kernel_name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&disc.scan(&d)), ["nvme0n1", "sda"]);
+    // It comes: the two watched stay.
+    d.exclude.name = None;
+    let next = disc.scan(&d);
+    assert_eq!(names(&next), ["nvme0n1", "sda"]);
+    assert!(skipped(&next, "mmcblk0").contains("max_drives (2)"));
+    // A fresh start (nothing watched yet) counts in kernel-name order, as before.
+    let mut fresh = crate::daemon::discover::Discoverer::new(f.paths.clone());
+    assert_eq!(names(&fresh.scan(&d)), ["mmcblk0", "nvme0n1"]);
+}
+
+/// Issue 18: a gone drive's reason said "dropped in N s", computed at the scan and
+/// carried unchanged until the next swap: the countdown stood still on every surface.
+/// It says when instead, the same at every scan.
+#[test]
+fn a_gone_drive_says_when_it_is_dropped_not_a_frozen_countdown() {
+    let f = host();
+    let d = Discovery {
+        raid: false,
+        ..Discovery::default()
+    };
+    let mut disc = crate::daemon::discover::Discoverer::new(f.paths.clone());
+    disc.scan(&d);
+    fs::remove_file(f.paths.sys.join("class/block/sdb")).unwrap();
+    let first = disc.scan(&d);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let later = disc.scan(&d);
+    assert_eq!(first.gone.len(), 1, "{first:#?}");
+    let why = &first.gone[0].1;
+    assert!(
+        why.contains("is gone; its series are dropped at 20"),
+        "{why}"
+    );
+    assert!(why.ends_with(" UTC"), "{why}");
+    assert_eq!(first.gone, later.gone, "the same a second later");
+}
+
 #[test]
 fn natural_order() {
     let mut v = vec!["sdaa", "nvme10n1", "sdb", "nvme2n1", "sda"];
@@ -530,8 +587,8 @@ fn smartctl_scan_open_runs_only_with_a_raid_controller() {
     assert!(raid_controllers(&f.paths).is_empty());
     // No controller: nothing looked for (smartctl is not run), nothing skipped.
     assert_eq!(
-        raid_host(&f.paths, &Discovery::default()),
-        Ok(Scan::default())
+        raid_host(&f.paths, &Discovery::default()).unwrap(),
+        Scan::default()
     );
     host_dir("host2", "megaraid_sas");
     host_dir("host3", "hpsa");
@@ -541,10 +598,25 @@ fn smartctl_scan_open_runs_only_with_a_raid_controller() {
     let mut s = scan(&f.paths, &Discovery::default());
     complete(
         &mut s,
-        Some(&Err("smartctl is not installed".into())),
+        Some(&Err(RaidScanError::ScanOpen(
+            crate::health::smartctl::SmartctlError::NotInstalled.into(),
+        ))),
         &Discovery::default(),
     );
     assert!(skipped(&s, "smartctl --scan-open").contains("not installed"));
+
+    // An answer that cannot be read: smartctl's parse error, kept whole.
+    let e = raid_of(&Ok(Some("not json".into())), &Discovery::default()).unwrap_err();
+    assert!(
+        matches!(&e, RaidScanError::Answer(s)
+            if matches!(**s, crate::health::smartctl::SmartctlError::NotJson { .. })),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string()
+            .starts_with("smartctl output is not valid JSON"),
+        "{e}"
+    );
 }
 
 /// A listed drive whose identity is a serial is not the serial-less disk that now sits
@@ -679,4 +751,68 @@ fn a_drive_excluded_by_a_reload_is_not_gone() {
             .collect::<Vec<_>>(),
         ["sdb"]
     );
+}
+
+/// A VPD page B1h as the kernel shows it: header, then the medium rotation rate.
+fn vpd_b1(rate: u16) -> Vec<u8> {
+    let mut p = vec![0u8; 64];
+    p[1] = 0xB1;
+    p[3] = 60;
+    p[4..6].copy_from_slice(&rate.to_be_bytes());
+    p
+}
+
+#[test]
+fn the_vpd_rotation_rate_reads_as_smartctl_reads_it() {
+    assert_eq!(rotation_of_vpd_b1(&vpd_b1(7200)), Some(Rotation::Rpm(7200)));
+    assert_eq!(rotation_of_vpd_b1(&vpd_b1(1)), Some(Rotation::NonRotating));
+    // 0: not reported; 2-400h and FFFFh: reserved.
+    for r in [0, 2, 0x0400, 0xFFFF] {
+        assert_eq!(rotation_of_vpd_b1(&vpd_b1(r)), None, "{r:#x}");
+    }
+    let mut other = vpd_b1(7200);
+    other[1] = 0xB0;
+    assert_eq!(rotation_of_vpd_b1(&other), None, "another page");
+    assert_eq!(rotation_of_vpd_b1(&vpd_b1(7200)[..5]), None, "short");
+    assert_eq!(rotation_of_vpd_b1(&[]), None);
+}
+
+/// The drive's own rotation rate wins over the queue's flag, which a udev rule, a USB
+/// bridge or a RAID volume can set either way; without one the flag decides.
+#[test]
+fn a_drive_s_rotation_rate_decides_its_class() {
+    let f = FakeSys::new();
+    f.add(Dev::new("sda", ATA).serial("SPINS"), 0)
+        .add(Dev::new("sdb", ATA2).serial("FLASH").rotational(), 16)
+        .add(Dev::new("sdc", SAS).serial("UNSAID").rotational(), 32)
+        .add(Dev::new("sdd", SCSI).serial("ODD"), 48)
+        .add(Dev::new("vda", VIRTIO), 2);
+    let vpd = |name: &str, page: Vec<u8>| {
+        let p = f
+            .paths
+            .sys
+            .join("class/block")
+            .join(name)
+            .join("device/vpd_pgb1");
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, page).unwrap();
+    };
+    vpd("sda", vpd_b1(5400));
+    vpd("sdb", vpd_b1(1));
+    vpd("sdc", vpd_b1(0));
+    let mut odd = vpd_b1(7200);
+    odd[1] = 0x80;
+    vpd("sdd", odd);
+    vpd("vda", vpd_b1(7200));
+    let s = scan(&f.paths, &Discovery::default());
+    for (name, class) in [
+        ("sda", Class::Hdd),
+        ("sdb", Class::Ssd),
+        ("sdc", Class::Hdd),
+        ("sdd", Class::Ssd),
+        // A virtual disk's rate is the emulator's say, not the host's medium.
+        ("vda", Class::Virtual),
+    ] {
+        assert_eq!(found(&s, name).class, class, "{name}");
+    }
 }

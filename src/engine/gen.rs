@@ -3,7 +3,7 @@
 
 #[cfg(test)]
 use super::job::Pattern;
-use super::job::{Distribution, Job, SizeMix};
+use super::job::{Distribution, Job, SizeMix, Trim};
 
 /// xoshiro256++ (Blackman and Vigna): fast, 256 bits of state, passes BigCrush.
 #[derive(Debug, Clone)]
@@ -70,6 +70,8 @@ impl Rng {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Op {
     pub read: bool,
+    /// A trim (discard) of the range, not a write (see `job::Trim`).
+    pub trim: bool,
     pub offset: u64,
     pub len: u32,
 }
@@ -102,6 +104,9 @@ pub struct OpGen {
     cursor: u64,
     /// fio's random map, when the job asks for it and can have it.
     perm: Option<Permutation>,
+    trim: Trim,
+    /// trimwrite: the write that follows the trim just returned.
+    pending: Option<Op>,
 }
 
 /// A permutation of `0..n` walked one value at a time, with O(1) state: a full-period
@@ -236,7 +241,15 @@ impl OpGen {
             n_zones,
             cursor: (first / align * align) % len,
             perm,
+            trim: job.trim,
+            pending: None,
         })
+    }
+
+    /// Whether a trim's bytes count toward a byte-limited run: not in trimwrite, where
+    /// (as in fio) the size is covered by the writes, each following its trim.
+    pub fn trims_counted(&self) -> bool {
+        self.trim != Trim::ThenWrite
     }
 
     pub fn rng(&mut self) -> &mut Rng {
@@ -281,6 +294,22 @@ impl OpGen {
     /// The next I/O.
     #[inline]
     pub fn next_op(&mut self) -> Op {
+        if let Some(op) = self.pending.take() {
+            return op;
+        }
+        let op = self.next_io();
+        match self.trim {
+            Trim::Off => op,
+            Trim::Only => Op { trim: true, ..op },
+            Trim::ThenWrite => {
+                self.pending = Some(op);
+                Op { trim: true, ..op }
+            }
+        }
+    }
+
+    #[inline]
+    fn next_io(&mut self) -> Op {
         let len = self.next_size();
         let read = self.next_dir();
         let l = len as u64;
@@ -312,6 +341,7 @@ impl OpGen {
         };
         Op {
             read,
+            trim: false,
             offset: self.start + rel,
             len,
         }
@@ -413,6 +443,53 @@ mod tests {
         for (got, want) in shares.iter().zip([50.0, 30.0, 20.0]) {
             assert!((got - want).abs() < 1.0, "zones {shares:?}");
         }
+    }
+
+    #[test]
+    fn trims_come_alone_or_before_their_write() {
+        use crate::engine::job::Pattern;
+        // trimwrite: each block trimmed, then written, in sequence.
+        let j = job(|s| {
+            s.read_pct = 0;
+            s.pattern = Pattern::Sequential;
+            s.trim = Trim::ThenWrite;
+        });
+        let mut g = OpGen::new(&j, 0, 8 * 4096, 4096, 0, 1).unwrap();
+        assert!(!g.trims_counted());
+        for k in 0..16u64 {
+            let t = g.next_op();
+            let w = g.next_op();
+            assert!(t.trim && !t.read, "{t:?}");
+            assert!(!w.trim && !w.read, "{w:?}");
+            assert_eq!((t.offset, t.len), (w.offset, w.len));
+            assert_eq!(t.offset, (k % 8) * 4096);
+        }
+        // randtrim: every I/O a trim, the random map visiting each block once.
+        let j = job(|s| {
+            s.read_pct = 0;
+            s.random_map = true;
+            s.trim = Trim::Only;
+        });
+        let mut g = OpGen::new(&j, 0, 64 * 4096, 4096, 0, 1).unwrap();
+        assert!(g.trims_counted());
+        let mut seen = [0; 64];
+        for _ in 0..64 {
+            let op = g.next_op();
+            assert!(op.trim && !op.read);
+            seen[(op.offset / 4096) as usize] += 1;
+        }
+        assert!(seen.iter().all(|&n| n == 1));
+        // A trim job neither reads nor verifies.
+        let mut s = JobSpec {
+            trim: Trim::Only,
+            read_pct: 50,
+            ..JobSpec::default()
+        };
+        assert!(s.clone().validate().is_err());
+        s.read_pct = 0;
+        assert_eq!(s.clone().validate().unwrap().rw_name(), "randtrim");
+        s.verify = true;
+        assert!(s.validate().is_err());
     }
 
     #[test]

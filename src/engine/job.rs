@@ -33,6 +33,8 @@ pub enum JobError {
     Depth(u32),
     #[error("{0} workers is too many: at most 1024")]
     Workers(u32),
+    #[error("trim jobs (trim, randtrim, trimwrite) neither read nor verify: give no read share and no --verify")]
+    TrimMix,
 }
 
 /// Random or sequential access.
@@ -41,6 +43,31 @@ pub enum JobError {
 pub enum Pattern {
     Random,
     Sequential,
+}
+
+/// Trims (discards) instead of, or before, writes: fio's `trim`, `randtrim` (every I/O a
+/// trim, sequential or random) and `trimwrite` (each block trimmed, then written, in
+/// sequence). A trim tells the target the blocks' data is no longer wanted: it destroys
+/// data exactly like a write, and the write gate treats it as one (a trim job writes).
+/// Files are trimmed by punching a hole (`fallocate(PUNCH_HOLE | KEEP_SIZE)`), block
+/// devices with BLKDISCARD; both are synchronous calls, made by the psync backend (io_uring
+/// has no discard operation for block devices before IORING_OP_URING_CMD's, and fio also
+/// issues trims synchronously), so a trim job runs one trim at a time per worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trim {
+    #[default]
+    Off,
+    /// Every I/O a trim.
+    Only,
+    /// Each I/O a trim, then a write of the same block.
+    ThenWrite,
+}
+
+impl Trim {
+    pub fn is_off(&self) -> bool {
+        *self == Trim::Off
+    }
 }
 
 /// Transfer sizes with weights. Validated: at least one entry, every size a multiple of
@@ -324,6 +351,8 @@ pub struct JobSpec {
     /// once before any block again (a permutation), when the job has one block size, a
     /// uniform distribution and only random I/O. Off: offsets are drawn independently.
     pub random_map: bool,
+    /// Trims instead of (or before) writes; needs a read share of 0 and no verify.
+    pub trim: Trim,
 }
 
 impl Default for JobSpec {
@@ -351,6 +380,7 @@ impl Default for JobSpec {
             latency_digits: 3,
             cpu_policy: CpuPolicy::Split,
             random_map: false,
+            trim: Trim::Off,
         }
     }
 }
@@ -389,6 +419,8 @@ pub struct Job {
     #[serde(rename = "cpus_allowed_policy")]
     pub(crate) cpu_policy: CpuPolicy,
     pub(crate) random_map: bool,
+    #[serde(skip_serializing_if = "Trim::is_off")]
+    pub(crate) trim: Trim,
 }
 
 impl JobSpec {
@@ -417,6 +449,9 @@ impl JobSpec {
         }
         if self.workers > 1024 {
             return Err(JobError::Workers(self.workers));
+        }
+        if !self.trim.is_off() && (self.read_pct != 0 || self.verify) {
+            return Err(JobError::TrimMix);
         }
         if self.interval.is_zero() {
             return Err(JobError::Zero { what: "interval" });
@@ -465,6 +500,7 @@ impl JobSpec {
             latency_digits: self.latency_digits,
             cpu_policy: self.cpu_policy,
             random_map: self.random_map,
+            trim: self.trim,
         })
     }
 }
@@ -493,6 +529,7 @@ impl Job {
             latency_digits: self.latency_digits,
             cpu_policy: self.cpu_policy,
             random_map: self.random_map,
+            trim: self.trim,
         }
     }
 
@@ -553,7 +590,15 @@ impl Job {
     }
     /// fio's `rw` name for this job.
     pub fn rw_name(&self) -> &'static str {
-        rw_name(self.pattern, self.read_pct)
+        match (self.trim, self.pattern) {
+            (Trim::Only, Pattern::Sequential) => "trim",
+            (Trim::Only, Pattern::Random) => "randtrim",
+            (Trim::ThenWrite, _) => "trimwrite",
+            (Trim::Off, _) => rw_name(self.pattern, self.read_pct),
+        }
+    }
+    pub fn trim(&self) -> Trim {
+        self.trim
     }
 }
 

@@ -18,14 +18,14 @@ use serde::Serialize;
 
 pub use job::{
     Arrival, BackendChoice, CpuPolicy, Distribution, Job, JobError, JobSpec, Pattern, RateLimit,
-    RegionSpec, SizeMix, Stop,
+    RegionSpec, SizeMix, Stop, Trim,
 };
 pub use stats::{device_errno, DirStats, DirSummary, IntervalDir, IntervalSummary, LatencySummary};
 pub use verify::VerifySummary;
-/// CLOCK_MONOTONIC in ns, the clock of `Uring::wait_until` (its test uses it).
-#[cfg(test)]
-pub(crate) use worker::now_ns;
 pub use worker::{errno_name, IoErrorRecord};
+/// CLOCK_MONOTONIC in ns (the clock of `Uring::wait_until` and the canary's loop), and
+/// the run delay in a line of `/proc/<pid>/schedstat`.
+pub(crate) use worker::{now_ns, run_delay_of_schedstat};
 
 use crate::sys::uring::UringFeatures;
 use crate::target::{Region, Target, TargetError};
@@ -42,7 +42,7 @@ pub enum EngineError {
     #[error(transparent)]
     Gen(#[from] GenError),
     #[error("io_uring is not available here ({0}): use --ioengine psync")]
-    UringUnavailable(String),
+    UringUnavailable(#[source] UringUnavailable),
     #[error("verify mode needs every block size to be a multiple of the smallest ({0} bytes)")]
     VerifySizes(u32),
     #[error("verify mode: each worker's share of the region ({part} bytes) must hold twice its queue depth of the largest blocks ({need} bytes): use fewer workers, a lower depth or a bigger region")]
@@ -79,16 +79,27 @@ impl Backend {
     }
 }
 
+/// Why io_uring cannot be used here: the error of setting up a ring, read.
+#[derive(Debug, thiserror::Error)]
+pub enum UringUnavailable {
+    /// ENOSYS.
+    #[error("the kernel has no io_uring")]
+    NotInKernel(#[source] std::io::Error),
+    /// EPERM.
+    #[error("io_uring is disabled (kernel.io_uring_disabled or seccomp)")]
+    Disabled(#[source] std::io::Error),
+    #[error(transparent)]
+    Setup(std::io::Error),
+}
+
 /// Tells whether io_uring can be used here; the error says why not.
-pub fn probe_io_uring() -> Result<(), String> {
+pub fn probe_io_uring() -> Result<(), UringUnavailable> {
     match io_uring::IoUring::new(2) {
         Ok(_) => Ok(()),
         Err(e) => Err(match e.raw_os_error() {
-            Some(libc::ENOSYS) => "the kernel has no io_uring".into(),
-            Some(libc::EPERM) => {
-                "io_uring is disabled (kernel.io_uring_disabled or seccomp)".into()
-            }
-            _ => e.to_string(),
+            Some(libc::ENOSYS) => UringUnavailable::NotInKernel(e),
+            Some(libc::EPERM) => UringUnavailable::Disabled(e),
+            _ => UringUnavailable::Setup(e),
         }),
     }
 }
@@ -209,6 +220,9 @@ pub struct RunResult {
     pub run_delay_seconds: f64,
     pub read: DirSummary,
     pub write: DirSummary,
+    /// Trims (`job::Trim`), when the job made any (fio's `trim` direction).
+    #[serde(default, skip_serializing_if = "DirSummary::is_empty")]
+    pub trim: DirSummary,
     pub total: DirSummary,
     pub verify: VerifySummary,
     pub errors: ErrorSummary,
@@ -221,6 +235,8 @@ pub struct RunResult {
     pub read_stats: DirStats,
     #[serde(skip)]
     pub write_stats: DirStats,
+    #[serde(skip)]
+    pub trim_stats: DirStats,
 }
 
 /// The exact statistics of one interval, for callers that keep their own windows or
@@ -253,6 +269,11 @@ pub fn run_observed(
     }
     let region = target.resolve(job)?;
     let (backend, mut note) = match job.backend {
+        // Trims are synchronous calls (`job::Trim`): the psync backend makes them.
+        _ if !job.trim.is_off() => (
+            Backend::Psync,
+            Some("trims are synchronous (punch hole or BLKDISCARD): psync".to_string()),
+        ),
         BackendChoice::Psync => (Backend::Psync, Some("psync chosen".to_string())),
         BackendChoice::IoUring => match probe_io_uring() {
             Ok(()) => (Backend::IoUring, None),
@@ -376,6 +397,7 @@ pub fn run_observed(
             tx: tx.clone(),
             spare_rx,
             digits: job.latency_digits,
+            block_device: matches!(target.kind(), crate::target::TargetKind::BlockDevice { .. }),
         });
     }
     drop(tx);
@@ -431,6 +453,7 @@ pub fn run_observed(
                     collector.add(w, &b, on_interval);
                     b.read.reset();
                     b.write.reset();
+                    b.trim.reset();
                     b.slots = SlotTime::default();
                     let _ = spare_txs[w].try_send(b);
                 }
@@ -481,6 +504,7 @@ pub fn run_observed(
     let runtime_seconds = collector.last_end.saturating_sub(collector.measure_start) as f64 / 1e9;
     let mut both = collector.total_read.clone();
     both.merge(&collector.total_write);
+    both.merge(&collector.total_trim);
     Ok(RunResult {
         engine: backend,
         engine_note: note,
@@ -497,6 +521,7 @@ pub fn run_observed(
         run_delay_seconds: ns_to_s(collector.total_slots.run_delay_ns),
         read: collector.total_read.summary(runtime_seconds),
         write: collector.total_write.summary(runtime_seconds),
+        trim: collector.total_trim.summary(runtime_seconds),
         total: both.summary(runtime_seconds),
         verify,
         errors,
@@ -504,6 +529,7 @@ pub fn run_observed(
         intervals: collector.intervals,
         read_stats: collector.total_read,
         write_stats: collector.total_write,
+        trim_stats: collector.total_trim,
     })
 }
 
@@ -525,6 +551,7 @@ struct Collector {
     pending: BTreeMap<u64, Box<IntervalStats>>,
     total_read: DirStats,
     total_write: DirStats,
+    total_trim: DirStats,
     total_slots: SlotTime,
     intervals: Vec<IntervalSummary>,
     last_end: u64,
@@ -552,6 +579,7 @@ impl Collector {
             pending: BTreeMap::new(),
             total_read: DirStats::with_digits(digits),
             total_write: DirStats::with_digits(digits),
+            total_trim: DirStats::with_digits(digits),
             total_slots: SlotTime::default(),
             intervals: Vec::new(),
             last_end: 0,
@@ -576,6 +604,7 @@ impl Collector {
         });
         agg.read.merge(&b.read);
         agg.write.merge(&b.write);
+        agg.trim.merge(&b.trim);
         agg.slots.merge(&b.slots);
         agg.end_ns = agg.end_ns.max(b.end_ns);
         self.last_index[w] = Some(b.index);
@@ -599,6 +628,7 @@ impl Collector {
             let mut agg = agg;
             agg.read.reset();
             agg.write.reset();
+            agg.trim.reset();
             agg.slots = SlotTime::default();
             agg.end_ns = 0;
             if self.spare.len() < 2 {
@@ -615,6 +645,7 @@ impl Collector {
             end_seconds: agg.end_ns.saturating_sub(self.measure_start) as f64 / 1e9,
             read: agg.read.interval_summary(secs),
             write: agg.write.interval_summary(secs),
+            trim: agg.trim.interval_summary(secs),
             slot_idle_seconds: ns_to_s(agg.slots.idle_ns),
             slot_uncounted_seconds: ns_to_s(agg.slots.uncounted_ns),
             in_flight_seconds: ns_to_s(agg.slots.in_flight_ns),
@@ -628,9 +659,11 @@ impl Collector {
             // from the intervals): one histogram fewer per canary.
             self.total_read.merge_counts(&agg.read);
             self.total_write.merge_counts(&agg.write);
+            self.total_trim.merge_counts(&agg.trim);
         } else {
             self.total_read.merge(&agg.read);
             self.total_write.merge(&agg.write);
+            self.total_trim.merge(&agg.trim);
         }
         self.last_end = self.last_end.max(agg.end_ns);
         self.written.fetch_add(agg.write.bytes, Ordering::Relaxed);

@@ -306,7 +306,7 @@ fn rate(n: u64, seconds: f64) -> f64 {
 }
 
 /// Latency of a whole run, in nanoseconds.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct LatencySummary {
     pub min: u64,
     pub mean: f64,
@@ -319,7 +319,7 @@ pub struct LatencySummary {
 }
 
 /// One direction (or both) of a whole run.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct DirSummary {
     pub ops: u64,
     pub bytes: u64,
@@ -329,7 +329,7 @@ pub struct DirSummary {
 }
 
 /// Latency of one interval, in nanoseconds.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct IntervalLatency {
     pub mean: f64,
     pub stddev: f64,
@@ -341,13 +341,27 @@ pub struct IntervalLatency {
 }
 
 /// One direction of one interval.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct IntervalDir {
     pub ops: u64,
     pub bytes: u64,
     pub iops: f64,
     pub bw_bytes: f64,
     pub lat_ns: IntervalLatency,
+}
+
+impl IntervalDir {
+    /// Nothing happened in this direction.
+    pub fn is_empty(&self) -> bool {
+        self.ops == 0 && self.bytes == 0
+    }
+}
+
+impl DirSummary {
+    /// Nothing happened in this direction.
+    pub fn is_empty(&self) -> bool {
+        self.ops == 0 && self.bytes == 0
+    }
 }
 
 /// One interval alone (not cumulative).
@@ -357,6 +371,9 @@ pub struct IntervalSummary {
     pub end_seconds: f64,
     pub read: IntervalDir,
     pub write: IntervalDir,
+    /// Trims in this interval (`job::Trim`), when the job makes any.
+    #[serde(default, skip_serializing_if = "IntervalDir::is_empty")]
+    pub trim: IntervalDir,
     /// Closed loop: seconds the slots held no I/O in this interval, summed over slots
     /// (see `RunResult::slot_idle_seconds`).
     #[serde(default)]

@@ -30,8 +30,14 @@ pub fn now_ns() -> u64 {
 fn thread_run_delay_ns() -> u64 {
     std::fs::read_to_string("/proc/thread-self/schedstat")
         .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+        .and_then(|s| run_delay_of_schedstat(&s))
         .unwrap_or(0)
+}
+
+/// The run delay (nanoseconds waited runnable for a CPU) in a line of
+/// `/proc/<pid>/schedstat`: its second field.
+pub(crate) fn run_delay_of_schedstat(line: &str) -> Option<u64> {
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// What a worker hands the collector at the end of each interval.
@@ -43,6 +49,8 @@ pub struct IntervalStats {
     pub end_ns: u64,
     pub read: DirStats,
     pub write: DirStats,
+    /// Trims (`job::Trim`).
+    pub trim: DirStats,
     /// Where the slots' time went, and the open loop's schedule.
     pub slots: SlotTime,
 }
@@ -99,6 +107,7 @@ impl IntervalStats {
             end_ns: 0,
             read: DirStats::with_digits(digits),
             write: DirStats::with_digits(digits),
+            trim: DirStats::with_digits(digits),
             slots: SlotTime::default(),
         })
     }
@@ -251,6 +260,8 @@ pub struct WorkerSetup {
     pub spare_rx: Receiver<Box<IntervalStats>>,
     /// Significant digits of the latency histograms.
     pub digits: u8,
+    /// The target is a block device (trims are BLKDISCARD, not a punched hole).
+    pub block_device: bool,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -259,6 +270,7 @@ struct Slot {
     offset: u64,
     len: u32,
     read: bool,
+    trim: bool,
     seq: u32,
 }
 
@@ -420,7 +432,7 @@ impl Core {
         if !ok {
             self.error(slot, res, shared);
         }
-        if let Some(v) = &mut self.verify {
+        if let (Some(v), false) = (&mut self.verify, slot.trim) {
             if slot.read {
                 if ok {
                     v.check_read(&buf[..slot.len as usize], slot.offset);
@@ -434,7 +446,9 @@ impl Core {
         self.cur.slots.in_flight_ns += now.min(to).saturating_sub(slot.start.max(seg));
         if ok && slot.start >= from && now <= to {
             let lat = now.saturating_sub(slot.start);
-            if slot.read {
+            if slot.trim {
+                self.cur.trim.record(lat, slot.len);
+            } else if slot.read {
                 self.cur.read.record(lat, slot.len);
             } else {
                 self.cur.write.record(lat, slot.len);
@@ -497,7 +511,9 @@ impl Core {
     fn error(&mut self, slot: &Slot, res: i64, shared: &Shared) {
         self.outcome.errors += 1;
         let errno = if res < 0 { (-res) as i32 } else { 0 };
-        if slot.read {
+        if slot.trim {
+            self.cur.trim.error(errno);
+        } else if slot.read {
             self.cur.read.error(errno);
         } else {
             self.cur.write.error(errno);
@@ -506,7 +522,13 @@ impl Core {
             self.outcome.error_records.push(IoErrorRecord {
                 offset: slot.offset,
                 len: slot.len,
-                op: if slot.read { "read" } else { "write" },
+                op: if slot.trim {
+                    "trim"
+                } else if slot.read {
+                    "read"
+                } else {
+                    "write"
+                },
                 errno,
                 message: errno_name(errno),
             });
@@ -651,6 +673,7 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
                     offset: op.offset,
                     len: op.len,
                     read: op.read,
+                    trim: op.trim,
                     seq,
                 };
                 ring.queue(slot, op.read, op.offset, op.len);
@@ -759,6 +782,7 @@ pub fn run_psync(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
     let mut bufs = SlotBuffers::new(1, setup.max_bs as usize);
     setup.gen.rng().fill(bufs.slot_mut(0));
     let file = setup.file.clone();
+    let block_device = setup.block_device;
     let Some(t0) = gate.wait() else {
         return WorkerOutcome::default();
     };
@@ -800,21 +824,28 @@ pub fn run_psync(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
         };
         let op = core.gen.next_op();
         let buf = &mut bufs.slot_mut(0)[..op.len as usize];
-        let seq = if op.read {
+        let seq = if op.read || op.trim {
             0
         } else {
             Core::fill_write(core.gen.rng(), &mut core.verify, buf, op)
         };
-        let res = if op.read {
-            rustix::io::pread(&*file, &mut *buf, op.offset)
+        let res = if op.trim {
+            match crate::sys::blk::trim(&file, block_device, op.offset, op.len as u64) {
+                Ok(()) => op.len as i64,
+                Err(e) => -(e.raw_os_error().unwrap_or(libc::EIO) as i64),
+            }
         } else {
-            rustix::io::pwrite(&*file, buf, op.offset)
+            let res = if op.read {
+                rustix::io::pread(&*file, &mut *buf, op.offset)
+            } else {
+                rustix::io::pwrite(&*file, buf, op.offset)
+            };
+            match res {
+                Ok(n) => n as i64,
+                Err(e) => -(e.raw_os_error() as i64),
+            }
         };
-        let res = match res {
-            Ok(n) => n as i64,
-            Err(e) => -(e.raw_os_error() as i64),
-        };
-        if start >= core.tl.measure_start {
+        if start >= core.tl.measure_start && (!op.trim || core.gen.trims_counted()) {
             core.issued_bytes += op.len as u64;
         }
         now = now_ns();
@@ -825,6 +856,7 @@ pub fn run_psync(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
             offset: op.offset,
             len: op.len,
             read: op.read,
+            trim: op.trim,
             seq,
         };
         core.complete(&slot, res, now, bufs.slot(0), shared);

@@ -3,10 +3,13 @@
 //! ([`model::assess`]) and an endurance estimate ([`endurance::estimate`]). Parsers are
 //! pure functions over bytes or text; the only ioctls are in `sys::nvme`.
 
+pub mod detail;
 pub mod endurance;
+pub mod link;
 pub mod model;
 pub mod nvme;
 mod nvme_dev;
+pub mod selftest;
 pub mod smartctl;
 
 use std::os::unix::fs::FileTypeExt;
@@ -35,6 +38,8 @@ pub enum HealthError {
         what: &'static str,
         source: crate::sys::nvme::AdminError,
     },
+    #[error("{0}: the controller does not support Device Self-test (Identify Controller OACS bit 4 is clear)")]
+    NoSelfTest(PathBuf),
     #[error(transparent)]
     NvmeParse(#[from] nvme::NvmeParseError),
     #[error(transparent)]
@@ -93,9 +98,22 @@ pub fn read(dev: &Path, opts: &ReadOptions) -> Result<HealthReport, HealthError>
     if !ft.is_block_device() && !ft.is_char_device() {
         return Err(HealthError::NotADisk(dev.to_path_buf()));
     }
-    if is_nvme(dev) && !opts.nvme_via_smartctl {
-        nvme_dev::read_device(dev)
+    let nvme = is_nvme(dev);
+    let mut r = if nvme && !opts.nvme_via_smartctl {
+        nvme_dev::read_device(dev)?
     } else {
-        Ok(smartctl::read_device(dev, opts.smartctl_timeout)?)
+        smartctl::read_device(dev, opts.smartctl_timeout)?
+    };
+    let name = std::fs::canonicalize(dev)
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let paths = crate::device::SystemPaths::default();
+    if let Some(name) = name {
+        if nvme && r.link.is_none() {
+            r.link = link::pcie_link(&paths, &name);
+        } else if let Some(l) = r.link.as_mut().filter(|l| l.source == "smartctl") {
+            link::cap_sata_link(l, link::sata_port_limit(&paths, &name));
+        }
     }
+    Ok(r)
 }

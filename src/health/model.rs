@@ -176,6 +176,31 @@ pub struct HealthReport {
     pub offline_uncorrectable: Option<u64>,
     /// ATA 199 UDMA_CRC_Error_Count (cabling, not media).
     pub crc_errors: Option<u64>,
+    /// Every ATA SMART attribute, in the drive's order (empty for NVMe and SCSI).
+    #[serde(default)]
+    pub ata_attributes: Vec<super::detail::AtaAttribute>,
+    /// Every entry of the ATA Device Statistics log.
+    #[serde(default)]
+    pub ata_device_statistics: Vec<super::detail::DeviceStatistic>,
+    /// SATA PHY event counters.
+    #[serde(default)]
+    pub sata_phy_events: Vec<super::detail::PhyEvent>,
+    /// SCSI error counter log, grown defects, start-stop counts; null when not SCSI.
+    #[serde(default)]
+    pub scsi: Option<super::detail::ScsiDetail>,
+    /// NVMe SMART log counters, temperature sensors, recent error log entries; null when
+    /// not NVMe.
+    #[serde(default)]
+    pub nvme: Option<super::detail::NvmeDetail>,
+    /// The link's current and maximum speed and width; null when unknown.
+    #[serde(default)]
+    pub link: Option<super::detail::Link>,
+    /// The latest self-test of each kind from the drive's self-test log, newest first.
+    #[serde(default)]
+    pub self_tests: Vec<super::detail::SelfTest>,
+    /// A self-test running now, with its progress; null when none runs (or unknown).
+    #[serde(default)]
+    pub self_test_running: Option<super::detail::SelfTestProgress>,
     /// Things the reader noticed while reading (partial data, odd values, exit bits).
     pub notes: Vec<String>,
 }
@@ -220,6 +245,21 @@ pub fn assess(r: &HealthReport) -> Assessment {
     let mut warning = Vec::new();
     if r.smart_passed == Some(false) {
         failing.push("the drive's SMART self-assessment says FAILED".to_string());
+    }
+    // The latest test of each kind: a later pass of the same kind clears a failure, a
+    // pass of another kind does not (a short test reads far less of the media).
+    for t in r.self_tests.iter().filter(|t| t.failed()) {
+        let mut why = format!("the latest {} self-test failed", t.kind);
+        if !t.result_description.is_empty() {
+            why.push_str(&format!(" ({})", t.result_description));
+        }
+        if let Some(lba) = t.first_failing_lba {
+            why.push_str(&format!(", first failing LBA {lba}"));
+        }
+        if let Some(h) = t.power_on_hours {
+            why.push_str(&format!(", at {h} power-on hours"));
+        }
+        failing.push(why);
     }
     if let Some(f) = r.critical_flags {
         if f.reliability_degraded {

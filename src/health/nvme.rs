@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::detail;
 use super::model::{CriticalFlags, HealthReport, Identity, Source, Transport};
 
 /// An NVMe data unit is a thousand 512-byte units.
@@ -56,9 +57,12 @@ fn exact(b: &[u8], want: usize, what: &'static str) -> Result<(), NvmeParseError
     Ok(())
 }
 
-/// Kelvin to Celsius; 0 K means "not reported".
+/// Kelvin to whole degrees Celsius, as smartctl and nvme-cli convert (K - 273: QEMU's
+/// 323 K is 50 °C in both), so that a drive read by ioctl and the same drive read through
+/// smartctl show one temperature; 0 K means "not reported". Every NVMe temperature
+/// (composite, the eight sensors, the warning and critical thresholds) goes through here.
 pub fn kelvin(k: u16) -> Option<f64> {
-    (k != 0).then_some(k as f64 - 273.15)
+    (k != 0).then_some(f64::from(k) - 273.0)
 }
 
 /// The SMART / Health Information log page (02h), every field.
@@ -151,6 +155,8 @@ pub struct IdController {
     pub cctemp_k: u16,
     /// Total NVM capacity in bytes (0 when not reported).
     pub total_capacity: u128,
+    /// Optional Admin Command Support (OACS); bit 4: Device Self-test.
+    pub oacs: u16,
     pub namespaces: u32,
 }
 
@@ -166,6 +172,7 @@ pub fn parse_id_ctrl(b: &[u8]) -> Result<IdController, NvmeParseError> {
         wctemp_k: u16le(b, 266),
         cctemp_k: u16le(b, 268),
         total_capacity: u128le(b, 280),
+        oacs: u16le(b, 256),
         namespaces: u32le(b, 516),
     })
 }
@@ -257,6 +264,109 @@ pub fn parse_error_log(b: &[u8]) -> (u32, u64) {
     (n, highest)
 }
 
+/// The valid entries of an Error Information log (01h) in full, highest error count (most
+/// recent) first, at most [`detail::MAX_ERROR_ENTRIES`].
+pub fn parse_error_entries(b: &[u8]) -> Vec<detail::NvmeErrorEntry> {
+    let mut v: Vec<detail::NvmeErrorEntry> = b
+        .chunks_exact(ERROR_ENTRY_LEN)
+        .filter(|e| u64le(e, 0) != 0)
+        .map(|e| detail::NvmeErrorEntry {
+            error_count: u64le(e, 0),
+            submission_queue_id: u16le(e, 8),
+            command_id: u16le(e, 10),
+            status_field: u16le(e, 12),
+            parameter_error_location: u16le(e, 14),
+            lba: u64le(e, 16),
+            nsid: u32le(e, 24),
+        })
+        .collect();
+    v.sort_by_key(|e| std::cmp::Reverse(e.error_count));
+    v.truncate(detail::MAX_ERROR_ENTRIES);
+    v
+}
+
+/// The SMART log's counters beyond the headline figures, temperatures in whole °C.
+pub fn detail_of(smart: &SmartLog) -> detail::NvmeDetail {
+    detail::NvmeDetail {
+        warning_temperature_minutes: Some(u64::from(smart.warning_temp_minutes)),
+        critical_temperature_minutes: Some(u64::from(smart.critical_temp_minutes)),
+        temperature_sensors: smart
+            .temp_sensors_k
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &k)| {
+                Some(detail::TemperatureSensor {
+                    sensor: i as u8 + 1,
+                    celsius: kelvin(k)?,
+                })
+            })
+            .collect(),
+        thermal_transitions: smart.thermal_transitions.map(|v| Some(u64::from(v))),
+        thermal_seconds: smart.thermal_seconds.map(|v| Some(u64::from(v))),
+        controller_busy_minutes: Some(sat_u64(smart.controller_busy_minutes)),
+        host_read_commands: Some(sat_u64(smart.host_read_commands)),
+        host_write_commands: Some(sat_u64(smart.host_write_commands)),
+        error_log: Vec::new(),
+    }
+}
+
+/// The Device Self-test log page (06h): 4 bytes of current operation, then 20 results of
+/// 28 bytes, newest first.
+pub const SELF_TEST_LOG_LEN: usize = 564;
+
+/// The latest self-test of each kind, and the kind and % done of one running now.
+pub type SelfTestLog = (Vec<detail::SelfTest>, Option<(String, u8)>);
+
+/// The Device Self-test log (06h): the latest test of each kind, newest first. Unused
+/// entries (result 0xF) are skipped; the failing LBA is kept only for a failed test whose
+/// entry says it is valid. Also says whether a test runs now (its kind and % done).
+pub fn parse_self_test_log(b: &[u8]) -> Result<SelfTestLog, NvmeParseError> {
+    exact(b, SELF_TEST_LOG_LEN, "Device Self-test log page")?;
+    let running = match b[0] & 0x0f {
+        0 => None,
+        code => Some((
+            super::smartctl::nvme_kind(code).to_string(),
+            (b[1] & 0x7f).min(100),
+        )),
+    };
+    let mut all = Vec::new();
+    for e in b[4..SELF_TEST_LOG_LEN].chunks_exact(28) {
+        let res = e[0] & 0x0f;
+        if res == 0x0f {
+            continue;
+        }
+        let code = e[0] >> 4;
+        let result = super::smartctl::nvme_result(res);
+        let flba_valid = e[2] & 0x02 != 0;
+        all.push(detail::SelfTest {
+            kind: super::smartctl::nvme_kind(code).into(),
+            description: match code {
+                1 => "Short".into(),
+                2 => "Extended".into(),
+                0xe => "Vendor specific".into(),
+                c => format!("code {c:#x}"),
+            },
+            result: result.into(),
+            result_description: match res {
+                0 => "Completed without error".into(),
+                1 => "Aborted: Device Self-test command".into(),
+                2 => "Aborted: controller reset".into(),
+                3 => "Aborted: namespace removed".into(),
+                4 => "Aborted: Format NVM command".into(),
+                5 => "Fatal or unknown test error".into(),
+                6 => "Completed: failed segment unknown".into(),
+                7 => format!("Completed: segment {} failed", e[1]),
+                8 => "Aborted: unknown reason".into(),
+                9 => "Aborted: sanitize".into(),
+                r => format!("result {r:#x}"),
+            },
+            power_on_hours: Some(u64le(e, 4)),
+            first_failing_lba: (result == "failed" && flba_valid).then(|| u64le(e, 16)),
+        });
+    }
+    Ok((detail::latest_per_kind(all), running))
+}
+
 fn sat_u64(v: u128) -> u64 {
     u64::try_from(v).unwrap_or(u64::MAX)
 }
@@ -307,6 +417,7 @@ pub fn report(
     r.unsafe_shutdowns = Some(sat_u64(smart.unsafe_shutdowns));
     r.media_errors = Some(sat_u64(smart.media_errors));
     r.error_log_entries = Some(sat_u64(smart.error_log_entries));
+    r.nvme = Some(detail_of(smart));
     if smart.available_spare_threshold_pct > 100 || smart.available_spare_pct > 100 {
         r.notes.push(format!(
             "spare {}% / threshold {}%: outside 0-100, the drive reports odd values",
@@ -327,7 +438,7 @@ mod tests {
     fn smart_bytes() -> Vec<u8> {
         let mut b = vec![0u8; 512];
         b[0] = 0x3f; // every critical bit
-        b[1..3].copy_from_slice(&318u16.to_le_bytes()); // 44.85 C
+        b[1..3].copy_from_slice(&318u16.to_le_bytes()); // 45 C, as smartctl says
         b[3] = 5; // spare 5%
         b[4] = 10; // threshold 10%
         b[5] = 255; // percentage used saturates at 255
@@ -341,6 +452,15 @@ mod tests {
         b[160..176].copy_from_slice(&u128::MAX.to_le_bytes());
         b[176..192].copy_from_slice(&9u128.to_le_bytes());
         b[200..202].copy_from_slice(&300u16.to_le_bytes());
+        b[64..80].copy_from_slice(&4u128.to_le_bytes());
+        b[80..96].copy_from_slice(&5u128.to_le_bytes());
+        b[96..112].copy_from_slice(&(1u128 << 64).to_le_bytes());
+        b[192..196].copy_from_slice(&7u32.to_le_bytes());
+        b[196..200].copy_from_slice(&2u32.to_le_bytes());
+        b[216..220].copy_from_slice(&11u32.to_le_bytes());
+        b[220..224].copy_from_slice(&1u32.to_le_bytes());
+        b[224..228].copy_from_slice(&600u32.to_le_bytes());
+        b[228..232].copy_from_slice(&5u32.to_le_bytes());
         b
     }
 
@@ -353,7 +473,23 @@ mod tests {
         assert_eq!(s.media_errors, u128::MAX);
         assert_eq!(s.temp_sensors_k[0], 300);
         let r = report(&s, None, None, None, Source::NvmeLogFile);
-        assert!((r.temperature_celsius.unwrap() - 44.85).abs() < 1e-9);
+        assert_eq!(r.temperature_celsius, Some(45.0));
+        let d = r.nvme.as_ref().unwrap();
+        assert_eq!(
+            d.temperature_sensors,
+            [detail::TemperatureSensor {
+                sensor: 1,
+                celsius: 27.0
+            }],
+            "300 K is 27 °C; sensors at 0 K are absent"
+        );
+        assert_eq!(d.warning_temperature_minutes, Some(7));
+        assert_eq!(d.critical_temperature_minutes, Some(2));
+        assert_eq!(d.thermal_transitions, [Some(11), Some(1)]);
+        assert_eq!(d.thermal_seconds, [Some(600), Some(5)]);
+        assert_eq!(d.controller_busy_minutes, Some(u64::MAX), "saturates");
+        assert_eq!(d.host_read_commands, Some(4));
+        assert_eq!(d.host_write_commands, Some(5));
         assert_eq!(
             r.host_written_bytes,
             Some(((1u128 << 70) + 12345) * 512_000)
@@ -370,6 +506,50 @@ mod tests {
         // Identity is unknown from a log page alone: None, not empty strings.
         assert_eq!(r.identity.serial, None);
         assert_eq!(r.identity.capacity_bytes, None);
+    }
+
+    /// A Device Self-test log: an extended test that failed in segment 3 at LBA 0x1000
+    /// (newest), a short test that passed, an older short test that failed, unused
+    /// entries; an extended test running, 40% done.
+    #[test]
+    fn self_test_log() {
+        let mut b = vec![0u8; SELF_TEST_LOG_LEN];
+        b[0] = 0x2;
+        b[1] = 40;
+        let mut entry = |i: usize, code: u8, res: u8, seg: u8, poh: u64, lba: Option<u64>| {
+            let e = &mut b[4 + 28 * i..4 + 28 * (i + 1)];
+            e[0] = code << 4 | res;
+            e[1] = seg;
+            e[4..12].copy_from_slice(&poh.to_le_bytes());
+            if let Some(l) = lba {
+                e[2] = 0x02;
+                e[16..24].copy_from_slice(&l.to_le_bytes());
+            }
+        };
+        entry(0, 2, 7, 3, 1200, Some(0x1000));
+        entry(1, 1, 0, 0, 1100, None);
+        entry(2, 1, 7, 1, 900, Some(7));
+        for i in 3..20 {
+            entry(i, 0, 0xf, 0, 0, None);
+        }
+        let (tests, running) = parse_self_test_log(&b).unwrap();
+        assert_eq!(running, Some(("extended".to_string(), 40)));
+        assert_eq!(tests.len(), 2, "the latest of each kind: {tests:?}");
+        assert_eq!(tests[0].kind, "extended");
+        assert!(tests[0].failed());
+        assert_eq!(tests[0].power_on_hours, Some(1200));
+        assert_eq!(tests[0].first_failing_lba, Some(0x1000));
+        assert_eq!(tests[0].result_description, "Completed: segment 3 failed");
+        assert_eq!(tests[1].kind, "short");
+        assert_eq!(tests[1].result, "passed");
+        assert_eq!(tests[1].first_failing_lba, None);
+        assert!(parse_self_test_log(&b[..563]).is_err());
+        // A log with nothing in it: no tests, none running.
+        let mut empty = vec![0u8; SELF_TEST_LOG_LEN];
+        for e in empty[4..].chunks_exact_mut(28) {
+            e[0] = 0x0f;
+        }
+        assert_eq!(parse_self_test_log(&empty).unwrap(), (vec![], None));
     }
 
     #[test]
@@ -403,7 +583,7 @@ mod tests {
         assert_eq!(id.model.as_deref(), Some("Example NVMe"));
         assert_eq!(id.firmware.as_deref(), Some("FW1.0"));
         assert_eq!(id.error_log_entries, 64);
-        assert!((kelvin(id.wctemp_k).unwrap() - 69.85).abs() < 1e-9);
+        assert_eq!(kelvin(id.wctemp_k), Some(70.0));
 
         let mut n = vec![0u8; 4096];
         n[0..8].copy_from_slice(&1000u64.to_le_bytes());
@@ -432,5 +612,21 @@ mod tests {
         e[0..8].copy_from_slice(&17u64.to_le_bytes());
         e[64..72].copy_from_slice(&16u64.to_le_bytes());
         assert_eq!(parse_error_log(&e), (2, 17));
+        e[8..10].copy_from_slice(&3u16.to_le_bytes());
+        e[12..14].copy_from_slice(&0x4004u16.to_le_bytes());
+        e[16..24].copy_from_slice(&0x1234u64.to_le_bytes());
+        e[24..28].copy_from_slice(&1u32.to_le_bytes());
+        let entries = parse_error_entries(&e);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].error_count, 17, "most recent first");
+        assert_eq!(entries[0].submission_queue_id, 3);
+        assert_eq!(entries[0].status_field, 0x4004);
+        assert_eq!(entries[0].lba, 0x1234);
+        assert_eq!(entries[0].nsid, 1);
+        assert_eq!(entries[1].error_count, 16);
+        assert!(
+            parse_error_entries(&[0u8; 63]).is_empty(),
+            "a partial entry is not one"
+        );
     }
 }

@@ -13,6 +13,9 @@ use crate::sys::nvme::{self as ioctl, AdminError, NSID_ALL};
 const LID_ERROR: u8 = 0x01;
 const LID_SMART: u8 = 0x02;
 const LID_OCP_C0: u8 = 0xC0;
+const LID_SELF_TEST: u8 = 0x06;
+/// OACS bit 4: the controller supports the Device Self-test command (and its log).
+const OACS_SELF_TEST: u16 = 0x10;
 /// LPA bit 0: the SMART log is available per namespace (we always read it controller-wide).
 const CNS_NAMESPACE: u8 = 0x00;
 const CNS_CONTROLLER: u8 = 0x01;
@@ -136,9 +139,11 @@ pub fn read_device(dev: &Path) -> Result<HealthReport, HealthError> {
         .ok()
         .and_then(|b| nvme::parse_ocp_c0(&b).ok());
     let entries = id_ctrl.error_log_entries.clamp(1, 256) as usize;
+    let mut error_entries = Vec::new();
     match ioctl::get_log_page(&ctrl, LID_ERROR, NSID_ALL, entries * nvme::ERROR_ENTRY_LEN) {
         Ok(b) => {
             let (valid, _) = nvme::parse_error_log(&b);
+            error_entries = nvme::parse_error_entries(&b);
             if valid > 0 {
                 notes.push(format!(
                     "the error information log holds {valid} entries (of {entries})"
@@ -155,13 +160,76 @@ pub fn read_device(dev: &Path) -> Result<HealthReport, HealthError> {
         Source::NvmeIoctl,
     );
     r.power_state = super::model::PowerState::Active;
+    if let Some(d) = &mut r.nvme {
+        d.error_log = error_entries;
+    }
+    if id_ctrl.oacs & OACS_SELF_TEST != 0 {
+        match ioctl::get_log_page(&ctrl, LID_SELF_TEST, NSID_ALL, nvme::SELF_TEST_LOG_LEN)
+            .map_err(|e| e.to_string())
+            .and_then(|b| nvme::parse_self_test_log(&b).map_err(|e| e.to_string()))
+        {
+            Ok((tests, running)) => {
+                r.self_tests = tests;
+                r.self_test_running = running.map(|(kind, pct)| super::detail::SelfTestProgress {
+                    kind,
+                    done_ratio: Some(f64::from(pct) / 100.0),
+                });
+            }
+            Err(e) => r
+                .notes
+                .push(format!("Get Log Page (Device Self-test) failed: {e}")),
+        }
+    }
     r.notes.extend(notes);
     Ok(r)
+}
+
+/// Device Self-test (14h) with Self-test Code `stc` (1 short, 2 extended, 0xF abort) on
+/// `dev`'s controller and, when `dev` is a namespace, that namespace only (its NSID: the
+/// other namespaces may be other drives, another tenant's, or in a run); on the
+/// controller's own device, every namespace (FFFFFFFFh). Sent after checking the
+/// controller supports the command (OACS bit 4). The test runs on in the drive; its
+/// progress is in log 06h.
+pub fn device_self_test(dev: &Path, stc: u8) -> Result<(), HealthError> {
+    let (ctrl_path, nsid) = controller_of(dev)?;
+    let nsid = self_test_nsid(nsid);
+    let ctrl = File::open(&ctrl_path).map_err(|e| {
+        if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) {
+            HealthError::NeedsCapSysAdmin(ctrl_path.clone())
+        } else {
+            HealthError::Open {
+                path: ctrl_path.clone(),
+                source: e,
+            }
+        }
+    })?;
+    let id = ioctl::identify(&ctrl, CNS_CONTROLLER, 0)
+        .map_err(|e| admin_err(&ctrl_path, "Identify Controller", e))?;
+    let id = nvme::parse_id_ctrl(&id)?;
+    if id.oacs & OACS_SELF_TEST == 0 {
+        return Err(HealthError::NoSelfTest(ctrl_path));
+    }
+    ioctl::device_self_test(&ctrl, nsid, stc)
+        .map_err(|e| admin_err(&ctrl_path, "Device Self-test", e))
+}
+
+/// The NSID a self-test names: the namespace's, or all of them on a controller device.
+fn self_test_nsid(namespace: Option<u32>) -> u32 {
+    namespace.unwrap_or(NSID_ALL)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A self-test on nvme0n1 names namespace 1 only, never every namespace of the
+    /// controller (nvme0n2 may be another drive in a run).
+    #[test]
+    fn a_namespace_s_self_test_names_that_namespace() {
+        assert_eq!(self_test_nsid(Some(1)), 1);
+        assert_eq!(self_test_nsid(Some(2)), 2);
+        assert_eq!(self_test_nsid(None), NSID_ALL);
+    }
 
     #[test]
     fn namespace_names() {

@@ -33,16 +33,19 @@
 //! is read instead, as it can go past 100.
 
 use std::ffi::OsStr;
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::detail::{
+    latest_per_kind, AtaAttribute, DeviceStatistic, Link, NvmeDetail, NvmeErrorEntry, PhyEvent,
+    ScsiDetail, ScsiErrorCounters, SelfTest, SelfTestProgress, TemperatureSensor,
+    MAX_ATA_ATTRIBUTES, MAX_DEVICE_STATISTICS, MAX_ERROR_ENTRIES, MAX_PHY_EVENTS,
+};
 use super::model::{CriticalFlags, HealthReport, Identity, PowerState, Source, Transport};
 
 /// The options driveprobe gives smartctl, before the device name.
@@ -57,6 +60,8 @@ use super::model::{CriticalFlags, HealthReport, Identity, PowerState, Source, Tr
 /// - `--log=ssd`: the SCSI Solid State Media log (percentage used endurance indicator).
 /// - `--log=background`: the SCSI background scan log, where most SAS drives keep their
 ///   power-on time.
+/// - `--log=sataphy`: SATA PHY event counters (ATA only; other drives ignore it).
+/// - `--log=selftest`: the self-test log (ATA, SCSI; NVMe with smartctl 7.4 or newer).
 /// - `--nocheck=standby`: a disk in STANDBY or SLEEP is not spun up; smartctl exits 2 and
 ///   says "Device is in STANDBY mode" instead.
 pub const SMARTCTL_ARGS: &[&str] = &[
@@ -68,6 +73,8 @@ pub const SMARTCTL_ARGS: &[&str] = &[
     "--log=devstat",
     "--log=ssd",
     "--log=background",
+    "--log=sataphy",
+    "--log=selftest",
     "--nocheck=standby",
 ];
 
@@ -96,6 +103,12 @@ pub enum SmartctlError {
         count: usize,
         names: String,
         first: String,
+    },
+    #[error("smartctl {action} on {dev} failed: {message}")]
+    ActionFailed {
+        dev: PathBuf,
+        action: String,
+        message: String,
     },
     #[error("smartctl is not installed: install smartmontools (apt-get install smartmontools)")]
     NotInstalled,
@@ -509,7 +522,52 @@ pub fn parse_value(root: &Value) -> Result<HealthReport, SmartctlError> {
     // The drive's verdict.
     r.smart_passed = cx.flag(at(root, &["smart_status", "passed"]), "smart_status.passed");
 
-    // Temperature.
+    temperatures(&mut cx, root, nvme, &stats, &attrs, &mut r);
+
+    // Power-on time and power cycles.
+    r.power_on_seconds = power_on_seconds(&mut cx, root);
+    r.power_cycles = cx.uint(at(root, &["power_cycle_count"]), "power_cycle_count");
+
+    // NVMe (through smartctl).
+    if let Some(log) = nvme {
+        nvme_log(&mut cx, log, &mut r);
+    }
+
+    // SCSI / SAS.
+    scsi(&mut cx, root, &mut r);
+
+    // ATA: Device Statistics first, then attributes.
+    ata_wear_and_bytes(&mut cx, &stats, &attrs, lbs, &mut r);
+    ata_counts(&mut cx, root, &stats, &attrs, &mut r);
+    for a in &attrs.0 {
+        if let Some(note) = a.failed_note() {
+            cx.note(note);
+        }
+    }
+    fill_detail(&mut cx, root, &mut r);
+
+    r.notes = cx.notes;
+    if let Some(code) = at(root, &["smartctl", "exit_status"]).and_then(Value::as_u64) {
+        match u8::try_from(code) {
+            Ok(c) => ExitStatus(c).apply(&mut r),
+            Err(_) => push_unique(
+                &mut r.notes,
+                format!("ignored smartctl.exit_status: {code} is not an exit status"),
+            ),
+        }
+    }
+    Ok(r)
+}
+
+/// The temperature and its warning and critical thresholds, from the first source that has each.
+fn temperatures(
+    cx: &mut Cx,
+    root: &Value,
+    nvme: Option<&Value>,
+    stats: &Stats,
+    attrs: &Attrs,
+    r: &mut HealthReport,
+) {
     r.temperature_celsius =
         cx.celsius(at(root, &["temperature", "current"]), "temperature.current");
     if let Some(log) = nvme {
@@ -526,7 +584,7 @@ pub fn parse_value(root: &Value) -> Result<HealthReport, SmartctlError> {
     );
     for id in [194u8, 190] {
         if r.temperature_celsius.is_none() {
-            r.temperature_celsius = attrs.get(id).and_then(|a| a.temperature(&mut cx));
+            r.temperature_celsius = attrs.get(id).and_then(|a| a.temperature(cx));
         }
     }
     r.temperature_warning_celsius = cx.celsius(
@@ -558,20 +616,16 @@ pub fn parse_value(root: &Value) -> Result<HealthReport, SmartctlError> {
             );
         }
     }
+}
 
-    // Power-on time and power cycles.
-    r.power_on_seconds = power_on_seconds(&mut cx, root);
-    r.power_cycles = cx.uint(at(root, &["power_cycle_count"]), "power_cycle_count");
-
-    // NVMe (through smartctl).
-    if let Some(log) = nvme {
-        nvme_log(&mut cx, log, &mut r);
-    }
-
-    // SCSI / SAS.
-    scsi(&mut cx, root, &mut r);
-
-    // ATA: Device Statistics first, then attributes.
+/// ATA wear used and host bytes written and read: Device Statistics first, then attributes.
+fn ata_wear_and_bytes(
+    cx: &mut Cx,
+    stats: &Stats,
+    attrs: &Attrs,
+    lbs: Option<u32>,
+    r: &mut HealthReport,
+) {
     fill(
         &mut r.percentage_used_ratio,
         stats.get("Percentage Used Endurance Indicator").and_then(|p| {
@@ -587,7 +641,7 @@ pub fn parse_value(root: &Value) -> Result<HealthReport, SmartctlError> {
     );
     if r.percentage_used_ratio.is_none() {
         for id in [177u8, 233, 231, 202, 169] {
-            if let Some(w) = attrs.get(id).and_then(|a| a.wear_used(&mut cx)) {
+            if let Some(w) = attrs.get(id).and_then(|a| a.wear_used(cx)) {
                 r.percentage_used_ratio = Some(w);
                 break;
             }
@@ -596,27 +650,31 @@ pub fn parse_value(root: &Value) -> Result<HealthReport, SmartctlError> {
     if r.host_written_bytes.is_none() {
         r.host_written_bytes = stats
             .get("Logical Sectors Written")
-            .and_then(|n| sectors_to_bytes(&mut cx, n, lbs));
+            .and_then(|n| sectors_to_bytes(cx, n, lbs));
     }
     if r.host_read_bytes.is_none() {
         r.host_read_bytes = stats
             .get("Logical Sectors Read")
-            .and_then(|n| sectors_to_bytes(&mut cx, n, lbs));
+            .and_then(|n| sectors_to_bytes(cx, n, lbs));
     }
     for id in [241u8, 246] {
         if r.host_written_bytes.is_none() {
             r.host_written_bytes = attrs
                 .get(id)
                 .filter(|a| a.lname().contains("writ"))
-                .and_then(|a| a.host_bytes(&mut cx, lbs));
+                .and_then(|a| a.host_bytes(cx, lbs));
         }
     }
     if r.host_read_bytes.is_none() {
         r.host_read_bytes = attrs
             .get(242)
             .filter(|a| a.lname().contains("read"))
-            .and_then(|a| a.host_bytes(&mut cx, lbs));
+            .and_then(|a| a.host_bytes(cx, lbs));
     }
+}
+
+/// ATA power-on time, power cycles, sector and error counts: Device Statistics, attributes, logs.
+fn ata_counts(cx: &mut Cx, root: &Value, stats: &Stats, attrs: &Attrs, r: &mut HealthReport) {
     fill(
         &mut r.power_on_seconds,
         stats
@@ -624,7 +682,7 @@ pub fn parse_value(root: &Value) -> Result<HealthReport, SmartctlError> {
             .and_then(|h| h.checked_mul(3600)),
     );
     if r.power_on_seconds.is_none() {
-        r.power_on_seconds = attrs.get(9).and_then(|a| a.power_on_seconds(&mut cx));
+        r.power_on_seconds = attrs.get(9).and_then(|a| a.power_on_seconds(cx));
     }
     fill(&mut r.power_cycles, stats.get("Lifetime Power-On Resets"));
     fill(&mut r.power_cycles, attrs.get(12).and_then(|a| a.count()));
@@ -669,23 +727,6 @@ pub fn parse_value(root: &Value) -> Result<HealthReport, SmartctlError> {
             "ata_smart_error_log.summary.count",
         );
     }
-    for a in &attrs.0 {
-        if let Some(note) = a.failed_note() {
-            cx.note(note);
-        }
-    }
-
-    r.notes = cx.notes;
-    if let Some(code) = at(root, &["smartctl", "exit_status"]).and_then(Value::as_u64) {
-        match u8::try_from(code) {
-            Ok(c) => ExitStatus(c).apply(&mut r),
-            Err(_) => push_unique(
-                &mut r.notes,
-                format!("ignored smartctl.exit_status: {code} is not an exit status"),
-            ),
-        }
-    }
-    Ok(r)
 }
 
 struct Message {
@@ -1312,6 +1353,555 @@ fn device_statistics(cx: &mut Cx, root: &Value) -> Stats {
     Stats(out)
 }
 
+// ---- Everything else the drive says (issue 20) --------------------------------------------
+
+fn small<T: TryFrom<u64>>(cx: &mut Cx, v: Option<&Value>, what: &str) -> Option<T> {
+    let n = cx.uint(v, what)?;
+    let got = T::try_from(n).ok();
+    if got.is_none() {
+        cx.note(format!("ignored {what}: {n} is out of range"));
+    }
+    got
+}
+
+/// Every ATA attribute in full. An entry without a usable id is left out (with a note).
+fn ata_attribute_table(cx: &mut Cx, root: &Value) -> Vec<AtaAttribute> {
+    let mut out: Vec<AtaAttribute> = Vec::new();
+    let table = cx.array(
+        at(root, &["ata_smart_attributes", "table"]),
+        "ata_smart_attributes.table",
+    );
+    for (i, e) in table.iter().enumerate() {
+        let what = format!("ata_smart_attributes.table[{i}]");
+        let Some(id) = small::<u8>(cx, at(e, &["id"]), &format!("{what}.id")) else {
+            continue;
+        };
+        if id == 0 || out.iter().any(|a| a.id == id) || out.len() >= MAX_ATA_ATTRIBUTES {
+            continue;
+        }
+        let name = at(e, &["name"])
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .unwrap_or("Unknown_Attribute")
+            .to_string();
+        // Labelled as `ata_attributes` labels them, so one odd value is one note.
+        let value = small::<u8>(cx, at(e, &["value"]), &format!("attribute {id} value"));
+        let worst = small::<u8>(cx, at(e, &["worst"]), &format!("{what}.worst"));
+        let threshold = small::<u8>(cx, at(e, &["thresh"]), &format!("{what}.thresh"));
+        let when = at(e, &["when_failed"])
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let below = |v: Option<u8>| matches!((v, threshold), (Some(v), Some(t)) if t > 0 && v <= t);
+        out.push(AtaAttribute {
+            id,
+            name,
+            value,
+            worst,
+            threshold,
+            raw: cx.uint(
+                at(e, &["raw", "value"]),
+                &format!("attribute {id} raw.value"),
+            ),
+            raw_string: cx.text(at(e, &["raw", "string"]), &format!("{what}.raw.string")),
+            flags: at(e, &["flags", "string"])
+                .and_then(Value::as_str)
+                .map(|f| f.trim().to_string()),
+            prefailure: at(e, &["flags", "prefailure"])
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            failed_now: when.contains("now") || below(value),
+            failed_in_past: when.contains("past") || below(worst),
+        });
+    }
+    out
+}
+
+/// Every valid Device Statistics entry, signed (temperatures can be below zero).
+fn ata_devstat_table(cx: &mut Cx, root: &Value) -> Vec<DeviceStatistic> {
+    let mut out = Vec::new();
+    let pages = cx.array(
+        at(root, &["ata_device_statistics", "pages"]),
+        "ata_device_statistics.pages",
+    );
+    for page in pages {
+        let Some(number) = at(page, &["number"])
+            .and_then(Value::as_u64)
+            .and_then(|n| u8::try_from(n).ok())
+        else {
+            continue;
+        };
+        let table = cx.array(at(page, &["table"]), "ata_device_statistics table");
+        for e in table {
+            if out.len() >= MAX_DEVICE_STATISTICS {
+                return out;
+            }
+            let Some(name) = at(e, &["name"]).and_then(Value::as_str).map(str::trim) else {
+                continue;
+            };
+            if name.is_empty() || at(e, &["flags", "valid"]).and_then(Value::as_bool) == Some(false)
+            {
+                continue;
+            }
+            let Some(value) = at(e, &["value"]).and_then(Value::as_i64) else {
+                continue;
+            };
+            let offset = at(e, &["offset"])
+                .and_then(Value::as_u64)
+                .and_then(|o| u16::try_from(o).ok())
+                .unwrap_or(0);
+            out.push(DeviceStatistic {
+                page: number,
+                offset,
+                name: name.to_string(),
+                value,
+                condition_met: at(e, &["flags", "monitored_condition_met"])
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+            });
+        }
+    }
+    out
+}
+
+fn sata_phy(cx: &mut Cx, root: &Value) -> Vec<PhyEvent> {
+    let mut out: Vec<PhyEvent> = Vec::new();
+    let table = cx.array(
+        at(root, &["sata_phy_event_counters", "table"]),
+        "sata_phy_event_counters.table",
+    );
+    for e in table {
+        let (Some(id), Some(value)) = (
+            at(e, &["id"])
+                .and_then(Value::as_u64)
+                .and_then(|i| u16::try_from(i).ok()),
+            at(e, &["value"]).and_then(Value::as_u64),
+        ) else {
+            continue;
+        };
+        if out.iter().any(|p| p.id == id) || out.len() >= MAX_PHY_EVENTS {
+            continue;
+        }
+        out.push(PhyEvent {
+            id,
+            name: at(e, &["name"])
+                .and_then(Value::as_str)
+                .map(|n| n.trim().to_string())
+                .unwrap_or_default(),
+            value,
+            overflow: at(e, &["overflow"])
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        });
+    }
+    out
+}
+
+fn scsi_detail(cx: &mut Cx, root: &Value) -> Option<ScsiDetail> {
+    let mut d = ScsiDetail::default();
+    let mut any = false;
+    if let Some(log) = at(root, &["scsi_error_counter_log"]) {
+        for (dir, slot) in [
+            ("read", &mut d.read),
+            ("write", &mut d.write),
+            ("verify", &mut d.verify),
+        ] {
+            let Some(c) = at(log, &[dir]) else { continue };
+            let f = |k: &str| format!("scsi_error_counter_log.{dir}.{k}");
+            let mut u = |k: &str| cx.uint(at(c, &[k]), &f(k));
+            *slot = Some(ScsiErrorCounters {
+                corrected_by_ecc_fast: u("errors_corrected_by_eccfast"),
+                corrected_by_ecc_delayed: u("errors_corrected_by_eccdelayed"),
+                corrected_by_rereads_rewrites: u("errors_corrected_by_rereads_rewrites"),
+                total_corrected: u("total_errors_corrected"),
+                correction_algorithm_invocations: u("correction_algorithm_invocations"),
+                total_uncorrected: u("total_uncorrected_errors"),
+                processed_bytes: at(c, &["gigabytes_processed"]).and_then(gigabytes_to_bytes),
+            });
+            any = true;
+        }
+    }
+    d.grown_defects = cx.uint(
+        at(root, &["scsi_grown_defect_list"]),
+        "scsi_grown_defect_list",
+    );
+    if let Some(ss) = at(root, &["scsi_start_stop_cycle_counter"]) {
+        const P: &str = "scsi_start_stop_cycle_counter";
+        let mut u = |k: &str| cx.uint(at(ss, &[k]), &format!("{P}.{k}"));
+        d.start_stop_cycles = u("accumulated_start_stop_cycles");
+        d.start_stop_cycles_specified = u("specified_cycle_count_over_device_lifetime");
+        d.load_unload_cycles = u("accumulated_load_unload_cycles");
+        d.load_unload_cycles_specified = u("specified_load_unload_count_over_device_lifetime");
+        any = true;
+    }
+    let scsi = at(root, &["device", "protocol"])
+        .and_then(Value::as_str)
+        .is_some_and(|p| p.eq_ignore_ascii_case("SCSI"));
+    if scsi || any || d.grown_defects.is_some() {
+        d.drive_trip_celsius = cx.celsius(
+            at(root, &["temperature", "drive_trip"]),
+            "temperature.drive_trip",
+        );
+        d.reference_celsius = cx.celsius(
+            at(root, &["temperature", "reference"]),
+            "temperature.reference",
+        );
+    }
+    (any || d.grown_defects.is_some() || d.drive_trip_celsius.is_some() || scsi).then_some(d)
+}
+
+/// NVMe counters as smartctl prints them (temperatures already in °C).
+fn nvme_detail(cx: &mut Cx, log: &Value, root: &Value) -> NvmeDetail {
+    const P: &str = "nvme_smart_health_information_log";
+    let u = |cx: &mut Cx, k: &str| cx.uint(at(log, &[k]), &format!("{P}.{k}"));
+    let mut d = NvmeDetail {
+        warning_temperature_minutes: u(cx, "warning_temp_time"),
+        critical_temperature_minutes: u(cx, "critical_comp_time"),
+        thermal_transitions: [
+            u(cx, "thermal_temp1_transition_count"),
+            u(cx, "thermal_temp2_transition_count"),
+        ],
+        thermal_seconds: [
+            u(cx, "thermal_temp1_total_time"),
+            u(cx, "thermal_temp2_total_time"),
+        ],
+        controller_busy_minutes: u(cx, "controller_busy_time"),
+        host_read_commands: u(cx, "host_reads"),
+        host_write_commands: u(cx, "host_writes"),
+        ..Default::default()
+    };
+    let sensors = cx.array(
+        at(log, &["temperature_sensors"]),
+        "nvme_smart_health_information_log.temperature_sensors",
+    );
+    for (i, t) in sensors.iter().enumerate().take(8) {
+        if let Some(c) = cx.celsius(Some(t), &format!("{P}.temperature_sensors[{i}]")) {
+            d.temperature_sensors.push(TemperatureSensor {
+                sensor: i as u8 + 1,
+                celsius: c,
+            });
+        }
+    }
+    let entries = cx.array(
+        at(root, &["nvme_error_information_log", "table"]),
+        "nvme_error_information_log.table",
+    );
+    for e in entries {
+        let n = |k: &[&str]| at(e, k).and_then(Value::as_u64);
+        let Some(count) = n(&["error_count"]).filter(|&c| c > 0) else {
+            continue;
+        };
+        let u16_ = |k: &[&str]| n(k).and_then(|v| u16::try_from(v).ok()).unwrap_or(0);
+        d.error_log.push(NvmeErrorEntry {
+            error_count: count,
+            submission_queue_id: u16_(&["submission_queue_id"]),
+            command_id: u16_(&["command_id"]),
+            status_field: u16_(&["status_field", "value"]),
+            parameter_error_location: u16_(&["parm_error_location"]),
+            lba: n(&["lba", "value"]).unwrap_or(0),
+            nsid: n(&["nsid"])
+                .and_then(|v| u32::try_from(v).ok())
+                .unwrap_or(0),
+        });
+    }
+    d.error_log
+        .sort_by_key(|e| std::cmp::Reverse(e.error_count));
+    d.error_log.truncate(MAX_ERROR_ENTRIES);
+    d
+}
+
+/// SATA `interface_speed` {max, current} {units_per_second, bits_per_unit}.
+fn link_of(_cx: &mut Cx, root: &Value) -> Option<Link> {
+    let speed = |which: &str| {
+        let s = at(root, &["interface_speed", which])?;
+        let units = at(s, &["units_per_second"]).and_then(Value::as_u64)?;
+        let bits = at(s, &["bits_per_unit"]).and_then(Value::as_u64)?;
+        let v = units as f64 * bits as f64;
+        (v > 0.0 && v < 1e12).then_some(v)
+    };
+    let (current, max) = (speed("current"), speed("max"));
+    if current.is_none() && max.is_none() {
+        return None;
+    }
+    Some(Link {
+        current_speed_transfers_per_second: current,
+        max_speed_transfers_per_second: max,
+        current_width: None,
+        max_width: None,
+        source: "smartctl".into(),
+    })
+}
+
+fn ata_test_kind(code: u64) -> &'static str {
+    match code & 0x7f {
+        1 => "short",
+        2 => "extended",
+        3 => "conveyance",
+        4 => "selective",
+        0x40..=0x7e => "vendor",
+        _ => "unknown",
+    }
+}
+
+/// The ATA, NVMe and SCSI self-test logs as smartctl prints them, newest first.
+fn self_test_log(cx: &mut Cx, root: &Value) -> Vec<SelfTest> {
+    let mut all = Vec::new();
+    // ATA: the extended log when there is one (it holds more), else the standard one.
+    for log in ["extended", "standard"] {
+        let table = cx.array(
+            at(root, &["ata_smart_self_test_log", log, "table"]),
+            "ata_smart_self_test_log table",
+        );
+        if table.is_empty() {
+            continue;
+        }
+        for e in table {
+            let code = at(e, &["type", "value"])
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            let status = at(e, &["status", "value"]).and_then(Value::as_u64);
+            let passed = at(e, &["status", "passed"]).and_then(Value::as_bool);
+            let result = match (status.map(|s| s >> 4), passed) {
+                (Some(15), _) => "in_progress",
+                (Some(1), _) => "aborted",
+                (Some(2), _) => "interrupted",
+                (_, Some(true)) | (Some(0), None) => "passed",
+                (_, Some(false)) | (Some(3..=8), None) => "failed",
+                _ => "unknown",
+            };
+            all.push(SelfTest {
+                kind: ata_test_kind(code).into(),
+                description: text_at(e, &["type", "string"]),
+                result: result.into(),
+                result_description: text_at(e, &["status", "string"]),
+                power_on_hours: at(e, &["lifetime_hours"]).and_then(Value::as_u64),
+                first_failing_lba: (result == "failed")
+                    .then(|| {
+                        at(e, &["lba"])
+                            .or_else(|| at(e, &["lba_of_first_error"]))
+                            .and_then(Value::as_u64)
+                    })
+                    .flatten(),
+            });
+        }
+        break;
+    }
+    // NVMe (smartctl 7.4 and newer).
+    let table = cx.array(
+        at(root, &["nvme_self_test_log", "table"]),
+        "nvme_self_test_log.table",
+    );
+    for e in table {
+        let code = at(e, &["self_test_code", "value"])
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        let res = at(e, &["self_test_result", "value"])
+            .and_then(Value::as_u64)
+            .unwrap_or(0xf);
+        if res == 0xf {
+            continue; // an unused entry
+        }
+        let result = nvme_result(res as u8);
+        all.push(SelfTest {
+            kind: nvme_kind(code as u8).into(),
+            description: text_at(e, &["self_test_code", "string"]),
+            result: result.into(),
+            result_description: text_at(e, &["self_test_result", "string"]),
+            power_on_hours: at(e, &["power_on_hours"]).and_then(Value::as_u64),
+            first_failing_lba: (result == "failed")
+                .then(|| at(e, &["lba"]).and_then(Value::as_u64))
+                .flatten(),
+        });
+    }
+    // SCSI: scsi_self_test_0 .. scsi_self_test_19.
+    for i in 0..20 {
+        let Some(e) = at(root, &[&format!("scsi_self_test_{i}")]) else {
+            continue;
+        };
+        let code = at(e, &["code", "value"])
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        let res = at(e, &["result", "value"])
+            .and_then(Value::as_u64)
+            .unwrap_or(99);
+        let result = match res {
+            0 => "passed",
+            1 => "aborted",
+            2 => "interrupted",
+            3..=7 => "failed",
+            15 => "in_progress",
+            _ => "unknown",
+        };
+        all.push(SelfTest {
+            kind: match code {
+                1 | 5 => "short",
+                2 | 6 => "extended",
+                _ => "unknown",
+            }
+            .into(),
+            description: text_at(e, &["code", "string"]),
+            result: result.into(),
+            result_description: text_at(e, &["result", "string"]),
+            power_on_hours: at(e, &["power_on_time", "hours"]).and_then(Value::as_u64),
+            first_failing_lba: (result == "failed")
+                .then(|| at(e, &["lba_first_failure", "value"]).and_then(Value::as_u64))
+                .flatten(),
+        });
+    }
+    latest_per_kind(all)
+}
+
+fn text_at(v: &Value, path: &[&str]) -> String {
+    at(v, path)
+        .and_then(Value::as_str)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The NVMe Device Self-test Code (bits 7:4 of a result's first byte, or smartctl's
+/// `self_test_code.value`).
+pub fn nvme_kind(code: u8) -> &'static str {
+    match code {
+        1 => "short",
+        2 => "extended",
+        0xe => "vendor",
+        _ => "unknown",
+    }
+}
+
+/// The NVMe Self-test Result (bits 3:0).
+pub fn nvme_result(res: u8) -> &'static str {
+    match res {
+        0 => "passed",
+        1 | 3 | 4 | 8 | 9 => "aborted",
+        2 => "interrupted",
+        5..=7 => "failed",
+        _ => "unknown",
+    }
+}
+
+/// Fills the detail fields of a report from smartctl's JSON.
+fn fill_detail(cx: &mut Cx, root: &Value, r: &mut HealthReport) {
+    r.ata_attributes = ata_attribute_table(cx, root);
+    r.ata_device_statistics = ata_devstat_table(cx, root);
+    r.sata_phy_events = sata_phy(cx, root);
+    r.scsi = scsi_detail(cx, root);
+    if let Some(log) = at(root, &["nvme_smart_health_information_log"]) {
+        r.nvme = Some(nvme_detail(cx, log, root));
+    }
+    r.link = link_of(cx, root);
+    r.self_tests = self_test_log(cx, root);
+    r.self_test_running = self_test_running(root, &r.self_tests);
+}
+
+/// The self-test running now, from smartctl's JSON: ATA's self-test execution status
+/// (`ata_smart_data.self_test.status`: value 0xF_ in progress, `remaining_percent`), NVMe's
+/// current operation and completion (`nvme_self_test_log`), SCSI's newest log entry with
+/// result 15 (in progress; smartctl gives no share done). `log` is the parsed self-test
+/// log, which names the kind of an ATA test in progress when the drive logs it.
+pub fn self_test_running(root: &Value, log: &[SelfTest]) -> Option<SelfTestProgress> {
+    if let Some(st) = at(root, &["ata_smart_data", "self_test", "status"]) {
+        let value = st.get("value").and_then(Value::as_u64).unwrap_or(0);
+        if value >> 4 == 15 {
+            let remaining = st
+                .get("remaining_percent")
+                .and_then(Value::as_u64)
+                .unwrap_or((value & 0x0f) * 10)
+                .min(100);
+            let kind = log
+                .iter()
+                .find(|t| t.result == "in_progress")
+                .map_or("unknown", |t| t.kind.as_str());
+            return Some(SelfTestProgress {
+                kind: kind.into(),
+                done_ratio: Some((100 - remaining) as f64 / 100.0),
+            });
+        }
+    }
+    if let Some(op) = at(
+        root,
+        &["nvme_self_test_log", "current_self_test_operation", "value"],
+    )
+    .and_then(Value::as_u64)
+    .filter(|&v| v != 0)
+    {
+        let pct = at(
+            root,
+            &["nvme_self_test_log", "current_self_test_completion_percent"],
+        )
+        .and_then(Value::as_u64);
+        return Some(SelfTestProgress {
+            kind: nvme_kind((op & 0x0f) as u8).into(),
+            done_ratio: pct.map(|p| p.min(100) as f64 / 100.0),
+        });
+    }
+    if at(root, &["scsi_self_test_0"]).is_some() {
+        if let Some(t) = log.iter().find(|t| t.result == "in_progress") {
+            return Some(SelfTestProgress {
+                kind: t.kind.clone(),
+                done_ratio: None,
+            });
+        }
+    }
+    None
+}
+
+/// Runs `smartctl --json=c ACTION... [-d TYPE] DEV` for a command that changes no data
+/// (`-t short`, `-t long`, `-X`), killed after `timeout`. Ok when smartctl says the drive
+/// took it; else smartctl's or the drive's words (a test already running, no self-test
+/// support, a device that cannot be opened).
+pub fn run_action(
+    program: &Path,
+    dev: &Path,
+    dev_type: Option<&str>,
+    action: &[&str],
+    timeout: Duration,
+) -> Result<(), SmartctlError> {
+    let mut args: Vec<&OsStr> = vec![OsStr::new("--json=c")];
+    args.extend(action.iter().map(OsStr::new));
+    if let Some(t) = dev_type {
+        args.push(OsStr::new("-d"));
+        args.push(OsStr::new(t));
+    }
+    args.push(dev.as_os_str());
+    let out = run_with_timeout(program, &args, dev, timeout)?;
+    action_outcome(dev, &action.join(" "), out.status, &out.stdout, &out.stderr)
+}
+
+/// Whether an action smartctl ran was done: exit bits 0-2 clear. Pure, for tests.
+pub fn action_outcome(
+    dev: &Path,
+    action: &str,
+    status: ExitStatus,
+    stdout: &[u8],
+    stderr: &[u8],
+) -> Result<(), SmartctlError> {
+    if !(status.command_line_failed() || status.device_open_failed() || status.command_failed()) {
+        return Ok(());
+    }
+    let text = String::from_utf8_lossy(stdout);
+    let mut cx = Cx::default();
+    let from_json = serde_json::from_str::<Value>(&text).ok().map(|root| {
+        messages(&mut cx, &root)
+            .into_iter()
+            .map(|m| m.text)
+            .filter(|t| !t.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ")
+    });
+    let message = from_json
+        .filter(|m| !m.is_empty())
+        .or_else(|| first_line(stderr))
+        .or_else(|| first_line(stdout))
+        .unwrap_or_else(|| status.describe());
+    Err(SmartctlError::ActionFailed {
+        dev: dev.to_path_buf(),
+        action: action.to_string(),
+        message: crate::process::clip(&message, 400),
+    })
+}
+
 // ---------------------------------------------------------------------------------------
 // smartctl --scan
 // ---------------------------------------------------------------------------------------
@@ -1446,116 +2036,41 @@ struct RunOutput {
     stderr: Vec<u8>,
 }
 
-/// Runs `program` with `args`; `dev` names what is read, in errors.
+/// Runs `program` with `args` under the one child supervisor (`process::run`: its own
+/// process group, killed whole at the time limit, when dropped and when the daemon
+/// stops; output read through caps); `dev` names what is read, in errors.
 fn run_with_timeout(
     program: &Path,
     args: &[&OsStr],
     dev: &Path,
     timeout: Duration,
 ) -> Result<RunOutput, SmartctlError> {
-    let timed_out = || SmartctlError::Timeout {
-        dev: dev.to_path_buf(),
-        secs: timeout.as_secs_f64(),
+    let limits = crate::process::Limits {
+        stdout: (OUTPUT_CAP, 0),
+        stderr: (STDERR_CAP, 0),
+        timeout,
     };
-    // Its own process group (killed whole at the time limit, when dropped, and when the
-    // daemon stops), through the one child supervisor.
-    let mut child = crate::process::spawn(
-        Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped()),
-    )
-    .map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            SmartctlError::NotInstalled
-        } else {
-            SmartctlError::Spawn {
-                program: program.to_path_buf(),
-                source: e,
+    let out = crate::process::run(Command::new(program).args(args), &limits).map_err(|e| {
+        use crate::process::RunError;
+        match e {
+            RunError::Spawn(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                SmartctlError::NotInstalled
             }
+            RunError::Spawn(source) => SmartctlError::Spawn {
+                program: program.to_path_buf(),
+                source,
+            },
+            RunError::Wait(source) | RunError::Read(source) => SmartctlError::Io {
+                dev: dev.to_path_buf(),
+                source,
+            },
+            RunError::TimedOut(_) => SmartctlError::Timeout {
+                dev: dev.to_path_buf(),
+                secs: timeout.as_secs_f64(),
+            },
         }
     })?;
-
-    // Both pipes read through a cap on threads of their own; each sends what it kept.
-    let (tx, rx) = mpsc::channel();
-    for (is_stdout, pipe) in [
-        (
-            true,
-            child
-                .child_mut()
-                .stdout
-                .take()
-                .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        ),
-        (
-            false,
-            child
-                .child_mut()
-                .stderr
-                .take()
-                .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        ),
-    ] {
-        let Some(pipe) = pipe else { continue };
-        let tx = tx.clone();
-        let (head, tail) = if is_stdout {
-            (OUTPUT_CAP, 0)
-        } else {
-            (STDERR_CAP, 0)
-        };
-        std::thread::spawn(move || {
-            let _ = tx.send((is_stdout, crate::process::read_capped(pipe, head, tail)));
-        });
-    }
-    drop(tx);
-
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(2);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break st,
-            Ok(None) => {}
-            Err(e) => {
-                return Err(SmartctlError::Io {
-                    dev: dev.to_path_buf(),
-                    source: e,
-                });
-            }
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            // Dropping the handle kills the group and reaps it.
-            drop(child);
-            return Err(timed_out());
-        }
-        std::thread::sleep(pause.min(deadline - now));
-        pause = (pause * 2).min(Duration::from_millis(50));
-    };
-
-    // The output, once smartctl has exited: within the same deadline (something it
-    // started may still hold the pipes).
-    let (mut stdout, mut stderr) = (None, None);
-    for _ in 0..2 {
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(100));
-        match rx.recv_timeout(left) {
-            Ok((true, Ok(c))) => stdout = Some(c),
-            Ok((false, Ok(c))) => stderr = Some(c),
-            Ok((_, Err(e))) => {
-                return Err(SmartctlError::Io {
-                    dev: dev.to_path_buf(),
-                    source: e,
-                })
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => return Err(timed_out()),
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        }
-    }
-    // Whatever else it started goes with it.
-    drop(child);
-    let (stdout, stderr) = (stdout.unwrap_or_default(), stderr.unwrap_or_default());
+    let (status, stdout, stderr) = (out.status, out.stdout, out.stderr);
     if stdout.dropped() > 0 {
         return Err(SmartctlError::TooMuchOutput {
             dev: dev.to_path_buf(),

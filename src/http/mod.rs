@@ -24,7 +24,7 @@
 //! [`routes::App::respond`]), `routes` (request in, response out), `web` (the web config
 //! file, TLS, basic auth), `page` (the status page), `fmt` (text).
 
-mod fmt;
+use crate::fmt;
 pub mod page;
 pub mod routes;
 mod server;

@@ -238,40 +238,67 @@ pub const DEFAULT_TELEMETRY_PATH: &str = "/metrics";
 /// Whether `path` may serve the metrics (`--web.telemetry-path`): an absolute path of
 /// `[A-Za-z0-9._~/-]` that is none of the other routes: not `/` (the status page),
 /// `/healthz`, anything under `/api/v1` or `/runs/`. The error says what to do.
-pub fn check_telemetry_path(path: &str) -> Result<(), String> {
-    let fix = "choose another path, such as the default /metrics";
-    let refuse = |why: &str| Err(format!("--web.telemetry-path {path:?}: {why}; {fix}"));
+pub fn check_telemetry_path(path: &str) -> Result<(), TelemetryPathError> {
+    use PathProblem::*;
+    let refuse = |why| {
+        Err(TelemetryPathError {
+            path: path.to_string(),
+            why,
+        })
+    };
     if !path.starts_with('/') {
-        return refuse("a path starts with /");
+        return refuse(NotAbsolute);
     }
     if path.len() > 256 {
-        return refuse("longer than 256 characters");
+        return refuse(TooLong);
     }
     if let Some(c) = path
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '~' | '/' | '-')))
     {
-        return refuse(&format!(
-            "{c:?} is not allowed (letters, digits and . _ ~ / - are)"
-        ));
+        return refuse(BadChar(c));
     }
     if path.contains("//") || path.split('/').any(|seg| seg == "." || seg == "..") {
-        return refuse("empty, . or .. segments are not allowed");
+        return refuse(BadSegment);
     }
     let under = |p: &str, prefix: &str| p == prefix || p.starts_with(&format!("{prefix}/"));
     if path == "/" {
-        return refuse("/ is the status page");
+        return refuse(Taken("/ is the status page"));
     }
     if path == "/healthz" || path == "/healthz/" {
-        return refuse("/healthz is the health check");
+        return refuse(Taken("/healthz is the health check"));
     }
     if under(path.trim_end_matches('/'), "/api/v1") || path == "/api" || path == "/api/" {
-        return refuse("/api/v1 is the JSON API");
+        return refuse(Taken("/api/v1 is the JSON API"));
     }
     if under(path.trim_end_matches('/'), "/runs") {
-        return refuse("/runs/ holds the run reports");
+        return refuse(Taken("/runs/ holds the run reports"));
     }
     Ok(())
+}
+
+/// A `--web.telemetry-path` that cannot serve the metrics: the path, why, what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--web.telemetry-path {path:?}: {why}; choose another path, such as the default /metrics")]
+pub struct TelemetryPathError {
+    pub path: String,
+    pub why: PathProblem,
+}
+
+/// What is wrong with a telemetry path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathProblem {
+    #[error("a path starts with /")]
+    NotAbsolute,
+    #[error("longer than 256 characters")]
+    TooLong,
+    #[error("{0:?} is not allowed (letters, digits and . _ ~ / - are)")]
+    BadChar(char),
+    #[error("empty, . or .. segments are not allowed")]
+    BadSegment,
+    /// Another route's path.
+    #[error("{0}")]
+    Taken(&'static str),
 }
 
 /// The application: the status it shows and what it needs to answer.
@@ -387,7 +414,7 @@ impl App {
         let tick = self.shared.lock().scheduler.last_tick_unix;
         match heartbeat(tick, now_unix()) {
             Ok(()) => Reply::line(StatusCode::OK, "ok"),
-            Err(why) => Reply::line(StatusCode::SERVICE_UNAVAILABLE, &why),
+            Err(why) => Reply::line(StatusCode::SERVICE_UNAVAILABLE, &why.to_string()),
         }
     }
 
@@ -459,24 +486,31 @@ impl App {
     }
 }
 
-/// Whether the scheduler's heartbeat at `tick` is recent at `now`, or why not (one line).
-pub fn heartbeat(tick: f64, now: f64) -> Result<(), String> {
+/// Why the daemon is unhealthy (`/healthz` says it in one line, with 503).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Unhealthy {
+    #[error("unhealthy: the scheduler has not run yet")]
+    NotYet,
+    #[error("unhealthy: the clock cannot be read")]
+    NoClock,
+    #[error("unhealthy: the scheduler's last pass was {} ago (limit {HEARTBEAT_LIMIT_SECONDS} s)", fmt::span(*age))]
+    Stale { age: f64 },
+    #[error("unhealthy: the scheduler's last pass is {} in the future (did the clock step back?)", fmt::span(*ahead))]
+    Future { ahead: f64 },
+}
+
+/// Whether the scheduler's heartbeat at `tick` is recent at `now`, or why not.
+pub fn heartbeat(tick: f64, now: f64) -> Result<(), Unhealthy> {
     if !tick.is_finite() || tick <= 0.0 {
-        return Err("unhealthy: the scheduler has not run yet".into());
+        return Err(Unhealthy::NotYet);
     }
     let age = now - tick;
     if age.is_nan() {
-        Err("unhealthy: the clock cannot be read".into())
+        Err(Unhealthy::NoClock)
     } else if age > HEARTBEAT_LIMIT_SECONDS {
-        Err(format!(
-            "unhealthy: the scheduler's last pass was {} ago (limit {HEARTBEAT_LIMIT_SECONDS} s)",
-            fmt::span(age)
-        ))
+        Err(Unhealthy::Stale { age })
     } else if age < -HEARTBEAT_LIMIT_SECONDS {
-        Err(format!(
-            "unhealthy: the scheduler's last pass is {} in the future (did the clock step back?)",
-            fmt::span(-age)
-        ))
+        Err(Unhealthy::Future { ahead: -age })
     } else {
         Ok(())
     }
@@ -569,7 +603,7 @@ mod tests {
             "/a/../metrics",
             "/é",
         ] {
-            let e = check_telemetry_path(bad).unwrap_err();
+            let e = check_telemetry_path(bad).unwrap_err().to_string();
             assert!(e.starts_with("--web.telemetry-path "), "{e}");
             assert!(!e.contains('\n'), "{e}");
         }
@@ -610,9 +644,18 @@ mod tests {
     fn heartbeat_limits() {
         assert!(heartbeat(1000.0, 1000.0).is_ok());
         assert!(heartbeat(1000.0, 1030.0).is_ok());
-        assert!(heartbeat(1000.0, 1031.0).unwrap_err().contains("31 s ago"));
-        assert!(heartbeat(1000.0, 900.0).unwrap_err().contains("future"));
-        assert!(heartbeat(0.0, 1000.0).unwrap_err().contains("not run"));
+        assert!(heartbeat(1000.0, 1031.0)
+            .unwrap_err()
+            .to_string()
+            .contains("31 s ago"));
+        assert!(heartbeat(1000.0, 900.0)
+            .unwrap_err()
+            .to_string()
+            .contains("future"));
+        assert!(heartbeat(0.0, 1000.0)
+            .unwrap_err()
+            .to_string()
+            .contains("not run"));
         assert!(heartbeat(f64::NAN, 1000.0).is_err());
         assert!(heartbeat(1000.0, f64::NAN).is_err());
     }

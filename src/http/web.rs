@@ -52,12 +52,101 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 use tokio::sync::oneshot;
 
-/// A web config file that cannot be used: one line naming the file and what to change.
+/// A web config file that cannot be used: one line naming the file, the key and what to
+/// change; the error underneath (I/O, YAML, PEM, rustls, bcrypt) is its source.
 #[derive(Debug, thiserror::Error)]
-#[error("web config {path}: {msg}")]
+#[error("web config {}: {}", path.display(), one_line(&problem.to_string()))]
 pub struct WebConfigError {
     pub path: PathBuf,
-    pub msg: String,
+    /// Boxed: a config error is rare, and the `Result`s carrying it stay small.
+    #[source]
+    pub problem: Box<WebProblem>,
+}
+
+/// What is wrong in a web config, by key.
+#[derive(Debug, thiserror::Error)]
+pub enum WebProblem {
+    #[error("cannot read it: {0}; give the path of an exporter-toolkit web config (YAML)")]
+    Read(#[source] crate::config::file::FileError),
+    #[error("{0}; see the exporter-toolkit web config format (tls_server_config, http_server_config, basic_auth_users)")]
+    Yaml(#[source] serde_norway::Error),
+    #[error("tls_server_config.{key}: {version} is not supported (rustls speaks TLS 1.2 and 1.3 only); use TLS12 or TLS13")]
+    OldTls { key: &'static str, version: String },
+    #[error("tls_server_config.{key}: unknown version {version:?}; use TLS12 or TLS13")]
+    UnknownTls { key: &'static str, version: String },
+    #[error("tls_server_config: min_version TLS13 is above max_version TLS12; fix one of them")]
+    TlsInverted,
+    #[error("tls_server_config.{key}: {}: {source}; give a PEM file of certificates", path.display())]
+    Certs {
+        key: &'static str,
+        path: PathBuf,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("tls_server_config.{key}: {}: no certificate in it; give a PEM file of certificates", path.display())]
+    NoCerts { key: &'static str, path: PathBuf },
+    #[error("tls_server_config.{0} is not supported by driveprobe (rustls chooses its own safe suites and curves; certificates come from cert_file, key_file and client_ca_file); remove it")]
+    Unsupported(&'static str),
+    #[error("tls_server_config needs both cert_file and key_file (PEM files); add them or remove tls_server_config")]
+    NoCertOrKey,
+    #[error("tls_server_config.key_file: {}: {source}; give a PEM private key (PKCS#8, PKCS#1 or SEC1)", path.display())]
+    Key {
+        path: PathBuf,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("tls_server_config.client_auth_type: {0} accepts certificates nobody checked, which driveprobe does not do; use RequireAndVerifyClientCert or VerifyClientCertIfGiven with client_ca_file")]
+    UncheckedClients(String),
+    #[error("tls_server_config.client_auth_type: unknown value {0:?}; use NoClientCert, VerifyClientCertIfGiven or RequireAndVerifyClientCert")]
+    UnknownClientAuth(String),
+    #[error("tls_server_config: {0}")]
+    Tls(#[source] rustls::Error),
+    #[error("tls_server_config.client_ca_file is given but client_auth_type is NoClientCert; remove one of them")]
+    CaUnused,
+    #[error("tls_server_config.client_auth_type {0} needs client_ca_file (the CA that signs client certificates); add it")]
+    NoCa(String),
+    #[error("tls_server_config.client_ca_file: {}: {source}; give the CA certificate in PEM", path.display())]
+    Ca {
+        path: PathBuf,
+        source: rustls::Error,
+    },
+    #[error("tls_server_config.client_ca_file: {}: {source}", path.display())]
+    Verifier {
+        path: PathBuf,
+        source: rustls::server::VerifierBuilderError,
+    },
+    #[error("tls_server_config: the key {} does not fit the certificate {}: {source}; give the key the certificate was made for", key.display(), cert.display())]
+    KeyMismatch {
+        key: PathBuf,
+        cert: PathBuf,
+        source: rustls::Error,
+    },
+    #[error("http_server_config.http2: true is not supported (this server speaks HTTP/1.1 only); remove it or set it to false")]
+    Http2,
+    #[error("http_server_config.headers.{name}: {value:?} is not allowed; use one of {allowed}")]
+    HeaderNotAllowed {
+        name: &'static str,
+        value: String,
+        allowed: String,
+    },
+    #[error("http_server_config.headers.{name}: {value:?} is not a valid header value")]
+    HeaderInvalid {
+        name: &'static str,
+        value: String,
+        source: hyper::header::InvalidHeaderValue,
+    },
+    #[error("basic_auth_users: the user name {0:?} contains ':', which basic auth cannot carry; rename the user")]
+    UserColon(String),
+    #[error("basic_auth_users.{user}: not a bcrypt hash ({source}); make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`")]
+    NotBcrypt {
+        user: String,
+        source: bcrypt::BcryptError,
+    },
+    #[error("basic_auth_users.{user}: bcrypt cost {cost} makes every check take seconds or more; use a cost from 10 to {MAX_BCRYPT_COST}")]
+    Cost { user: String, cost: u32 },
+    /// The system's random source failed (ring says no more than that).
+    #[error(
+        "cannot draw a random key for the basic auth cache (the system's random source failed)"
+    )]
+    Random,
 }
 
 /// Successful checks remembered at most (the cache is emptied when it is full).
@@ -161,24 +250,16 @@ impl std::fmt::Debug for WebConfig {
 impl WebConfig {
     /// Reads and checks `path`. Every failure is one line that names the key or file.
     pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
-        let err = |msg: String| WebConfigError {
+        let err = |problem: WebProblem| WebConfigError {
             path: path.to_path_buf(),
-            msg: one_line(&msg),
+            problem: Box::new(problem),
         };
         let text = crate::config::file::read_regular(path, crate::config::file::MAX_CONFIG_BYTES)
-            .map_err(|e| {
-            err(format!(
-                "cannot read it: {e}; give the path of an exporter-toolkit web config (YAML)"
-            ))
-        })?;
+            .map_err(|e| err(WebProblem::Read(e)))?;
         let raw: Raw = if text.trim().is_empty() {
             Raw::default()
         } else {
-            serde_norway::from_str(&text).map_err(|e| {
-                err(format!(
-                    "{e}; see the exporter-toolkit web config format (tls_server_config, http_server_config, basic_auth_users)"
-                ))
-            })?
+            serde_norway::from_str(&text).map_err(|e| err(WebProblem::Yaml(e)))?
         };
         let base = path
             .parent()
@@ -250,35 +331,42 @@ fn resolve(base: &Path, p: &str) -> PathBuf {
     }
 }
 
-fn version(key: &str, v: &str) -> Result<&'static rustls::SupportedProtocolVersion, String> {
+fn version(
+    key: &'static str,
+    v: &str,
+) -> Result<&'static rustls::SupportedProtocolVersion, WebProblem> {
     match v {
         "TLS12" => Ok(&rustls::version::TLS12),
         "TLS13" => Ok(&rustls::version::TLS13),
-        "TLS10" | "TLS11" => Err(format!(
-            "tls_server_config.{key}: {v} is not supported (rustls speaks TLS 1.2 and 1.3 only); use TLS12 or TLS13"
-        )),
-        _ => Err(format!(
-            "tls_server_config.{key}: unknown version {v:?}; use TLS12 or TLS13"
-        )),
+        "TLS10" | "TLS11" => Err(WebProblem::OldTls {
+            key,
+            version: v.to_string(),
+        }),
+        _ => Err(WebProblem::UnknownTls {
+            key,
+            version: v.to_string(),
+        }),
     }
 }
 
-fn certs(key: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let what = |e: &dyn std::fmt::Display| {
-        format!(
-            "tls_server_config.{key}: {}: {e}; give a PEM file of certificates",
-            path.display()
-        )
+fn certs(key: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, WebProblem> {
+    let what = |source| WebProblem::Certs {
+        key,
+        path: path.to_path_buf(),
+        source,
     };
-    let iter = CertificateDer::pem_file_iter(path).map_err(|e| what(&e))?;
-    let certs = iter.collect::<Result<Vec<_>, _>>().map_err(|e| what(&e))?;
+    let iter = CertificateDer::pem_file_iter(path).map_err(what)?;
+    let certs = iter.collect::<Result<Vec<_>, _>>().map_err(what)?;
     if certs.is_empty() {
-        return Err(what(&"no certificate in it"));
+        return Err(WebProblem::NoCerts {
+            key,
+            path: path.to_path_buf(),
+        });
     }
     Ok(certs)
 }
 
-fn tls_config(t: RawTls, base: &Path) -> Result<(rustls::ServerConfig, ClientAuth), String> {
+fn tls_config(t: RawTls, base: &Path) -> Result<(rustls::ServerConfig, ClientAuth), WebProblem> {
     for (name, present) in [
         ("cipher_suites", t.cipher_suites.is_some()),
         ("curve_preferences", t.curve_preferences.is_some()),
@@ -288,28 +376,21 @@ fn tls_config(t: RawTls, base: &Path) -> Result<(rustls::ServerConfig, ClientAut
         ("client_ca", t.client_ca.is_some()),
     ] {
         if present {
-            return Err(format!(
-                "tls_server_config.{name} is not supported by driveprobe (rustls chooses its own safe suites and curves; certificates come from cert_file, key_file and client_ca_file); remove it"
-            ));
+            return Err(WebProblem::Unsupported(name));
         }
     }
     let (Some(cert_file), Some(key_file)) = (
         t.cert_file.as_deref().filter(|s| !s.is_empty()),
         t.key_file.as_deref().filter(|s| !s.is_empty()),
     ) else {
-        return Err(
-            "tls_server_config needs both cert_file and key_file (PEM files); add them or remove tls_server_config"
-                .into(),
-        );
+        return Err(WebProblem::NoCertOrKey);
     };
     let cert_path = resolve(base, cert_file);
     let key_path = resolve(base, key_file);
     let chain = certs("cert_file", &cert_path)?;
-    let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|e| {
-        format!(
-            "tls_server_config.key_file: {}: {e}; give a PEM private key (PKCS#8, PKCS#1 or SEC1)",
-            key_path.display()
-        )
+    let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|source| WebProblem::Key {
+        path: key_path.clone(),
+        source,
     })?;
 
     let min = version("min_version", t.min_version.as_deref().unwrap_or("TLS12"))?;
@@ -327,10 +408,7 @@ fn tls_config(t: RawTls, base: &Path) -> Result<(rustls::ServerConfig, ClientAut
     let versions = if min.version == rustls::ProtocolVersion::TLSv1_3
         && max.version == rustls::ProtocolVersion::TLSv1_2
     {
-        return Err(
-            "tls_server_config: min_version TLS13 is above max_version TLS12; fix one of them"
-                .into(),
-        );
+        return Err(WebProblem::TlsInverted);
     } else {
         versions
     };
@@ -348,41 +426,31 @@ fn tls_config(t: RawTls, base: &Path) -> Result<(rustls::ServerConfig, ClientAut
         "VerifyClientCertIfGiven" => ClientAuth::VerifyIfGiven,
         "RequireAndVerifyClientCert" => ClientAuth::RequireAndVerify,
         "RequestClientCert" | "RequireAnyClientCert" => {
-            return Err(format!(
-                "tls_server_config.client_auth_type: {auth_type} accepts certificates nobody checked, which driveprobe does not do; use RequireAndVerifyClientCert or VerifyClientCertIfGiven with client_ca_file"
-            ))
+            return Err(WebProblem::UncheckedClients(auth_type.to_string()))
         }
-        other => {
-            return Err(format!(
-                "tls_server_config.client_auth_type: unknown value {other:?}; use NoClientCert, VerifyClientCertIfGiven or RequireAndVerifyClientCert"
-            ))
-        }
+        other => return Err(WebProblem::UnknownClientAuth(other.to_string())),
     };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)
-        .map_err(|e| format!("tls_server_config: {e}"))?;
+        .map_err(WebProblem::Tls)?;
     let builder = match client_auth {
         ClientAuth::None => {
             if t.client_ca_file.is_some() {
-                return Err("tls_server_config.client_ca_file is given but client_auth_type is NoClientCert; remove one of them".into());
+                return Err(WebProblem::CaUnused);
             }
             builder.with_no_client_auth()
         }
         ClientAuth::VerifyIfGiven | ClientAuth::RequireAndVerify => {
             let Some(ca) = t.client_ca_file.as_deref().filter(|s| !s.is_empty()) else {
-                return Err(format!(
-                    "tls_server_config.client_auth_type {auth_type} needs client_ca_file (the CA that signs client certificates); add it"
-                ));
+                return Err(WebProblem::NoCa(auth_type.to_string()));
             };
             let ca_path = resolve(base, ca);
             let mut roots = rustls::RootCertStore::empty();
             for c in certs("client_ca_file", &ca_path)? {
-                roots.add(c).map_err(|e| {
-                    format!(
-                        "tls_server_config.client_ca_file: {}: {e}; give the CA certificate in PEM",
-                        ca_path.display()
-                    )
+                roots.add(c).map_err(|source| WebProblem::Ca {
+                    path: ca_path.clone(),
+                    source,
                 })?;
             }
             let mut vb = rustls::server::WebPkiClientVerifier::builder_with_provider(
@@ -392,33 +460,29 @@ fn tls_config(t: RawTls, base: &Path) -> Result<(rustls::ServerConfig, ClientAut
             if client_auth == ClientAuth::VerifyIfGiven {
                 vb = vb.allow_unauthenticated();
             }
-            let verifier = vb.build().map_err(|e| {
-                format!(
-                    "tls_server_config.client_ca_file: {}: {e}",
-                    ca_path.display()
-                )
+            let verifier = vb.build().map_err(|source| WebProblem::Verifier {
+                path: ca_path.clone(),
+                source,
             })?;
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let mut cfg = builder.with_single_cert(chain, key).map_err(|e| {
-        format!(
-            "tls_server_config: the key {} does not fit the certificate {}: {e}; give the key the certificate was made for",
-            key_path.display(),
-            cert_path.display()
-        )
-    })?;
+    let mut cfg =
+        builder
+            .with_single_cert(chain, key)
+            .map_err(|source| WebProblem::KeyMismatch {
+                key: key_path.clone(),
+                cert: cert_path.clone(),
+                source,
+            })?;
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     cfg.ignore_client_order = t.prefer_server_cipher_suites.unwrap_or(false);
     Ok((cfg, client_auth))
 }
 
-fn http_config(h: RawHttp) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
+fn http_config(h: RawHttp) -> Result<Vec<(HeaderName, HeaderValue)>, WebProblem> {
     if h.http2 == Some(true) {
-        return Err(
-            "http_server_config.http2: true is not supported (this server speaks HTTP/1.1 only); remove it or set it to false"
-                .into(),
-        );
+        return Err(WebProblem::Http2);
     }
     let Some(hd) = h.headers else {
         return Ok(Vec::new());
@@ -446,14 +510,17 @@ fn http_config(h: RawHttp) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
         let Some(v) = value else { continue };
         if let Some(ok) = allowed {
             if !ok.iter().any(|a| a.eq_ignore_ascii_case(&v)) {
-                return Err(format!(
-                    "http_server_config.headers.{name}: {v:?} is not allowed; use one of {}",
-                    ok.join(", ")
-                ));
+                return Err(WebProblem::HeaderNotAllowed {
+                    name,
+                    value: v,
+                    allowed: ok.join(", "),
+                });
             }
         }
-        let value = HeaderValue::from_str(&v).map_err(|_| {
-            format!("http_server_config.headers.{name}: {v:?} is not a valid header value")
+        let value = HeaderValue::from_str(&v).map_err(|source| WebProblem::HeaderInvalid {
+            name,
+            value: v.clone(),
+            source,
         })?;
         out.push((HeaderName::from_static(lower(name)), value));
     }
@@ -580,24 +647,23 @@ impl Drop for FairPermit {
 }
 
 impl BasicAuth {
-    fn new(users: BTreeMap<String, String>) -> Result<BasicAuth, String> {
+    fn new(users: BTreeMap<String, String>) -> Result<BasicAuth, WebProblem> {
         let mut dummy: Option<(u32, String)> = None;
         for (user, hash) in &users {
             if user.contains(':') {
-                return Err(format!(
-                    "basic_auth_users: the user name {user:?} contains ':', which basic auth cannot carry; rename the user"
-                ));
+                return Err(WebProblem::UserColon(user.clone()));
             }
-            let parts: bcrypt::HashParts = hash.parse().map_err(|e| {
-                format!(
-                    "basic_auth_users.{user}: not a bcrypt hash ({e}); make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`"
-                )
-            })?;
+            let parts: bcrypt::HashParts =
+                hash.parse().map_err(|source| WebProblem::NotBcrypt {
+                    user: user.clone(),
+                    source,
+                })?;
             let cost = parts.get_cost();
             if cost > MAX_BCRYPT_COST {
-                return Err(format!(
-                    "basic_auth_users.{user}: bcrypt cost {cost} makes every check take seconds or more; use a cost from 10 to {MAX_BCRYPT_COST}"
-                ));
+                return Err(WebProblem::Cost {
+                    user: user.clone(),
+                    cost,
+                });
             }
             if dummy.as_ref().is_none_or(|(c, _)| cost > *c) {
                 dummy = Some((cost, hash.clone()));
@@ -606,7 +672,7 @@ impl BasicAuth {
         let dummy = dummy.map(|(_, h)| h).unwrap_or_default();
         let rng = ring::rand::SystemRandom::new();
         let key = ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng)
-            .map_err(|_| "cannot draw a random key for the basic auth cache".to_string())?;
+            .map_err(|_| WebProblem::Random)?;
         Ok(BasicAuth {
             users,
             dummy,
@@ -754,6 +820,22 @@ mod tests {
             assert!(e.contains(key), "{yaml:?}: {e}");
             assert!(!e.contains('\n'), "{e}");
         }
+    }
+
+    #[test]
+    fn errors_keep_what_went_wrong_underneath() {
+        use std::error::Error as _;
+        let e = WebConfig::load(Path::new("/nonexistent/driveprobe-web.yml")).unwrap_err();
+        assert!(matches!(*e.problem, WebProblem::Read(_)), "{e:?}");
+        let io = e.source().and_then(|p| p.source());
+        assert!(io.is_some(), "the read error is not kept: {e:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("web.yml");
+        std::fs::write(&p, "basic_auth_users:\n  alice: notahash\n").unwrap();
+        let e = WebConfig::load(&p).unwrap_err();
+        assert!(matches!(*e.problem, WebProblem::NotBcrypt { .. }), "{e:?}");
+        let bcrypt = e.source().and_then(|p| p.source()).unwrap();
+        assert!(e.to_string().contains(&bcrypt.to_string()), "{e}");
     }
 
     #[test]

@@ -69,7 +69,8 @@ impl WriteBound {
 /// - purge: the whole region, as if it fell back to a full overwrite (a file's punched
 ///   hole and NVMe Format write nothing; the bound does not count on it);
 /// - preconditioning: `precondition_passes` x the region; fill: the whole target;
-/// - a timed phase writes at most its longest time (steady state: `max_rounds` rounds;
+/// - a timed phase writes at most its longest time (steady state: `max_rounds` rounds
+///   and the watch rounds after it;
 ///   sweeps and curves: each point's ramp and round; write saturation: 4x the region
 ///   plus one round, or its round limit) x the rate x its share of writes
 ///   (`100 - read_pct`): the ramp's writes are counted, though the engine does not count
@@ -101,7 +102,11 @@ pub fn write_bound(
                 region = whole * f;
                 0.0
             }
-            Step::SteadyState(w) => timed(round * scale.rule.max_rounds as f64, w.read_pct),
+            // Up to `max_rounds`, and the watch rounds after a steady state reached late.
+            Step::SteadyState(w) => timed(
+                round * (scale.rule.max_rounds + super::steady::WATCH_ROUNDS) as f64,
+                w.read_pct,
+            ),
             Step::Sweep(w, ws, ds) => timed(point * (ws.len() * ds.len()) as f64, w.read_pct),
             // The max-rate round, then 12 fractions of it.
             Step::RateCurve(w) => timed(point * 13.0, w.read_pct),
@@ -110,7 +115,25 @@ pub fn write_bound(
                 by_time.min(4.0 * region + timed(round, w.read_pct))
             }
             Step::Point(w) => timed(point, w.read_pct),
+            // The max-rate point, then each probe: its I/Os (a little over the I/Os per
+            // probe, or one round at the rate when that is more) and its ramp. A row
+            // the scale refuses runs nothing.
+            Step::Qos(row) => {
+                let read_pct = if row.rw == "randread" { 100 } else { 0 };
+                let bs = crate::engine::SizeMix::parse(&row.bs)
+                    .map_or(f64::INFINITY, |m| f64::from(m.max()));
+                let ios = super::qos::ios_per_probe(row, scale.name).unwrap_or(0) as f64;
+                let probes = 1.0 + f64::from(super::qos::bisect_steps(scale.name));
+                let probe_writes = if read_pct == 100 {
+                    0.0
+                } else {
+                    ios * 1.05 * bs
+                };
+                timed(point, read_pct) + probes * (probe_writes + timed(point, read_pct))
+            }
             Step::App(_) | Step::FioJob(..) => f64::INFINITY,
+            // Every PTS stimulus that writes writes only.
+            Step::Pts(p) => timed(p.write_seconds(scale), 0),
         };
     }
     let by_time = max_duration.map_or(f64::INFINITY, |d| (d + STOP_SLACK).as_secs_f64() * rate);
@@ -243,11 +266,13 @@ mod tests {
         // max_duration caps everything: 10 s + the stop slack at 1 GB/s.
         let capped = write_bound(&wsat, &quick, 1 << 40, rate, Some(Duration::from_secs(10)));
         assert_eq!(capped.bytes, (15.0 * rate) as u64);
-        // enterprise: purge + 1 pass + 7 steady phases of 10 rounds at their write shares
-        // (0, 100, 30, 0, 100, 0, 100 %) + 16 sweep points of 0.6 s at 30 %.
+        // enterprise: purge + 1 pass + 7 steady phases of 10 rounds and the watch rounds
+        // after them, at their write shares (0, 100, 30, 0, 100, 0, 100 %) + 16 sweep
+        // points of 0.6 s at 30 %.
         let ent = find("enterprise").unwrap();
         let b = write_bound(&ent, &quick, 256 * MIB, rate, None);
-        let phases = 5.0 * rate * (1.0 + 0.3 + 1.0 + 1.0) + 16.0 * 0.6 * rate * 0.3;
+        let steady_seconds = 0.5 * (10 + crate::protocol::steady::WATCH_ROUNDS) as f64;
+        let phases = steady_seconds * rate * (1.0 + 0.3 + 1.0 + 1.0) + 16.0 * 0.6 * rate * 0.3;
         let want = 2.0 * 256.0 * MIB as f64 + phases;
         assert!((b.bytes as f64 - want).abs() < 2.0, "{} vs {want}", b.bytes);
         // Standard scale writes more than quick; the application suites need a time limit.

@@ -3,7 +3,11 @@
 //! document.
 
 pub mod bound;
+pub mod hist;
+pub mod merge;
+pub mod pts;
 pub mod purge;
+pub mod qos;
 pub mod result;
 pub mod steady;
 pub mod suite;

@@ -4,7 +4,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::IntervalSummary;
+use super::hist::LatencyHist;
+use crate::engine::stats::DirStats;
+use crate::engine::{IntervalDetail, IntervalSummary};
 use crate::health::model::Identity;
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -67,6 +69,14 @@ pub struct Round {
     /// round's ops + this = the I/Os its rate asked for.
     #[serde(default)]
     pub due_missed_ops: u64,
+    /// The round's full read latency histogram (absent in documents written before
+    /// histograms were kept, and for directions that did no I/O): any percentile can be
+    /// read from it, and rounds of several runs merged (docs/decisions/0010).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_lat_hist: Option<LatencyHist>,
+    /// The round's full write latency histogram, as `read_lat_hist`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_lat_hist: Option<LatencyHist>,
 }
 
 /// The workload of a phase, in fio's terms.
@@ -101,6 +111,14 @@ pub struct SteadyState {
     pub window_mean_iops: f64,
     pub window_range_ratio: f64,
     pub window_slope_excursion_ratio: f64,
+    /// Rounds measured after the steady one to watch steady state hold (the last ones of
+    /// the phase's `rounds`; 0 in documents written before, and when never steady).
+    #[serde(default)]
+    pub watch_rounds: u32,
+    /// Set when the drive left steady state in the watch rounds: two rounds in a row each
+    /// more than `max_range_ratio` from the window's mean (a garbage-collection cliff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left: Option<super::steady::Left>,
 }
 
 /// One point of a thread/queue sweep.
@@ -175,6 +193,12 @@ pub enum Phase {
         workload: WorkloadDesc,
         round: Round,
     },
+    /// QoS qualification of one table row (`--suite qos`): the rates tried with the
+    /// open-loop engine, each limit's verdict at each, the highest rate at which all held.
+    Qos {
+        workload: WorkloadDesc,
+        qos: super::qos::QosOutcome,
+    },
     /// An application workload run with its data on the drive: `app` is `oltp`
     /// (sysbench OLTP on a private MariaDB: one point per thread count) or `kv`
     /// (RocksDB db_bench: one point per db_bench phase).
@@ -182,6 +206,9 @@ pub enum Phase {
         app: String,
         points: Vec<crate::app::AppPoint>,
     },
+    /// A SNIA PTS test with figures of its own (`test`: `throughput`, `xsr`, `hir`;
+    /// see `protocol::pts` and docs/pts.md).
+    Pts(super::pts::PtsTest),
 }
 
 /// Rated figures from the datasheet, when the user gave them.
@@ -213,6 +240,19 @@ pub struct SuiteResult {
     pub incomplete_reason: Option<String>,
     pub rated: Option<Rated>,
     pub phases: Vec<Phase>,
+}
+
+impl SuiteResult {
+    /// Keeps every latency histogram of the document (every phase kind's rounds) to
+    /// `digits` significant digits (`--hist-digits`; see [`LatencyHist::coarsen`]);
+    /// returns how many it coarsened.
+    pub fn coarsen_hists(&mut self, digits: u8) -> Result<usize, super::hist::HistError> {
+        let form = |e: serde_json::Error| super::hist::HistError::Form(e.to_string());
+        let mut v = serde_json::to_value(&*self).map_err(form)?;
+        let n = super::hist::coarsen_document(&mut v, digits)?;
+        *self = serde_json::from_value(v).map_err(form)?;
+        Ok(n)
+    }
 }
 
 fn dir(d: &crate::engine::IntervalDir) -> DirFigures {
@@ -294,9 +334,42 @@ impl Round {
             slot_uncounted_seconds: 0.0,
             in_flight_seconds: 0.0,
             due_missed_ops: 0,
+            read_lat_hist: None,
+            write_lat_hist: None,
             read,
             write,
         }
+    }
+
+    /// A round from one engine interval and its exact statistics (histograms kept).
+    pub fn from_interval_detail(
+        index: u32,
+        end_seconds: f64,
+        i: &IntervalSummary,
+        d: &IntervalDetail,
+    ) -> Round {
+        Round {
+            read_lat_hist: kept_hist(d.read),
+            write_lat_hist: kept_hist(d.write),
+            ..Round::from_interval(index, end_seconds, i)
+        }
+    }
+
+    /// Each direction's histogram over all of `rounds` (None for a direction no round
+    /// kept one for): a phase's whole distribution, or a window's.
+    pub fn merged_hists(rounds: &[Round]) -> (Option<LatencyHist>, Option<LatencyHist>) {
+        let merge = |f: &dyn Fn(&Round) -> Option<&LatencyHist>| {
+            let hs: Vec<&LatencyHist> = rounds.iter().filter_map(f).collect();
+            if hs.is_empty() {
+                return None;
+            }
+            // Histograms this process wrote, or checked when it read them (merge).
+            LatencyHist::merge(hs).ok()
+        };
+        (
+            merge(&|r| r.read_lat_hist.as_ref()),
+            merge(&|r| r.write_lat_hist.as_ref()),
+        )
     }
 
     /// A round from one engine interval.
@@ -317,6 +390,8 @@ impl Round {
             slot_uncounted_seconds: r.slot_uncounted_seconds,
             in_flight_seconds: r.in_flight_seconds,
             due_missed_ops: r.due_missed_ops,
+            read_lat_hist: kept_hist(&r.read_stats),
+            write_lat_hist: kept_hist(&r.write_stats),
             ..Round::from_dirs(
                 index,
                 r.runtime_seconds,
@@ -329,6 +404,8 @@ impl Round {
     /// The average of several rounds (steady window figures); max is the largest.
     pub fn average(rounds: &[Round]) -> Round {
         let n = rounds.len().max(1) as f64;
+        // The window's histogram is the union of its rounds' (not an average).
+        let (read_hist, write_hist) = Round::merged_hists(rounds);
         let avg_dir = |f: &dyn Fn(&Round) -> &DirFigures| DirFigures {
             ops: rounds.iter().map(|r| f(r).ops).sum(),
             iops: rounds.iter().map(|r| f(r).iops).sum::<f64>() / n,
@@ -354,8 +431,15 @@ impl Round {
                 / n,
             in_flight_seconds: rounds.iter().map(|r| r.in_flight_seconds).sum::<f64>() / n,
             due_missed_ops: rounds.iter().map(|r| r.due_missed_ops).sum::<u64>() / n as u64,
+            read_lat_hist: read_hist,
+            write_lat_hist: write_hist,
         }
     }
+}
+
+/// The histogram a document keeps of one direction: none when it did no I/O.
+fn kept_hist(d: &DirStats) -> Option<LatencyHist> {
+    (d.ops > 0).then(|| LatencyHist::from_histogram(d.histogram()))
 }
 
 #[cfg(test)]

@@ -94,6 +94,39 @@ pub fn first_steady(series: &[f64], rule: &Rule) -> Option<usize> {
         .map(|end| end - 1)
 }
 
+/// Rounds measured after steady state is reached, to watch that it holds.
+pub const WATCH_ROUNDS: usize = 3;
+
+/// A drive that left steady state after reaching it (a garbage-collection cliff).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Left {
+    /// 0-based index, among the rounds after the steady one, of the first round of the
+    /// departure.
+    pub after: usize,
+    pub iops: f64,
+    /// (IOPS - the window's mean) / the mean: negative for a drop.
+    pub departure_ratio: f64,
+}
+
+/// Whether the rounds `after` a steady window of mean `mean` leave it: two rounds in a
+/// row each departing from the mean by more than the rule's allowed range (the band the
+/// window itself had to stay in), so one noisy round does not count and a sustained drop
+/// does. The first of the two is reported.
+pub fn left_steady(mean: f64, after: &[f64], rule: &Rule) -> Option<Left> {
+    if mean <= 0.0 {
+        return None;
+    }
+    let out = |v: f64| ((v - mean) / mean).abs() > rule.max_range;
+    after
+        .windows(2)
+        .position(|w| out(w[0]) && out(w[1]))
+        .map(|i| Left {
+            after: i,
+            iops: after[i],
+            departure_ratio: (after[i] - mean) / mean,
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +193,35 @@ mod tests {
         assert!(c.range_ratio <= 0.2);
         assert!(c.excursion_ratio > 0.1);
         assert!(!c.steady);
+    }
+
+    /// Issue 23: a drive steady at 66k that falls off a cliff to 40k is flagged at the
+    /// first round of the fall; one noisy round is not; a steady drive is not.
+    #[test]
+    fn leaving_steady_state_is_a_sustained_departure() {
+        let r = rule();
+        assert_eq!(
+            left_steady(66_000.0, &[65_000.0, 67_000.0, 66_500.0], &r),
+            None
+        );
+        // One round 25% down, then back: noise, not a cliff.
+        assert_eq!(
+            left_steady(66_000.0, &[49_500.0, 66_000.0, 65_000.0], &r),
+            None
+        );
+        let l = left_steady(66_000.0, &[64_000.0, 40_000.0, 38_000.0], &r).unwrap();
+        assert_eq!(l.after, 1);
+        assert_eq!(l.iops, 40_000.0);
+        assert!((l.departure_ratio - (40_000.0 - 66_000.0) / 66_000.0).abs() < 1e-12);
+        // A rise beyond the band is a departure too (a drive that finished its GC debt).
+        assert_eq!(
+            left_steady(100.0, &[130.0, 125.0], &r).map(|l| l.after),
+            Some(0)
+        );
+        // Exactly at the band's edge is still in it.
+        assert_eq!(left_steady(100.0, &[80.0, 120.0], &r), None);
+        assert_eq!(left_steady(0.0, &[1.0, 1.0], &r), None);
+        assert_eq!(left_steady(100.0, &[10.0], &r), None);
     }
 
     #[test]

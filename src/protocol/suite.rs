@@ -52,6 +52,8 @@ pub enum SuiteError {
     },
     #[error("suite {0}: the target is read-only, and every suite writes: it needs a write permit")]
     ReadOnly(String),
+    #[error("suite {0}: keeping the latency histograms to fewer digits: {1}")]
+    Hist(String, super::hist::HistError),
     #[error("suite {suite}: {app} needs a file target's directory for its data, and {target} is a block device: give a file on the drive's filesystem instead")]
     NeedsDirectory {
         suite: String,
@@ -68,6 +70,8 @@ pub enum SuiteError {
         suite: String,
         source: crate::app::kv::KvError,
     },
+    #[error("suite {0}: {1}")]
+    Qos(String, super::qos::QosError),
     #[error("suite {suite}: fio job file: {source}")]
     FioJob {
         suite: String,
@@ -176,6 +180,10 @@ pub enum Step {
     App(AppKind),
     /// A user's fio job file on the target (its jobs become points), with a time limit.
     FioJob(std::path::PathBuf, Duration),
+    /// QoS qualification of one row of a latency target table.
+    Qos(super::qos::QosRow),
+    /// A SNIA PTS test of its own kind (`protocol::pts`).
+    Pts(super::pts::PtsStep),
 }
 
 impl Step {
@@ -201,6 +209,8 @@ impl Step {
             Step::App(AppKind::Oltp) => "oltp: sysbench oltp_read_write on a private MariaDB in the target's directory, by thread count".into(),
             Step::App(AppKind::Kv) => "kv: RocksDB db_bench (fillrandom, readwhilewriting, overwrite) in the target's directory".into(),
             Step::FioJob(p, _) => format!("the fio job file {}", p.display()),
+            Step::Qos(row) => row.describe(),
+            Step::Pts(p) => p.describe(None),
         }
     }
 }
@@ -321,6 +331,8 @@ fn build_suites() -> Vec<Suite> {
     ];
     let mut review = enterprise.clone();
     review.extend([Step::App(AppKind::Oltp), Step::App(AppKind::Kv)]);
+    let qos = qos_suite(&super::qos::QosTable::default_table(), None)
+        .expect("the default table's first class exists");
     vec![
         Suite {
             name: "enterprise",
@@ -371,7 +383,45 @@ fn build_suites() -> Vec<Suite> {
                 Step::SteadyState(w::JESD219),
             ],
         },
+        qos,
+        Suite {
+            name: "throughput",
+            about: "SNIA PTS throughput: for 1M, then 128K, purge, precondition, sequential write and read rounds until the write MB/s is steady",
+            steps: super::pts::suite_steps("throughput"),
+        },
+        Suite {
+            name: "xsr",
+            about: "SNIA PTS cross-stimulus recovery: sequential 128K writes, random 8K writes, sequential 128K again; throughput over time and the time to settle after each change",
+            steps: super::pts::suite_steps("xsr"),
+        },
+        Suite {
+            name: "hir",
+            about: "SNIA PTS host idle recovery: 4K random write to steady state, then write bursts with idle periods of increasing length, each followed by a return to baseline",
+            steps: super::pts::suite_steps("hir"),
+        },
+        Suite {
+            name: "dirth",
+            about: "SNIA PTS demand intensity / response time histogram: 8K 65/35 random to steady state, then the threads x queue depth grid, the knee, and response-time histograms at the min, mid and max IOPS points",
+            steps: super::pts::suite_steps("dirth"),
+        },
     ]
+}
+
+/// The QoS qualification suite for one class of a target table (the first when `class`
+/// is None): workload-independent preconditioning (reads then hit written blocks), then
+/// each row's search.
+pub fn qos_suite(
+    table: &super::qos::QosTable,
+    class: Option<&str>,
+) -> Result<Suite, super::qos::QosError> {
+    let c = table.class(class)?;
+    let mut steps = vec![Step::Precondition];
+    steps.extend(c.rows.iter().cloned().map(Step::Qos));
+    Ok(Suite {
+        name: "qos",
+        about: "latency QoS qualification: per row of a target table (default: driveprobe's datacenter class; --qos-targets, --qos-class), the highest open-loop IOPS at which every percentile limit holds, pass or fail",
+        steps,
+    })
 }
 
 /// A one-step suite that runs a user's fio job file on the target (`driveprobe bench
@@ -420,6 +470,9 @@ pub struct SuiteOptions {
     /// Why the run was stopped, recorded by whoever stopped it (empty: the signal
     /// handler, which only sets the control's flag).
     pub stop: super::bound::StopCell,
+    /// Significant digits to keep the document's latency histograms to
+    /// ([`super::hist::KEPT_DIGITS`]; None: the engine's 3). The figures stay the engine's.
+    pub hist_digits: Option<u8>,
 }
 
 fn now_unix() -> f64 {
@@ -430,7 +483,7 @@ fn now_unix() -> f64 {
 }
 
 /// `engine::run`, its error named by suite and phase.
-fn run_engine(
+pub(super) fn run_engine(
     suite: &Suite,
     target: &Target,
     phase: &str,
@@ -438,10 +491,26 @@ fn run_engine(
     control: &RunControl,
     on_interval: &mut dyn FnMut(&engine::IntervalSummary),
 ) -> Result<RunResult, SuiteError> {
-    let r = engine::run(job, target, control, on_interval).map_err(|e| SuiteError::Engine {
-        suite: suite.name.to_string(),
-        phase: phase.to_string(),
-        source: e,
+    run_engine_observed(suite, target, phase, job, control, &mut |i, _| {
+        on_interval(i)
+    })
+}
+
+/// [`run_engine`], with each interval's exact statistics (its histograms) handed on too.
+pub(crate) fn run_engine_observed(
+    suite: &Suite,
+    target: &Target,
+    phase: &str,
+    job: &engine::Job,
+    control: &RunControl,
+    on_interval: &mut dyn FnMut(&engine::IntervalSummary, &engine::IntervalDetail),
+) -> Result<RunResult, SuiteError> {
+    let r = engine::run_observed(job, target, control, on_interval).map_err(|e| {
+        SuiteError::Engine {
+            suite: suite.name.to_string(),
+            phase: phase.to_string(),
+            source: e,
+        }
     })?;
     // Figures measured while I/Os failed (a failing or removed drive) are not the drive's:
     // the phase fails, so the document is incomplete and the run is not passed.
@@ -461,18 +530,18 @@ fn run_engine(
     Ok(r)
 }
 
-struct Runner<'a> {
-    suite: &'a Suite,
-    target: &'a Target,
-    opts: &'a SuiteOptions,
-    control: &'a RunControl,
-    observer: &'a mut dyn Observer,
-    region: RegionSpec,
-    engine_name: Option<String>,
+pub(super) struct Runner<'a> {
+    pub(super) suite: &'a Suite,
+    pub(super) target: &'a Target,
+    pub(super) opts: &'a SuiteOptions,
+    pub(super) control: &'a RunControl,
+    pub(super) observer: &'a mut dyn Observer,
+    pub(super) region: RegionSpec,
+    pub(super) engine_name: Option<String>,
 }
 
 impl Runner<'_> {
-    fn job(
+    pub(super) fn job(
         &self,
         wl: &Workload,
         phase: &str,
@@ -506,7 +575,7 @@ impl Runner<'_> {
         spec.validate().map_err(|e| self.job_err(phase, e))
     }
 
-    fn job_err(&self, phase: &str, e: JobError) -> SuiteError {
+    pub(super) fn job_err(&self, phase: &str, e: JobError) -> SuiteError {
         SuiteError::Job {
             suite: self.suite.name.to_string(),
             phase: phase.to_string(),
@@ -514,7 +583,7 @@ impl Runner<'_> {
         }
     }
 
-    fn run(
+    pub(super) fn run(
         &mut self,
         job: &engine::Job,
         phase: &str,
@@ -548,7 +617,8 @@ impl Runner<'_> {
         let job = self.job(
             wl,
             wl.name,
-            Stop::Time(scale.round * rule.max_rounds as u32),
+            // Room for the watch rounds after a steady state reached at the last round.
+            Stop::Time(scale.round * (rule.max_rounds + steady::WATCH_ROUNDS) as u32),
             Duration::ZERO,
         )?;
         let phase_control = self.control.child();
@@ -557,8 +627,8 @@ impl Runner<'_> {
         {
             let observer = &mut *self.observer;
             let pc = phase_control.clone();
-            let mut on_interval = |i: &engine::IntervalSummary| {
-                let r = Round::from_interval(rounds.len() as u32, i.end_seconds, i);
+            let mut on_interval = |i: &engine::IntervalSummary, d: &engine::IntervalDetail| {
+                let r = Round::from_interval_detail(rounds.len() as u32, i.end_seconds, i, d);
                 rounds.push(r);
                 let series: Vec<f64> = rounds.iter().map(|r| r.iops).collect();
                 let n = series.len();
@@ -567,11 +637,18 @@ impl Runner<'_> {
                 observer.round(rounds.last().expect("just pushed"), check.as_ref());
                 if check.is_some_and(|c| c.steady) && steady_round.is_none() {
                     steady_round = Some(n as u32 - 1);
+                }
+                // Steady: a few more rounds to watch it hold; never steady: the limit.
+                let done = match steady_round {
+                    Some(s) => n >= s as usize + 1 + steady::WATCH_ROUNDS,
+                    None => n >= rule.max_rounds,
+                };
+                if done {
                     pc.stop();
                 }
             };
             let target = self.target;
-            let r = run_engine(
+            let r = run_engine_observed(
                 self.suite,
                 target,
                 wl.name,
@@ -583,19 +660,28 @@ impl Runner<'_> {
                 .get_or_insert_with(|| r.engine.name().to_string());
         }
         // A round cut short by the stop is not a whole round: drop it.
-        if let Some(s) = steady_round {
-            rounds.truncate(s as usize + 1);
-        } else if let Some(last) = rounds.last() {
+        rounds.truncate(match steady_round {
+            Some(s) => s as usize + 1 + steady::WATCH_ROUNDS,
+            None => rule.max_rounds,
+        });
+        if let Some(last) = rounds.last() {
             let want = scale.round.as_secs_f64() * rounds.len() as f64;
             if (last.end_seconds - want).abs() > scale.round.as_secs_f64() * 0.5 {
                 rounds.pop();
             }
         }
-        let n = rounds.len();
+        // The window ends at the steady round (the watch rounds follow it), else at the
+        // last round.
+        let n = match steady_round {
+            Some(s) => (s as usize + 1).min(rounds.len()),
+            None => rounds.len(),
+        };
         let window = rule.window.min(n);
         let iops: Vec<f64> = rounds.iter().map(|r| r.iops).collect();
-        let check = steady::check(&iops[n - window..], &rule);
-        let steady_figures = Round::average(&rounds[n - window..]);
+        let check = steady::check(&iops[n - window..n], &rule);
+        let steady_figures = Round::average(&rounds[n - window..n]);
+        let watch = &iops[n..];
+        let left = steady_round.and_then(|_| steady::left_steady(check.mean, watch, &rule));
         Ok(Phase::SteadyState {
             workload: wl.desc(),
             steady: SteadyState {
@@ -608,6 +694,8 @@ impl Runner<'_> {
                 window_mean_iops: check.mean,
                 window_range_ratio: check.range_ratio,
                 window_slope_excursion_ratio: check.excursion_ratio,
+                watch_rounds: watch.len() as u32,
+                left,
             },
             burst: burst_round(&rounds).cloned().unwrap_or_default(),
             steady_figures,
@@ -616,7 +704,7 @@ impl Runner<'_> {
     }
 
     /// One measured round of `wl` (after the scale's ramp), optionally rate limited.
-    fn one_round(
+    pub(super) fn one_round(
         &mut self,
         wl: &Workload,
         index: u32,
@@ -701,9 +789,9 @@ impl Runner<'_> {
         {
             let observer = &mut *self.observer;
             let c = control.clone();
-            let mut on_interval = |i: &engine::IntervalSummary| {
+            let mut on_interval = |i: &engine::IntervalSummary, d: &engine::IntervalDetail| {
                 total += i.write.bytes;
-                let r = Round::from_interval(rounds.len() as u32, i.end_seconds, i);
+                let r = Round::from_interval_detail(rounds.len() as u32, i.end_seconds, i, d);
                 observer.round(&r, None);
                 rounds.push(r);
                 bytes_written.push(total);
@@ -711,7 +799,7 @@ impl Runner<'_> {
                     c.stop();
                 }
             };
-            let r = run_engine(
+            let r = run_engine_observed(
                 self.suite,
                 self.target,
                 wl.name,
@@ -782,6 +870,67 @@ impl Runner<'_> {
         Ok(Phase::App {
             app: kind.name().to_string(),
             points,
+        })
+    }
+
+    /// One QoS row: the closed-loop maximum, then the bisection on the open-loop rate.
+    fn qos(&mut self, row: &super::qos::QosRow) -> Result<Phase, SuiteError> {
+        use super::qos;
+        let scale = self.opts.scale;
+        let ios = qos::ios_per_probe(row, scale.name)
+            .map_err(|e| SuiteError::Qos(self.suite.name.to_string(), e))?;
+        let wl = row.workload();
+        let max = self.one_round(&wl, 0, None)?;
+        let steps = qos::bisect_steps(scale.name);
+        let round_s = scale.round.as_secs_f64();
+        self.observer.note(&format!(
+            "{}: {} I/Os a probe, about {:.0} s for up to {} probes from {:.0} IOPS",
+            row.name,
+            ios,
+            qos::estimate_seconds(ios, max.iops, steps, round_s),
+            steps + 1,
+            max.iops
+        ));
+        let mut index = 1;
+        let probes = qos::search(max.iops, steps, &mut |rate| {
+            if self.control.is_stopped() {
+                return Ok(None);
+            }
+            let secs = qos::probe_seconds(ios, rate, round_s);
+            let mut spec = self
+                .job(
+                    &wl,
+                    wl.name,
+                    Stop::Time(Duration::from_secs_f64(secs)),
+                    scale.ramp,
+                )?
+                .to_spec();
+            spec.rate = Some(RateLimit {
+                iops: rate.max(1.0),
+                arrival: Arrival::Linear,
+            });
+            let job = spec.validate().map_err(|e| self.job_err(wl.name, e))?;
+            let control = self.control.child();
+            let r = self.run(&job, wl.name, &control, &mut |_| {})?;
+            if control.is_stopped() {
+                return Ok(None);
+            }
+            let round = Round::from_result(index, &r);
+            index += 1;
+            self.observer.round(&round, None);
+            // The engine's own figures, from its statistics of both directions.
+            let mut all = r.read_stats.clone();
+            all.merge(&r.write_stats);
+            let measured: Vec<u64> = row
+                .limits
+                .iter()
+                .map(|l| all.percentile_ns(l.percentile))
+                .collect();
+            Ok(Some(qos::judge(row, rate, ios, round, &measured)))
+        })?;
+        Ok(Phase::Qos {
+            workload: wl.desc(),
+            qos: qos::conclude(row, ios, max.iops, probes),
         })
     }
 
@@ -871,6 +1020,8 @@ impl Runner<'_> {
                 round: self.one_round(wl, 0, None)?,
             },
             Step::App(kind) => self.app(*kind)?,
+            Step::Qos(row) => self.qos(row)?,
+            Step::Pts(p) => self.pts(p)?,
             // Several phases: handled by `run_suite`.
             Step::FioJob(..) => return Ok(None),
         }))
@@ -973,6 +1124,16 @@ pub fn run_suite(
             }
         }
     }
+    // A QoS row the scale cannot support would fail only when reached: refuse at once.
+    for step in &suite.steps {
+        if let Step::Qos(row) = step {
+            if let Err(e) = super::qos::ios_per_probe(row, opts.scale.name) {
+                let e = SuiteError::Qos(suite.name.to_string(), e);
+                result.incomplete_reason = Some(e.to_string());
+                return (result, Some(e));
+            }
+        }
+    }
     let mut error = None;
     let total = suite.steps.len();
     for (i, step) in suite.steps.iter().enumerate() {
@@ -980,17 +1141,25 @@ pub fn run_suite(
             break;
         }
         let max_rounds = match step {
-            Step::SteadyState(_) => opts.scale.rule.max_rounds as u32,
+            Step::SteadyState(_) => (opts.scale.rule.max_rounds + steady::WATCH_ROUNDS) as u32,
             Step::Sweep(_, ws, ds) => (ws.len() * ds.len()) as u32,
             Step::RateCurve(_) => 13,
             Step::WriteSaturation(_) => opts.scale.wsat_max_rounds,
             Step::Point(_) => 1,
             Step::FioJob(..) => 1,
+            Step::Qos(_) => 2 + super::qos::bisect_steps(opts.scale.name),
+            Step::Pts(p) => p.max_rounds(&opts.scale),
             _ => 0,
         };
-        runner
-            .observer
-            .phase(i, total, &step.describe(), max_rounds);
+        runner.observer.phase(
+            i,
+            total,
+            &match step {
+                Step::Pts(p) => p.describe(Some(&opts.scale)),
+                _ => step.describe(),
+            },
+            max_rounds,
+        );
         let stepped = match step {
             Step::FioJob(job, limit) => runner.fio_job(job, *limit).map(|ps| {
                 result.phases.extend(ps);
@@ -1008,6 +1177,11 @@ pub fn run_suite(
         }
     }
     result.engine = runner.engine_name.unwrap_or_default();
+    if let Some(digits) = opts.hist_digits {
+        if let Err(e) = result.coarsen_hists(digits) {
+            error.get_or_insert(SuiteError::Hist(suite.name.to_string(), e));
+        }
+    }
     result.ended_unix_seconds = now_unix();
     if let Some(why) = stop_reason(&error, control, &opts.stop) {
         result.incomplete_reason = Some(why.describe());
@@ -1035,7 +1209,12 @@ mod tests {
                 "oltp",
                 "kv",
                 "review",
-                "jesd219"
+                "jesd219",
+                "qos",
+                "throughput",
+                "xsr",
+                "hir",
+                "dirth"
             ]
         );
         for s in suites() {

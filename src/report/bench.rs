@@ -6,6 +6,7 @@
 
 use serde_json::Value;
 
+use crate::protocol::hist::LatencyHist;
 use crate::protocol::result::{
     DirFigures, Phase, Round, SuiteResult, WorkloadDesc, SCHEMA_VERSION,
 };
@@ -78,6 +79,19 @@ fn dir(d: Option<&Value>) -> DirFigures {
     }
 }
 
+/// A direction's latency histogram, key `field` (bench JSON carries them since issue 23;
+/// older output has none, and reads as a document without histograms: it renders, and a
+/// merge says it cannot merge it). One present but not in the histogram's form is an
+/// error: read as absent, a damaged file would merge as "no histograms".
+fn hist(
+    v: &Value,
+    field: &'static str,
+) -> Result<Option<LatencyHist>, (&'static str, serde_json::Error)> {
+    v.get(field)
+        .map(|h| serde_json::from_value(h.clone()).map_err(|e| (field, e)))
+        .transpose()
+}
+
 /// fio's rw name of a bench workload: given (newer outputs), else from the pattern and
 /// the read share.
 fn rw_of(v: &Value, w: &Value) -> String {
@@ -104,7 +118,11 @@ fn rw_of(v: &Value, w: &Value) -> String {
 
 /// The result document of one bench run. `written_unix_seconds` (the output file's
 /// modification time) dates it; bench's JSON carries no clock time of its own.
-pub fn to_result(v: &Value, written_unix_seconds: Option<f64>) -> SuiteResult {
+/// Fails, naming the key, on a histogram present but damaged.
+pub fn to_result(
+    v: &Value,
+    written_unix_seconds: Option<f64>,
+) -> Result<SuiteResult, (&'static str, serde_json::Error)> {
     let w = v.get("workload").cloned().unwrap_or(Value::Null);
     let rw = rw_of(v, &w);
     let bs = text(w.get("bs")).unwrap_or_else(|| "?".to_string());
@@ -124,6 +142,8 @@ pub fn to_result(v: &Value, written_unix_seconds: Option<f64>) -> SuiteResult {
         slot_uncounted_seconds: num(v.get("slot_uncounted_seconds")),
         in_flight_seconds: num(v.get("in_flight_seconds")),
         due_missed_ops: uint(v.get("due_missed_ops")),
+        read_lat_hist: hist(v, "read_lat_hist")?,
+        write_lat_hist: hist(v, "write_lat_hist")?,
         ..Round::from_dirs(0, runtime, dir(v.get("read")), dir(v.get("write")))
     };
     let errors = uint(v.get("errors").and_then(|e| e.get("count")));
@@ -140,7 +160,7 @@ pub fn to_result(v: &Value, written_unix_seconds: Option<f64>) -> SuiteResult {
         Some(t) if t.is_finite() && t > runtime => (t - runtime, t),
         _ => (0.0, 0.0),
     };
-    SuiteResult {
+    Ok(SuiteResult {
         schema_version: SCHEMA_VERSION,
         driveprobe_version: text(v.get("driveprobe_version")).unwrap_or_default(),
         suite: BENCH_SUITE.to_string(),
@@ -155,7 +175,7 @@ pub fn to_result(v: &Value, written_unix_seconds: Option<f64>) -> SuiteResult {
         incomplete_reason,
         rated: None,
         phases: vec![Phase::Point { workload, round }],
-    }
+    })
 }
 
 #[cfg(test)]
@@ -177,6 +197,55 @@ mod tests {
                 "{lat}"
             );
         }
+    }
+
+    /// A histogram present but damaged is an error naming its key: read as absent, the
+    /// file would merge as "no latency histograms".
+    #[test]
+    fn a_damaged_histogram_is_named_not_dropped() {
+        let v = serde_json::json!({
+            "driveprobe_version": "x",
+            "workload": {"rw": "randread", "bs": "4k"},
+            "read": {"ops": 8, "lat_ns": {}},
+            "write": {"ops": 0, "lat_ns": {}},
+            "read_lat_hist": {"sig_digits": "three"},
+        });
+        let (field, _) = to_result(&v, None).unwrap_err();
+        assert_eq!(field, "read_lat_hist");
+        let e = crate::report::parse(v.to_string().as_bytes(), "b.json").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("b.json: read_lat_hist is not a latency histogram"),
+            "{e}"
+        );
+    }
+
+    /// Bench JSON's histograms land in the one-phase document's round, so bench runs
+    /// merge; output without them (older bench) reads as a document without.
+    #[test]
+    fn histograms_are_kept() {
+        let h = serde_json::json!({"sig_digits": 3, "delta_ns": [4095, 2], "counts": [1, 7]});
+        let mut v = serde_json::json!({
+            "driveprobe_version": "x",
+            "workload": {"rw": "randrw", "bs": "4k", "rwmixread": 50},
+            "read": {"ops": 8, "lat_ns": {}},
+            "write": {"ops": 0, "lat_ns": {}},
+            "read_lat_hist": h,
+        });
+        let doc = to_result(&v, None).unwrap();
+        let [Phase::Point { round, .. }] = &doc.phases[..] else {
+            panic!("{doc:?}")
+        };
+        let want: LatencyHist = serde_json::from_value(h).unwrap();
+        assert_eq!(round.read_lat_hist.as_ref(), Some(&want));
+        assert_eq!(want.total(), 8);
+        assert_eq!(round.write_lat_hist, None);
+        v.as_object_mut().unwrap().remove("read_lat_hist");
+        let doc = to_result(&v, None).unwrap();
+        let [Phase::Point { round, .. }] = &doc.phases[..] else {
+            panic!("{doc:?}")
+        };
+        assert_eq!(round.read_lat_hist, None);
     }
 
     #[test]

@@ -37,6 +37,8 @@ pub enum Quantity {
     Count,
     /// A rate of operations with its own unit (`TPS`, `ops/s`), ticks like IOPS.
     Rate(&'static str),
+    /// Bytes per second, shown in decimal units (MB/s, GB/s).
+    BytesPerSecond,
 }
 
 impl Quantity {
@@ -79,6 +81,14 @@ impl Quantity {
                     }
                 }
                 (1.0, "B")
+            }
+            Quantity::BytesPerSecond => {
+                for (m, u) in [(1e12, "TB/s"), (1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")] {
+                    if max >= m {
+                        return (m, u);
+                    }
+                }
+                (1.0, "B/s")
             }
         }
     }
@@ -326,6 +336,50 @@ impl Placer {
     }
 }
 
+/// A point both of whose coordinates can be drawn.
+fn finite(p: &&Pt) -> bool {
+    p.x.is_finite() && p.y.is_finite()
+}
+
+/// Where a chart draws: the plot area, the scales and the rows above the plot.
+struct Frame {
+    /// Height of the whole chart.
+    h: f64,
+    /// Top of the strip above the plot that holds the windows' dimension lines.
+    strip: f64,
+    /// Category labels are turned to fit.
+    rotate: bool,
+    px0: f64,
+    px1: f64,
+    py0: f64,
+    py1: f64,
+    pw: f64,
+    ph: f64,
+    yt: Ticks,
+    /// The x ticks of a linear axis (none for categories).
+    xt: Option<Ticks>,
+    /// The number of categories (1 for a linear axis).
+    ncat: f64,
+}
+
+impl Frame {
+    /// The x pixel of raw value `v`.
+    fn sx(&self, v: f64) -> f64 {
+        match &self.xt {
+            Some(t) => self.px0 + t.frac(v).clamp(0.0, 1.0) * self.pw,
+            None => self.px0 + (v + 0.5) / self.ncat * self.pw,
+        }
+    }
+
+    /// The y pixel of raw value `v`.
+    fn sy(&self, v: f64) -> f64 {
+        self.py1 - self.yt.frac(v).clamp(0.0, 1.0) * self.ph
+    }
+}
+
+/// Font size of the legend.
+const LEGEND_SIZE: f64 = 12.0;
+
 impl Chart {
     fn point_count(&self) -> usize {
         self.series.iter().map(|s| s.points.len()).sum()
@@ -334,15 +388,52 @@ impl Chart {
     /// The chart as an `<svg>` element (no namespace attribute: it is inline in HTML).
     pub fn svg(&self) -> String {
         let mut o = String::new();
-        let finite = |p: &&Pt| p.x.is_finite() && p.y.is_finite();
+        let (legend, legend_rows) = self.legend_layout();
+        let fr = self.frame(legend_rows);
+        self.write_head(&mut o, &fr);
 
-        // Legend rows, laid out left to right under the title.
-        let legend_size = 12.0;
+        let mut placer = Placer {
+            boxes: Vec::new(),
+            area: [fr.px0 + 1.0, fr.py0 + 1.0, fr.px1 - 1.0, fr.py1 - 1.0],
+        };
+
+        self.write_x_axis(&mut o, &fr);
+        self.write_bands(&mut o, &fr);
+
+        // Axes.
+        let (px0, px1, py0, py1) = (fr.px0, fr.px1, fr.py0, fr.py1);
+        let _ = write!(
+            o,
+            r##"<path d="M{px0:.1} {py0:.1}V{py1:.1}H{px1:.1}" fill="none" stroke="#9aa3af"/>"##
+        );
+
+        if self.point_count() == 0 {
+            let _ = write!(
+                o,
+                r##"<text x="{:.1}" y="{:.1}" font-size="13" fill="#6b7280" text-anchor="middle">no data</text>"##,
+                px0 + fr.pw / 2.0,
+                py0 + fr.ph / 2.0
+            );
+        }
+
+        // Lines, then markers on top.
+        self.write_lines(&mut o, &fr, &mut placer);
+        self.write_markers(&mut o, &fr, &mut placer);
+        // Ringed marks, then point labels, where there is room.
+        self.write_labels(&mut o, &fr, &mut placer);
+        write_legend(&mut o, legend);
+        o.push_str("</svg>");
+        o
+    }
+
+    /// Legend entries (x, row, series), laid out left to right under the title, and the
+    /// number of rows.
+    fn legend_layout(&self) -> (Vec<(f64, usize, &Series)>, usize) {
         let mut legend: Vec<(f64, usize, &Series)> = Vec::new();
         let mut lx = LEFT;
         let mut row = 0;
         for s in &self.series {
-            let w = 24.0 + text_width(&s.name, legend_size) + 18.0;
+            let w = 24.0 + text_width(&s.name, LEGEND_SIZE) + 18.0;
             if lx + w > W - RIGHT && lx > LEFT {
                 row += 1;
                 lx = LEFT;
@@ -351,6 +442,11 @@ impl Chart {
             lx += w;
         }
         let legend_rows = if legend.is_empty() { 0 } else { row + 1 };
+        (legend, legend_rows)
+    }
+
+    /// The geometry and scales for a chart with `legend_rows` rows of legend.
+    fn frame(&self, legend_rows: usize) -> Frame {
         // A strip above the plot for the windows' dimension lines, one row each.
         let strip = 30.0 + legend_rows as f64 * 18.0 + 4.0;
         let top = strip + self.bands.len() as f64 * 15.0 + 6.0;
@@ -370,7 +466,6 @@ impl Chart {
             .flat_map(|s| s.points.iter().filter(finite).map(|p| p.y))
             .fold(0.0, f64::max);
         let yt = Ticks::new(self.y.q, ymax, 5, 1.04);
-        let sy = |v: f64| py1 - yt.frac(v).clamp(0.0, 1.0) * ph;
 
         let xt = match &self.x {
             XAxis::Linear(a) => {
@@ -386,11 +481,26 @@ impl Chart {
             XAxis::Category { .. } => None,
         };
         let ncat = categories.map_or(1, |l| l.len().max(1)) as f64;
-        let sx = |v: f64| match &xt {
-            Some(t) => px0 + t.frac(v).clamp(0.0, 1.0) * pw,
-            None => px0 + (v + 0.5) / ncat * pw,
-        };
+        Frame {
+            h,
+            strip,
+            rotate,
+            px0,
+            px1,
+            py0,
+            py1,
+            pw,
+            ph,
+            yt,
+            xt,
+            ncat,
+        }
+    }
 
+    /// The `<svg>` start, background, title, grid with y ticks and the y axis title.
+    fn write_head(&self, o: &mut String, fr: &Frame) {
+        let (h, px0, px1, py0, py1, ph) = (fr.h, fr.px0, fr.px1, fr.py0, fr.py1, fr.ph);
+        let yt = &fr.yt;
         let _ = write!(
             o,
             r#"<svg class="chart" id="{}" viewBox="0 0 {W} {h}" role="img" aria-label="{}">"#,
@@ -424,14 +534,12 @@ impl Chart {
             py0 + ph / 2.0,
             esc(&yt.title(&self.y.name))
         );
+    }
 
-        let mut placer = Placer {
-            boxes: Vec::new(),
-            area: [px0 + 1.0, py0 + 1.0, px1 - 1.0, py1 - 1.0],
-        };
-
-        // x ticks.
-        match (&self.x, &xt) {
+    /// The x ticks, their labels and the x axis title.
+    fn write_x_axis(&self, o: &mut String, fr: &Frame) {
+        let (h, px0, py0, py1, pw) = (fr.h, fr.px0, fr.py0, fr.py1, fr.pw);
+        match (&self.x, &fr.xt) {
             (XAxis::Linear(a), Some(t)) => {
                 for v in t.values() {
                     let x = px0 + v / t.top * pw;
@@ -460,20 +568,20 @@ impl Chart {
                 _,
             ) => {
                 for &b in breaks {
-                    let x = sx(b as f64 - 0.5);
+                    let x = fr.sx(b as f64 - 0.5);
                     let _ = write!(
                         o,
                         r##"<line x1="{x:.1}" x2="{x:.1}" y1="{py0:.1}" y2="{py1:.1}" stroke="#dde1e8" stroke-dasharray="3 3"/>"##
                     );
                 }
                 for (i, l) in labels.iter().enumerate() {
-                    let x = sx(i as f64);
+                    let x = fr.sx(i as f64);
                     let _ = write!(
                         o,
                         r##"<line x1="{x:.1}" x2="{x:.1}" y1="{py1:.1}" y2="{:.1}" stroke="#9aa3af"/>"##,
                         py1 + 4.0
                     );
-                    if rotate {
+                    if fr.rotate {
                         let _ = write!(
                             o,
                             r##"<text transform="translate({:.1},{:.1}) rotate(-40)" font-size="11" fill="#4a5363" text-anchor="end">{}</text>"##,
@@ -500,13 +608,16 @@ impl Chart {
             }
             (XAxis::Linear(_), None) => {}
         }
+    }
 
-        // Shaded windows, each with a dimension line in the strip above the plot:
-        // |--- label ---|, the label outside when the window is too narrow for it.
+    /// Shaded windows, each with a dimension line in the strip above the plot:
+    /// |--- label ---|, the label outside when the window is too narrow for it.
+    fn write_bands(&self, o: &mut String, fr: &Frame) {
+        let (py0, ph) = (fr.py0, fr.ph);
         for (k, b) in self.bands.iter().enumerate() {
-            let (x0, x1) = (sx(b.x0), sx(b.x1));
+            let (x0, x1) = (fr.sx(b.x0), fr.sx(b.x1));
             let c = color(b.doc);
-            let y = strip + 8.0 + 15.0 * k as f64;
+            let y = fr.strip + 8.0 + 15.0 * k as f64;
             let dash = if b.dashed {
                 r#" stroke-dasharray="4 3""#
             } else {
@@ -531,11 +642,11 @@ impl Chart {
             };
             let (tx, anchor) = if x1 - x0 >= w + 24.0 {
                 let mid = (x0 + x1) / 2.0;
-                line(&mut o, x0, mid - w / 2.0 - 5.0);
-                line(&mut o, mid + w / 2.0 + 5.0, x1);
+                line(o, x0, mid - w / 2.0 - 5.0);
+                line(o, mid + w / 2.0 + 5.0, x1);
                 (mid, "middle")
             } else {
-                line(&mut o, x0, x1);
+                line(o, x0, x1);
                 if x0 - 6.0 - w >= 4.0 {
                     (x0 - 6.0, "end")
                 } else {
@@ -553,42 +664,17 @@ impl Chart {
                 esc(&b.label)
             );
         }
+    }
 
-        // Axes.
-        let _ = write!(
-            o,
-            r##"<path d="M{px0:.1} {py0:.1}V{py1:.1}H{px1:.1}" fill="none" stroke="#9aa3af"/>"##
-        );
-
-        if self.point_count() == 0 {
-            let _ = write!(
-                o,
-                r##"<text x="{:.1}" y="{:.1}" font-size="13" fill="#6b7280" text-anchor="middle">no data</text>"##,
-                px0 + pw / 2.0,
-                py0 + ph / 2.0
-            );
-        }
-
-        // Lines, then markers on top.
-        let total: usize = self
-            .series
-            .iter()
-            .map(|s| s.points.len())
-            .max()
-            .unwrap_or(0);
-        let r = if total <= 40 {
-            3.6
-        } else if total <= 120 {
-            2.6
-        } else {
-            1.8
-        };
+    /// One line per series, broken between category groups; its segments are taken from
+    /// the label placer.
+    fn write_lines(&self, o: &mut String, fr: &Frame, placer: &mut Placer) {
         for s in &self.series {
             let c = color(s.doc);
             let mut d = String::new();
             let mut prev: Option<(f64, (f64, f64))> = None;
             for p in s.points.iter().filter(finite) {
-                let here = (sx(p.x), sy(p.y));
+                let here = (fr.sx(p.x), fr.sy(p.y));
                 let joined = match (prev, &self.x) {
                     (Some((px, _)), XAxis::Category { breaks, .. }) => {
                         p.x - px <= 1.0 && !breaks.contains(&(p.x.round() as usize))
@@ -618,10 +704,27 @@ impl Chart {
                 );
             }
         }
+    }
+
+    /// A marker with its hover text at every point, smaller as the series grow longer.
+    fn write_markers(&self, o: &mut String, fr: &Frame, placer: &mut Placer) {
+        let total: usize = self
+            .series
+            .iter()
+            .map(|s| s.points.len())
+            .max()
+            .unwrap_or(0);
+        let r = if total <= 40 {
+            3.6
+        } else if total <= 120 {
+            2.6
+        } else {
+            1.8
+        };
         for s in &self.series {
             let c = color(s.doc);
             for p in s.points.iter().filter(finite) {
-                let (x, y) = (sx(p.x), sy(p.y));
+                let (x, y) = (fr.sx(p.x), fr.sy(p.y));
                 placer
                     .boxes
                     .push([x - r - 1.0, y - r - 1.0, x + r + 1.0, y + r + 1.0]);
@@ -634,14 +737,16 @@ impl Chart {
                 );
             }
         }
+    }
 
-        // Ringed marks, then point labels, where there is room.
+    /// The ringed marks with their labels, then the points' labels, where there is room.
+    fn write_labels(&self, o: &mut String, fr: &Frame, placer: &mut Placer) {
         for m in &self.marks {
             if !(m.x.is_finite() && m.y.is_finite()) {
                 continue;
             }
             let c = color(m.doc);
-            let (x, y) = (sx(m.x), sy(m.y));
+            let (x, y) = (fr.sx(m.x), fr.sy(m.y));
             let _ = write!(
                 o,
                 r#"<circle class="mark s{}" cx="{x:.1}" cy="{y:.1}" r="7.5" fill="none" stroke="{c}" stroke-width="1.5"/>"#,
@@ -660,7 +765,7 @@ impl Chart {
             let c = color(s.doc);
             for p in s.points.iter().filter(finite) {
                 let Some(label) = &p.label else { continue };
-                if let Some((tx, ty, anchor)) = placer.place(sx(p.x), sy(p.y), label, 10.0) {
+                if let Some((tx, ty, anchor)) = placer.place(fr.sx(p.x), fr.sy(p.y), label, 10.0) {
                     let _ = write!(
                         o,
                         r#"<text class="pt-label s{}" x="{tx:.1}" y="{ty:.1}" font-size="10" fill="{c}" text-anchor="{anchor}">{}</text>"#,
@@ -670,26 +775,27 @@ impl Chart {
                 }
             }
         }
+    }
+}
 
-        // Legend.
-        for (x, row, s) in legend {
-            let y = 38.0 + row as f64 * 18.0;
-            let c = color(s.doc);
-            let _ = write!(
-                o,
-                r##"<g class="legend s{}"><line x1="{x:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{c}" stroke-width="2.5"/><rect x="{:.1}" y="{:.1}" width="6" height="6" fill="{c}"/><text x="{:.1}" y="{y:.1}" font-size="{legend_size}" fill="#1d2430">{}</text></g>"##,
-                s.doc,
-                x + 18.0,
-                y - 4.0,
-                y - 4.0,
-                x + 6.0,
-                y - 7.0,
-                x + 24.0,
-                esc(&s.name)
-            );
-        }
-        o.push_str("</svg>");
-        o
+/// The legend entries laid out by `Chart::legend_layout`.
+fn write_legend(o: &mut String, legend: Vec<(f64, usize, &Series)>) {
+    let legend_size = LEGEND_SIZE;
+    for (x, row, s) in legend {
+        let y = 38.0 + row as f64 * 18.0;
+        let c = color(s.doc);
+        let _ = write!(
+            o,
+            r##"<g class="legend s{}"><line x1="{x:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{c}" stroke-width="2.5"/><rect x="{:.1}" y="{:.1}" width="6" height="6" fill="{c}"/><text x="{:.1}" y="{y:.1}" font-size="{legend_size}" fill="#1d2430">{}</text></g>"##,
+            s.doc,
+            x + 18.0,
+            y - 4.0,
+            y - 4.0,
+            x + 6.0,
+            y - 7.0,
+            x + 24.0,
+            esc(&s.name)
+        );
     }
 }
 

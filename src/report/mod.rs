@@ -8,14 +8,17 @@
 
 mod bench;
 mod chart;
-pub(crate) mod fmt;
+mod exceedance;
+pub(crate) use crate::fmt;
 mod page;
+mod pts_charts;
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use crate::protocol::result::{SuiteResult, SCHEMA_VERSION};
 
+pub use exceedance::qos_line;
 pub use page::render;
 
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +46,14 @@ pub enum ReportError {
         path: String,
         source: serde_json::Error,
     },
+    /// A bench output whose histogram is there but not in the histogram's form: a damaged
+    /// file, said rather than read as a run without histograms.
+    #[error("{path}: {field} is not a latency histogram ({source}); the file is damaged: run the bench again")]
+    BenchHist {
+        path: String,
+        field: &'static str,
+        source: serde_json::Error,
+    },
 }
 
 /// Parses a result document, or bench's JSON output; `name` (a file name) is only used in
@@ -65,7 +76,13 @@ fn parse_written(
         })?;
     match value.get("schema_version") {
         None if bench::is_bench_output(&value) => {
-            return Ok(bench::to_result(&value, written_unix_seconds))
+            return bench::to_result(&value, written_unix_seconds).map_err(|(field, source)| {
+                ReportError::BenchHist {
+                    path: name.to_string(),
+                    field,
+                    source,
+                }
+            })
         }
         None => {
             return Err(ReportError::NotResult {

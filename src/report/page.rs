@@ -72,6 +72,8 @@ enum Section {
     Points,
     /// An application workload (`oltp`, `kv`), every document's phases of it together.
     App(String),
+    /// A SNIA PTS test (`throughput-1m`, `xsr`, `hir`), every document's run of it.
+    Pts(String),
 }
 
 fn workload(p: &Phase) -> Option<(Kind, &WorkloadDesc)> {
@@ -110,17 +112,50 @@ pub fn render(docs: &[(String, SuiteResult)]) -> String {
         .map(|(i, (label, r))| Doc { i, label, r })
         .collect();
 
-    // Group phases by kind and workload across the documents, in order of appearance.
+    let (groups, sections) = layout(&docs);
+    let mut o = String::new();
+    page_head(&mut o, &docs);
+    summary(&mut o, &docs);
+    write_sections(&mut o, &sections, &groups, &docs);
+    // Issue 23: QoS qualification tables, then every phase's latency percentiles from the
+    // histograms the documents keep.
+    let plain: Vec<(usize, &str, &SuiteResult)> =
+        docs.iter().map(|d| (d.i, d.label, d.r)).collect();
+    super::exceedance::qos_section(&mut o, &plain);
+    super::exceedance::section(&mut o, &plain);
+    let _ = write!(
+        o,
+        r#"<footer>Made by driveprobe {} from {} result document{}. Hover over a point for its figures.</footer></main></body></html>"#,
+        env!("CARGO_PKG_VERSION"),
+        docs.len(),
+        if docs.len() == 1 { "" } else { "s" }
+    );
+    o.push('\n');
+    o
+}
+
+/// The charts' groups and the page's sections, in order of appearance: phases grouped by
+/// kind and workload across the documents.
+fn layout<'a>(docs: &[Doc<'a>]) -> (Vec<Group<'a>>, Vec<Section>) {
     let mut groups: Vec<Group> = Vec::new();
     let mut sections: Vec<Section> = Vec::new();
     let mut used_ids: HashSet<String> = HashSet::new();
-    for d in &docs {
+    for d in docs {
         let mut seen: Vec<(Kind, &str)> = Vec::new();
         for p in &d.r.phases {
             if matches!(p, Phase::Point { .. })
                 && !sections.iter().any(|s| matches!(s, Section::Points))
             {
                 sections.push(Section::Points);
+            }
+            if let Phase::Pts(t) = p {
+                let key = t.key();
+                if !sections
+                    .iter()
+                    .any(|s| matches!(s, Section::Pts(k) if *k == key))
+                {
+                    sections.push(Section::Pts(key));
+                }
             }
             if let Phase::App { app, .. } = p {
                 if !sections
@@ -177,8 +212,11 @@ pub fn render(docs: &[(String, SuiteResult)]) -> String {
             }
         }
     }
+    (groups, sections)
+}
 
-    let mut o = String::new();
+/// The document start, with its style, and the page header.
+fn page_head(o: &mut String, docs: &[Doc]) {
     let title = docs
         .iter()
         .map(|d| d.label)
@@ -206,32 +244,38 @@ pub fn render(docs: &[(String, SuiteResult)]) -> String {
             ""
         }
     );
-    summary(&mut o, &docs);
-    for s in &sections {
+}
+
+/// Every section of the page, in order.
+fn write_sections(o: &mut String, sections: &[Section], groups: &[Group], docs: &[Doc]) {
+    for s in sections {
         match s {
             Section::Group(g) => {
                 let g = &groups[*g];
                 match g.kind {
-                    Kind::Steady => steady_section(&mut o, g, &docs),
-                    Kind::Sweep => sweep_section(&mut o, g, &docs),
-                    Kind::WriteSat => write_sat_section(&mut o, g, &docs),
+                    Kind::Steady => steady_section(o, g, docs),
+                    Kind::Sweep => sweep_section(o, g, docs),
+                    Kind::WriteSat => write_sat_section(o, g, docs),
                     Kind::Rate => {}
                 }
             }
-            Section::Rate => rate_section(&mut o, &groups, &docs),
-            Section::Points => points_section(&mut o, &docs),
-            Section::App(app) => app_section(&mut o, app, &docs),
+            Section::Rate => rate_section(o, groups, docs),
+            Section::Points => points_section(o, docs),
+            Section::App(app) => app_section(o, app, docs),
+            Section::Pts(key) => {
+                let members: Vec<(usize, &str, &crate::protocol::pts::PtsTest)> = docs
+                    .iter()
+                    .flat_map(|d| {
+                        d.r.phases.iter().filter_map(move |p| match p {
+                            Phase::Pts(t) if t.key() == *key => Some((d.i, d.label, t)),
+                            _ => None,
+                        })
+                    })
+                    .collect();
+                super::pts_charts::section(o, key, &members);
+            }
         }
     }
-    let _ = write!(
-        o,
-        r#"<footer>Made by driveprobe {} from {} result document{}. Hover over a point for its figures.</footer></main></body></html>"#,
-        env!("CARGO_PKG_VERSION"),
-        docs.len(),
-        if docs.len() == 1 { "" } else { "s" }
-    );
-    o.push('\n');
-    o
 }
 
 fn swatch(i: usize) -> String {
@@ -386,6 +430,8 @@ fn phase_line(p: &Phase) -> String {
         Phase::Point { workload, round } => {
             format!("point {}: {} IOPS", workload.name, f::iops(round.iops))
         }
+        Phase::Qos { workload, qos } => super::qos_line(&workload.name, qos),
+        Phase::Pts(t) => t.summary_line(),
         Phase::App { app, points } => {
             let best = points
                 .iter()
@@ -761,47 +807,17 @@ fn iops_text(v: f64) -> String {
     format!("{} IOPS", f::iops(v))
 }
 
+/// The summary card: each document's run and drive, then measured against rated.
 fn summary(o: &mut String, docs: &[Doc]) {
     o.push_str(r#"<section class="card" id="summary"><h2>Summary</h2><table class="summary"><thead><tr><th class="l"></th>"#);
     for d in docs {
         let _ = write!(o, r#"<th class="l">{}</th>"#, doc_cell(d));
     }
     o.push_str("</tr></thead><tbody>");
-    let row = |o: &mut String, name: &str, cells: Vec<String>| {
-        let _ = write!(o, r#"<tr><th class="l">{}</th>"#, esc(name));
-        for c in cells {
-            let _ = write!(o, r#"<td class="l">{c}</td>"#);
-        }
-        o.push_str("</tr>");
-    };
-    let each = |fun: &dyn Fn(&SuiteResult) -> String| -> Vec<String> {
-        docs.iter().map(|d| fun(d.r)).collect()
-    };
-    let drive_field = |fun: &dyn Fn(&crate::health::model::Identity) -> Option<String>| {
-        let cells: Vec<Option<String>> = docs
-            .iter()
-            .map(|d| {
-                d.r.drive
-                    .as_ref()
-                    .and_then(fun)
-                    .filter(|s| !s.trim().is_empty())
-            })
-            .collect();
-        if cells.iter().all(Option::is_none) {
-            None
-        } else {
-            Some(
-                cells
-                    .into_iter()
-                    .map(|c| c.map_or_else(|| "-".to_string(), |s| esc(&s)))
-                    .collect::<Vec<_>>(),
-            )
-        }
-    };
-    row(
+    summary_row(
         o,
         "Suite",
-        each(&|r| {
+        each(docs, &|r| {
             if r.scale.is_empty() {
                 // A bench run has no scale: its own runtime.
                 esc(&r.suite)
@@ -814,10 +830,10 @@ fn summary(o: &mut String, docs: &[Doc]) {
             }
         }),
     );
-    row(
+    summary_row(
         o,
         "Target",
-        each(&|r| {
+        each(docs, &|r| {
             format!(
                 "{} <span class=\"dim\">({})</span>",
                 esc(&r.target),
@@ -825,46 +841,18 @@ fn summary(o: &mut String, docs: &[Doc]) {
             )
         }),
     );
-    if let Some(c) = drive_field(&|d| d.model.clone()) {
-        row(o, "Model", c);
-    }
-    if let Some(c) = drive_field(&|d| d.serial.clone()) {
-        row(o, "Serial", c);
-    }
-    if let Some(c) = drive_field(&|d| d.firmware.clone()) {
-        row(o, "Firmware", c);
-    }
-    // An unknown interface is "-", as every unknown field here (not "unknown" beside "-").
-    if let Some(c) = drive_field(&|d| {
-        (d.transport != crate::health::model::Transport::Unknown)
-            .then(|| d.transport.name().to_string())
-    }) {
-        row(o, "Interface", c);
-    }
-    if let Some(c) = drive_field(&|d| {
-        let mut parts = Vec::new();
-        if let Some(b) = d.capacity_bytes {
-            parts.push(f::size(b));
-        }
-        if let Some(l) = d.logical_block_size {
-            parts.push(format!("{l} B sectors"));
-        }
-        match d.rotation_rpm {
-            Some(0) => parts.push("solid state".to_string()),
-            Some(rpm) => parts.push(format!("{rpm} rpm")),
-            None => {}
-        }
-        (!parts.is_empty()).then(|| parts.join(", "))
-    }) {
-        row(o, "Capacity", c);
-    }
-    row(o, "Engine", each(&|r| esc(&r.engine)));
-    row(o, "driveprobe", each(&|r| esc(&r.driveprobe_version)));
-    row(o, "Started", each(&|r| f::utc(r.started_unix_seconds)));
-    row(
+    summary_drive_rows(o, docs);
+    summary_row(o, "Engine", each(docs, &|r| esc(&r.engine)));
+    summary_row(o, "driveprobe", each(docs, &|r| esc(&r.driveprobe_version)));
+    summary_row(
+        o,
+        "Started",
+        each(docs, &|r| f::utc(r.started_unix_seconds)),
+    );
+    summary_row(
         o,
         "Ended",
-        each(&|r| {
+        each(docs, &|r| {
             format!(
                 "{} <span class=\"dim\">({})</span>",
                 f::utc(r.ended_unix_seconds),
@@ -872,10 +860,10 @@ fn summary(o: &mut String, docs: &[Doc]) {
             )
         }),
     );
-    row(
+    summary_row(
         o,
         "Run",
-        each(&|r| {
+        each(docs, &|r| {
             if r.complete {
                 r#"<span class="ok">complete</span>"#.to_string()
             } else {
@@ -896,6 +884,90 @@ fn summary(o: &mut String, docs: &[Doc]) {
     }
     o.push_str("</tr></tbody></table>");
 
+    rated_table(o, docs);
+    o.push_str("</section>");
+}
+
+/// One row of the summary table: a name and a cell per document.
+fn summary_row(o: &mut String, name: &str, cells: Vec<String>) {
+    let _ = write!(o, r#"<tr><th class="l">{}</th>"#, esc(name));
+    for c in cells {
+        let _ = write!(o, r#"<td class="l">{c}</td>"#);
+    }
+    o.push_str("</tr>");
+}
+
+/// A cell per document from its result.
+fn each(docs: &[Doc], fun: &dyn Fn(&SuiteResult) -> String) -> Vec<String> {
+    docs.iter().map(|d| fun(d.r)).collect()
+}
+
+/// A cell per document from its drive's identity ("-" where unknown), or none when no
+/// document knows it.
+fn drive_field(
+    docs: &[Doc],
+    fun: &dyn Fn(&crate::health::model::Identity) -> Option<String>,
+) -> Option<Vec<String>> {
+    let cells: Vec<Option<String>> = docs
+        .iter()
+        .map(|d| {
+            d.r.drive
+                .as_ref()
+                .and_then(fun)
+                .filter(|s| !s.trim().is_empty())
+        })
+        .collect();
+    if cells.iter().all(Option::is_none) {
+        None
+    } else {
+        Some(
+            cells
+                .into_iter()
+                .map(|c| c.map_or_else(|| "-".to_string(), |s| esc(&s)))
+                .collect::<Vec<_>>(),
+        )
+    }
+}
+
+/// The summary rows of the drive's identity, those some document knows.
+fn summary_drive_rows(o: &mut String, docs: &[Doc]) {
+    if let Some(c) = drive_field(docs, &|d| d.model.clone()) {
+        summary_row(o, "Model", c);
+    }
+    if let Some(c) = drive_field(docs, &|d| d.serial.clone()) {
+        summary_row(o, "Serial", c);
+    }
+    if let Some(c) = drive_field(docs, &|d| d.firmware.clone()) {
+        summary_row(o, "Firmware", c);
+    }
+    // An unknown interface is "-", as every unknown field here (not "unknown" beside "-").
+    if let Some(c) = drive_field(docs, &|d| {
+        (d.transport != crate::health::model::Transport::Unknown)
+            .then(|| d.transport.name().to_string())
+    }) {
+        summary_row(o, "Interface", c);
+    }
+    if let Some(c) = drive_field(docs, &|d| {
+        let mut parts = Vec::new();
+        if let Some(b) = d.capacity_bytes {
+            parts.push(f::size(b));
+        }
+        if let Some(l) = d.logical_block_size {
+            parts.push(format!("{l} B sectors"));
+        }
+        match d.rotation_rpm {
+            Some(0) => parts.push("solid state".to_string()),
+            Some(rpm) => parts.push(format!("{rpm} rpm")),
+            None => {}
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }) {
+        summary_row(o, "Capacity", c);
+    }
+}
+
+/// Measured against rated, for the figures some document has a rating of.
+fn rated_table(o: &mut String, docs: &[Doc]) {
     let rows: [RatedRow; 4] = [
         (
             "4K random read",
@@ -964,7 +1036,6 @@ fn summary(o: &mut String, docs: &[Doc]) {
         }
         o.push_str("</tbody></table>");
     }
-    o.push_str("</section>");
 }
 
 // ---------------------------------------------------------------- round metrics
@@ -1051,6 +1122,24 @@ fn window_rounds_text(m: &SteadyMember) -> String {
     }
 }
 
+/// Issue 23: whether the drive held steady state in the rounds watched after it.
+fn left_text(s: &crate::protocol::result::SteadyState, steady_round: Option<u32>) -> String {
+    match (&s.left, steady_round) {
+        (Some(l), Some(r)) => format!(
+            ". <span class=\"bad left-steady\">Left steady state</span> at round {}: {} ({} from the window's mean), and the next round too: a garbage-collection cliff or a change of state, so the steady figures do not hold for long",
+            r as usize + 2 + l.after,
+            iops_text(l.iops),
+            f::percent(l.departure_ratio.abs())
+        ),
+        _ if s.watch_rounds > 0 => format!(
+            "; it held in the {} round{} watched after",
+            s.watch_rounds,
+            if s.watch_rounds == 1 { "" } else { "s" }
+        ),
+        _ => String::new(),
+    }
+}
+
 fn steady_status(m: &SteadyMember) -> String {
     let s = m.steady;
     let averaged = window_rounds_text(m);
@@ -1063,10 +1152,11 @@ fn steady_status(m: &SteadyMember) -> String {
     );
     match (s.attained, s.steady_round) {
         (true, r) => format!(
-            "<span class=\"ok\">steady</span> at round {} of {}: {averaged} (the steady window) average {} with {rule}",
+            "<span class=\"ok\">steady</span> at round {} of {}: {averaged} (the steady window) average {} with {rule}{}",
             r.map_or_else(|| "?".to_string(), |r| (r + 1).to_string()),
             m.rounds.len(),
             iops_text(s.window_mean_iops),
+            left_text(s, r),
         ),
         (false, _) => format!(
             "<span class=\"bad\">not steady</span>: steady state was not reached in {} round{} (limit {}); the steady figures below are the average of {averaged}, the last {} measured, which is not a steady state: {} with {rule}",
@@ -1080,8 +1170,30 @@ fn steady_status(m: &SteadyMember) -> String {
 }
 
 fn steady_section(o: &mut String, g: &Group, docs: &[Doc]) {
-    let members: Vec<SteadyMember> = g
-        .members
+    let members = steady_members(g);
+    let _ = write!(
+        o,
+        r#"<section class="card" id="{}"><h2>Preconditioning to steady state: {}</h2>"#,
+        esc(&g.slug),
+        esc(&g.name)
+    );
+    workload_meta(o, g, docs);
+    steady_notes(o, &members, docs);
+
+    let by_time = rounds_by_time(&members);
+    o.push_str(r#"<div class="grid">"#);
+    for metric in &METRICS {
+        o.push_str(&steady_chart(g, metric, &members, docs, by_time).svg());
+    }
+    o.push_str("</div>");
+
+    steady_table(o, &members, docs);
+    o.push_str("</section>");
+}
+
+/// Each document's steady-state phase of the group.
+fn steady_members<'a>(g: &Group<'a>) -> Vec<SteadyMember<'a>> {
+    g.members
         .iter()
         .filter_map(|(i, p)| match p {
             Phase::SteadyState {
@@ -1100,14 +1212,11 @@ fn steady_section(o: &mut String, g: &Group, docs: &[Doc]) {
             }),
             _ => None,
         })
-        .collect();
-    let _ = write!(
-        o,
-        r#"<section class="card" id="{}"><h2>Preconditioning to steady state: {}</h2>"#,
-        esc(&g.slug),
-        esc(&g.name)
-    );
-    workload_meta(o, g, docs);
+        .collect()
+}
+
+/// The burst and steady note and each document's steady-state status.
+fn steady_notes(o: &mut String, members: &[SteadyMember], docs: &[Doc]) {
     let burst_note = if members.iter().all(|m| m.rounds.len() >= 2) {
         "round 2, as round 1 also holds their start-up"
     } else {
@@ -1118,7 +1227,7 @@ fn steady_section(o: &mut String, g: &Group, docs: &[Doc]) {
         r#"<p class="meta">Burst: the first full round after the workers started ({burst_note}). Steady: the average of the steady window, or of the last rounds when steady state was not reached.</p>"#
     );
     o.push_str(r#"<ul class="status">"#);
-    for m in &members {
+    for m in members {
         let _ = write!(
             o,
             "<li>{}: {}</li>",
@@ -1127,15 +1236,29 @@ fn steady_section(o: &mut String, g: &Group, docs: &[Doc]) {
         );
     }
     o.push_str("</ul>");
+}
 
-    // x: seconds from the phase start when the rounds carry them, else round numbers.
-    let by_time = members.iter().all(|m| {
+/// Whether the rounds carry increasing times from the phase start, for a time axis
+/// (else rounds are numbered).
+fn rounds_by_time(members: &[SteadyMember]) -> bool {
+    members.iter().all(|m| {
         m.rounds.iter().all(|r| r.end_seconds.is_finite())
             && m.rounds
                 .windows(2)
                 .all(|w| w[1].end_seconds > w[0].end_seconds)
             && m.rounds.first().is_none_or(|r| r.end_seconds > 0.0)
-    });
+    })
+}
+
+/// The chart of one round metric: every document's rounds, steady window and burst.
+fn steady_chart(
+    g: &Group,
+    metric: &Metric,
+    members: &[SteadyMember],
+    docs: &[Doc],
+    by_time: bool,
+) -> Chart {
+    // x: seconds from the phase start when the rounds carry them, else round numbers.
     let x_of = |rounds: &[Round], k: usize| -> f64 {
         if by_time {
             rounds[k].end_seconds
@@ -1149,93 +1272,91 @@ fn steady_section(o: &mut String, g: &Group, docs: &[Doc]) {
         XAxis::Linear(Axis::new("round", Quantity::Count))
     };
 
-    o.push_str(r#"<div class="grid">"#);
-    for metric in &METRICS {
-        let mut chart = Chart {
-            id: format!("chart-{}-{}", g.slug, metric.id),
-            title: metric.title.to_string(),
-            x: x_axis.clone(),
-            y: Axis::new(metric.axis, metric.q),
-            series: Vec::new(),
-            bands: Vec::new(),
-            marks: Vec::new(),
-        };
-        for m in &members {
-            let d = &docs[m.doc];
-            let steady = m.steady.attained;
-            chart.series.push(Series {
-                name: if steady {
-                    d.label.to_string()
+    let mut chart = Chart {
+        id: format!("chart-{}-{}", g.slug, metric.id),
+        title: metric.title.to_string(),
+        x: x_axis,
+        y: Axis::new(metric.axis, metric.q),
+        series: Vec::new(),
+        bands: Vec::new(),
+        marks: Vec::new(),
+    };
+    for m in members {
+        let d = &docs[m.doc];
+        let steady = m.steady.attained;
+        chart.series.push(Series {
+            name: if steady {
+                d.label.to_string()
+            } else {
+                format!("{} (not steady)", d.label)
+            },
+            doc: m.doc,
+            points: m
+                .rounds
+                .iter()
+                .enumerate()
+                .map(|(k, r)| Pt {
+                    x: x_of(m.rounds, k),
+                    y: (metric.get)(r),
+                    tip: format!(
+                        "round {}, {}: {}",
+                        r.index + 1,
+                        f::duration(r.end_seconds),
+                        round_tip(r)
+                    ),
+                    label: None,
+                })
+                .collect(),
+        });
+        if let Some((first, last)) = steady_window(m) {
+            let (x0, x1) = if by_time {
+                let start = if first == 0 {
+                    0.0
                 } else {
-                    format!("{} (not steady)", d.label)
-                },
-                doc: m.doc,
-                points: m
-                    .rounds
-                    .iter()
-                    .enumerate()
-                    .map(|(k, r)| Pt {
-                        x: x_of(m.rounds, k),
-                        y: (metric.get)(r),
-                        tip: format!(
-                            "round {}, {}: {}",
-                            r.index + 1,
-                            f::duration(r.end_seconds),
-                            round_tip(r)
-                        ),
-                        label: None,
-                    })
-                    .collect(),
-            });
-            if let Some((first, last)) = steady_window(m) {
-                let (x0, x1) = if by_time {
-                    let start = if first == 0 {
-                        0.0
-                    } else {
-                        m.rounds[first - 1].end_seconds
-                    };
-                    (start, m.rounds[last].end_seconds)
-                } else {
-                    (first as f64 + 0.5, last as f64 + 1.5)
+                    m.rounds[first - 1].end_seconds
                 };
-                chart.bands.push(Band {
-                    x0,
-                    x1,
-                    doc: m.doc,
-                    label: if steady {
-                        "steady window".to_string()
-                    } else {
-                        "last window, not steady".to_string()
-                    },
-                    dashed: !steady,
-                });
-            }
-            // The burst: the first full round after the start.
-            let burst_x = match m.rounds.iter().position(|r| std::ptr::eq(r, m.burst)) {
-                Some(k) => x_of(m.rounds, k),
-                None if by_time => m.burst.end_seconds,
-                None => 1.0,
+                (start, m.rounds[last].end_seconds)
+            } else {
+                (first as f64 + 0.5, last as f64 + 1.5)
             };
-            if !m.rounds.is_empty() || m.burst.iops > 0.0 {
-                chart.marks.push(Mark {
-                    x: burst_x,
-                    y: (metric.get)(m.burst),
-                    doc: m.doc,
-                    label: "burst".to_string(),
-                });
-            }
+            chart.bands.push(Band {
+                x0,
+                x1,
+                doc: m.doc,
+                label: if steady {
+                    "steady window".to_string()
+                } else {
+                    "last window, not steady".to_string()
+                },
+                dashed: !steady,
+            });
         }
-        o.push_str(&chart.svg());
+        // The burst: the first full round after the start.
+        let burst_x = match m.rounds.iter().position(|r| std::ptr::eq(r, m.burst)) {
+            Some(k) => x_of(m.rounds, k),
+            None if by_time => m.burst.end_seconds,
+            None => 1.0,
+        };
+        if !m.rounds.is_empty() || m.burst.iops > 0.0 {
+            chart.marks.push(Mark {
+                x: burst_x,
+                y: (metric.get)(m.burst),
+                doc: m.doc,
+                label: "burst".to_string(),
+            });
+        }
     }
-    o.push_str("</div>");
+    chart
+}
 
-    // Burst against steady, per direction.
+/// Burst against steady, per direction, for each document.
+fn steady_table(o: &mut String, members: &[SteadyMember], docs: &[Doc]) {
     o.push_str(r#"<table class="steady"><thead><tr><th class="l" rowspan="2">Document</th><th class="l" rowspan="2">Direction</th><th colspan="2">IOPS</th><th colspan="2">Bandwidth</th><th colspan="2">Average latency</th><th colspan="2">Maximum latency</th><th colspan="2">Latency std dev</th></tr><tr>"#);
     for _ in 0..5 {
         o.push_str("<th>burst</th><th>steady</th>");
     }
     o.push_str("</tr></thead><tbody>");
-    for m in &members {
+    for m in members {
         type Pick = fn(&Round) -> DirFigures;
         let mut rows: Vec<(&str, DirFigures, DirFigures)> = Vec::new();
         let dirs: [(&str, Pick); 2] =
@@ -1284,7 +1405,7 @@ fn steady_section(o: &mut String, g: &Group, docs: &[Doc]) {
             );
         }
     }
-    o.push_str("</tbody></table></section>");
+    o.push_str("</tbody></table>");
 }
 
 // ---------------------------------------------------------------- sweep
@@ -1695,6 +1816,8 @@ mod tests {
             slot_uncounted_seconds: 0.0,
             in_flight_seconds: 0.0,
             due_missed_ops: 0,
+            read_lat_hist: None,
+            write_lat_hist: None,
             write: d,
             read: DirFigures::default(),
         }
@@ -1748,6 +1871,8 @@ mod tests {
                 window_mean_iops: 40_000.0,
                 window_range_ratio: 0.05,
                 window_slope_excursion_ratio: 0.02,
+                watch_rounds: 0,
+                left: None,
             },
             burst: rounds[0].clone(),
             steady_figures: Round::average(&rounds[rounds.len() - 3..]),
@@ -1776,6 +1901,42 @@ mod tests {
         // The window of this document is 3 rounds: what the figures average is named.
         assert!(html.contains("the average of rounds 3-5, the last 3 measured"));
         assert_eq!(html.matches(r#"<circle class="pt s0""#).count(), 20);
+    }
+
+    /// Issue 23: a drive that left steady state in its watch rounds is flagged, with the
+    /// round and the figure; one that held says so.
+    #[test]
+    fn leaving_steady_state_is_flagged() {
+        let rounds: Vec<Round> = [60e3, 60e3, 60e3, 61e3, 40e3, 39e3]
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| rnd(i as u32, (i + 1) as f64, v))
+            .collect();
+        let mut p = steady(rounds, true);
+        if let Phase::SteadyState { steady, .. } = &mut p {
+            steady.steady_round = Some(2);
+            steady.watch_rounds = 3;
+            steady.left = crate::protocol::steady::left_steady(
+                60e3,
+                &[61e3, 40e3, 39e3],
+                &crate::protocol::steady::Rule::default(),
+            );
+            assert!(steady.left.is_some());
+        }
+        let html = render(&[("a".into(), doc(vec![p.clone()]))]);
+        assert!(
+            html.contains(
+                "Left steady state</span> at round 5: 40,000 IOPS (33.3% from the window's mean)"
+            ),
+            "{}",
+            &html[html.find("steady</span> at").unwrap_or(0)..][..400]
+        );
+        if let Phase::SteadyState { steady, .. } = &mut p {
+            steady.left = None;
+        }
+        let html = render(&[("a".into(), doc(vec![p]))]);
+        assert!(!html.contains("Left steady state"));
+        assert!(html.contains("it held in the 3 rounds watched after"));
     }
 
     #[test]

@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::cron::{civil_from_days, DAY};
 use super::plan::Bookkeeping;
+use crate::calendar::DAY;
 use crate::health::endurance::Sample;
 
 pub const STATE_VERSION: u32 = 1;
@@ -133,8 +133,7 @@ impl Default for State {
 
 /// `YYYY-MM-DD` of the UTC day containing `t`.
 pub fn utc_day(t: i64) -> String {
-    let (y, m, d) = civil_from_days(t.div_euclid(DAY));
-    format!("{y:04}-{m:02}-{d:02}")
+    crate::calendar::ymd(t)
 }
 
 impl State {

@@ -5,7 +5,8 @@
 
 use thiserror::Error;
 
-use super::cron::{weekday, CronError, DAY, DOW_F, MINUTE};
+use super::cron::{CronError, DAY, DOW_F, MINUTE};
+use crate::calendar::weekday;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum WindowError {

@@ -34,6 +34,25 @@ pub fn discard(file: &File, start: u64, len: u64) -> io::Result<()> {
     range_ioctl(file, BLKDISCARD, start, len)
 }
 
+/// A trim of `[start, start + len)` (the engine's `trim` workloads): BLKDISCARD on a
+/// block device, a punched hole (`fallocate(PUNCH_HOLE | KEEP_SIZE)`) in a file, whose
+/// filesystem frees the range's blocks (reads then return zeros, the size is kept).
+/// EOPNOTSUPP where neither is supported.
+pub fn trim(file: &File, block_device: bool, start: u64, len: u64) -> io::Result<()> {
+    if block_device {
+        discard(file, start, len)
+    } else {
+        use rustix::fs::FallocateFlags;
+        rustix::fs::fallocate(
+            file,
+            FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+            start,
+            len,
+        )
+        .map_err(io::Error::from)
+    }
+}
+
 /// BLKSECDISCARD (secure erase) over `[start, start + len)`. EOPNOTSUPP when the device
 /// has no secure erase (most do not).
 pub fn secure_discard(file: &File, start: u64, len: u64) -> io::Result<()> {

@@ -1,5 +1,6 @@
 //! NVMe admin commands through the kernel's passthrough ioctl (NVME_IOCTL_ADMIN_CMD).
-//! Only reads: Identify and Get Log Page. The caller needs CAP_SYS_ADMIN.
+//! Reads (Identify, Get Log Page), Device Self-test (starts or aborts the drive's own
+//! test; it changes no data), and the purge commands. The caller needs CAP_SYS_ADMIN.
 
 use std::fs::File;
 use std::io;
@@ -141,6 +142,21 @@ pub fn namespace_id(file: &File) -> io::Result<u32> {
     } else {
         Ok(rc as u32)
     }
+}
+
+const OPC_DEVICE_SELF_TEST: u8 = 0x14;
+
+/// Device Self-test (opcode 14h) with Self-test Code `stc` (1 short, 2 extended, 0xF
+/// abort) on namespace `nsid` (`NSID_ALL`: every namespace). Returns when the controller
+/// has accepted it; the test runs on in the background (poll log page 06h).
+pub fn device_self_test(file: &File, nsid: u32, stc: u8) -> Result<(), AdminError> {
+    let cmd = PassthruCmd {
+        opcode: OPC_DEVICE_SELF_TEST,
+        nsid,
+        cdw10: u32::from(stc & 0x0f),
+        ..Default::default()
+    };
+    admin(file, cmd, None, READ_TIMEOUT_MS).map(|_| ())
 }
 
 // --- Purge: Format NVM and Sanitize (these destroy data; see `protocol::purge`). ---

@@ -156,15 +156,16 @@ pub fn loop_serial(backing: &Path) -> String {
     format!("loop:{}", fs::canonicalize(backing).unwrap().display())
 }
 
-/// Retries `f` for up to 10 s: after a process that used io_uring exits, the kernel drops
-/// the ring's file references asynchronously, so a mount or device can stay busy briefly.
+/// Retries `f` for up to 30 s: after a process that used io_uring exits, the kernel drops
+/// the ring's file references asynchronously, so a mount or device can stay busy briefly
+/// (longer on a busy host, where the kernel worker that drops them waits for a CPU).
 fn retry(mut f: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
     loop {
         if f() {
             return true;
         }
-        if start.elapsed() > Duration::from_secs(10) {
+        if start.elapsed() > Duration::from_secs(30) {
             return false;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -218,8 +219,9 @@ impl Loop {
                 run("partx", &["-a", self.s()]);
                 partx_done = true;
             }
+            // A give-up time: udev and partx wait for a CPU like anything else.
             assert!(
-                start.elapsed() < Duration::from_secs(10),
+                start.elapsed() < Duration::from_secs(30),
                 "{} did not appear",
                 p.display()
             );
@@ -405,12 +407,14 @@ pub fn chromium(profile: &Path, args: &[&str], url: &str, limit: Duration) -> st
     }
 }
 
-/// Asserts that no process mentions `needle` in its command line, waiting up to 5 s for
-/// the ones that are ending (a child group killed a moment ago).
+/// Asserts that no process mentions `needle` in its command line, waiting up to 30 s for
+/// the ones that are ending (a child group killed a moment ago: a killed process with a
+/// large address space, a database server, takes a while to be torn down on a busy host).
+/// A give-up time: a process that was never stopped is still there after it.
 pub fn assert_nothing_left_running(needle: &str) {
     let t0 = std::time::Instant::now();
     let mut left = processes_mentioning(needle);
-    while !left.is_empty() && t0.elapsed() < std::time::Duration::from_secs(5) {
+    while !left.is_empty() && t0.elapsed() < std::time::Duration::from_secs(30) {
         std::thread::sleep(std::time::Duration::from_millis(100));
         left = processes_mentioning(needle);
     }
@@ -632,6 +636,24 @@ pub fn wait_for_child_named(
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The ids of process `pid`'s threads named `name` (their `comm`: the first 15 bytes of
+/// the name the thread was given), from /proc/PID/task.
+pub fn threads_named(pid: i32, name: &str) -> Vec<u64> {
+    let mut v: Vec<u64> = fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| {
+                    let tid = e.file_name().to_string_lossy().parse::<u64>().ok()?;
+                    let comm = fs::read_to_string(e.path().join("comm")).ok()?;
+                    (comm.trim_end() == name).then_some(tid)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort_unstable();
+    v
 }
 
 /// Pages the kernel has written to swap areas since boot (/proc/vmstat).

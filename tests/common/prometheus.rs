@@ -58,6 +58,14 @@ pub struct QueryResult {
     pub warnings: Vec<String>,
 }
 
+/// How Prometheus runs: a server (a TSDB, rules, the query API) or an agent (scrapes and
+/// remote-writes only: `--enable-feature=agent`, no queries, no rules).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Server,
+    Agent,
+}
+
 /// A running Prometheus, killed on drop.
 pub struct Prometheus {
     child: Child,
@@ -109,11 +117,6 @@ impl Prometheus {
         rule_files: &[&Path],
         scrape_extra: &str,
     ) -> Prometheus {
-        let bin = binary();
-        let dir = tempfile::Builder::new()
-            .prefix("dp-prometheus-")
-            .tempdir()
-            .expect("temp dir for Prometheus");
         let mut cfg = String::from(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n",
         );
@@ -135,9 +138,32 @@ impl Prometheus {
             );
         }
         cfg.push_str(scrape_extra);
+        Prometheus::start_config(&cfg, Mode::Server, &[])
+    }
+
+    /// Starts Prometheus on `config` (the whole prometheus.yml) in `mode`, with `args`
+    /// added to its command line (`--web.enable-remote-write-receiver`...), on a free
+    /// loopback port, and waits until it is ready (`/-/ready`). Rule files named in the
+    /// config must be absolute paths.
+    pub fn start_config(config: &str, mode: Mode, args: &[&str]) -> Prometheus {
+        let bin = binary();
+        let dir = tempfile::Builder::new()
+            .prefix("dp-prometheus-")
+            .tempdir()
+            .expect("temp dir for Prometheus");
+        let cfg = config;
         let cfg_path = dir.path().join("prometheus.yml");
-        fs::write(&cfg_path, &cfg).expect("write prometheus.yml");
+        fs::write(&cfg_path, cfg).expect("write prometheus.yml");
         let log_path = dir.path().join("prometheus.log");
+        let data = dir.path().join("data");
+        let mode_args: Vec<String> = match mode {
+            Mode::Server => vec![format!("--storage.tsdb.path={}", data.display())],
+            // An agent keeps only its write-ahead log, and refuses the server's flags.
+            Mode::Agent => vec![
+                "--enable-feature=agent".into(),
+                format!("--storage.agent.path={}", data.display()),
+            ],
+        };
 
         // The port is chosen before Prometheus binds it; another process may take it in
         // between. Then Prometheus exits at once, and another port is tried.
@@ -147,10 +173,8 @@ impl Prometheus {
             let log = fs::File::create(&log_path).expect("create prometheus.log");
             let mut child = Command::new(&bin)
                 .arg(format!("--config.file={}", cfg_path.display()))
-                .arg(format!(
-                    "--storage.tsdb.path={}",
-                    dir.path().join("data").display()
-                ))
+                .args(&mode_args)
+                .args(args)
                 .arg(format!("--web.listen-address={addr}"))
                 .arg("--log.level=info")
                 .stdin(Stdio::null())

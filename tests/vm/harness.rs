@@ -308,7 +308,7 @@ impl VmBuilder {
         .args(["-m", &self.memory_mib.to_string()])
         .args(["-bios", QBOOT, "-net", "none"])
         .args(["-kernel", &path_str(&kernel), "-initrd", &path_str(&initrd)])
-        .args(["-append", "console=ttyS0 quiet panic=-1"])
+        .args(["-append", "console=ttyS0 quiet loglevel=1 panic=-1"])
         .arg("-drive")
         .arg(format!(
             "file={},if=none,id=nv0,format=raw",
