@@ -448,37 +448,57 @@ fn vm_discovery_finds_classifies_and_follows_every_drive() {
     // last interval's end, up to a second before it was answered.
     let (longest, shortest) = (b1 - a0 + 1.0, (b0 - a1 - 1.0).max(0.0));
     let span = b0 - a0;
-    for (drive, _, class, _, rate) in DRIVES {
+    // Each canary's reads and the time it could not issue arrivals, as the daemon
+    // measured it: inside its (QD1) reads, and waiting for a CPU. A SATA read the
+    // emulated AHCI aborts holds the port through the guest kernel's error handling for
+    // seconds; a canary makes up at most a few late arrivals after such a stall.
+    let measured: Vec<(f64, f64, f64)> = DRIVES
+        .iter()
+        .map(|&(drive, ..)| {
+            let l = [("drive", drive), ("probe", CANARY), ("op", "read")];
+            let ops = v(&b, "driveprobe_probe_ops_total", &l, &log2)
+                - v(&a, "driveprobe_probe_ops_total", &l, &log2);
+            let delta = |name: &str, labels: &[(&str, &str)]| {
+                b.value(name, labels).unwrap_or(0.0) - a.value(name, labels).unwrap_or(0.0)
+            };
+            let held = delta("driveprobe_probe_latency_seconds_sum", &l)
+                + delta(
+                    "driveprobe_probe_cpu_wait_seconds_total",
+                    &[("drive", drive), ("probe", CANARY)],
+                );
+            (ops, held, (shortest - held).max(0.0))
+        })
+        .collect();
+    // What the guest could do in this window: the best share of its arrivals a canary
+    // issued while free to, among the fast ones (150 arrivals or more: nvme and sata).
+    // A host that takes the emulator's CPU away stops the guest's vCPU, which the guest
+    // cannot see (TCG reports no steal time); a canary drops the arrivals it missed by
+    // more than 4 gaps, so a stall costs the fast canaries alike (the slow ones ride it
+    // out), and none may fall behind by more than half of the best.
+    let best = DRIVES
+        .iter()
+        .zip(&measured)
+        .filter(|(&(.., rate), &(_, _, free))| rate * free >= 150.0)
+        .map(|(&(.., rate), &(ops, _, free))| ops / (rate * free))
+        .fold(0.0_f64, f64::max)
+        .min(1.0);
+    assert!(best > 0.0, "no canary read in the window; log:\n{log2}");
+    for (&(drive, _, class, _, rate), &(ops, held, free)) in DRIVES.iter().zip(&measured) {
         let kname = kname(drive);
-        let l = [("drive", drive), ("probe", CANARY), ("op", "read")];
-        let ops = v(&b, "driveprobe_probe_ops_total", &l, &log2)
-            - v(&a, "driveprobe_probe_ops_total", &l, &log2);
-        let measured = ops / span;
-        // The time the canary could not issue arrivals, as the daemon measured it: inside
-        // its (QD1) reads, and waiting for a CPU. A SATA read the emulated AHCI aborts
-        // holds the port through the guest kernel's error handling for seconds; a canary
-        // makes up at most a few late arrivals after such a stall.
-        let delta = |name: &str, labels: &[(&str, &str)]| {
-            b.value(name, labels).unwrap_or(0.0) - a.value(name, labels).unwrap_or(0.0)
-        };
-        let held = delta("driveprobe_probe_latency_seconds_sum", &l)
-            + delta(
-                "driveprobe_probe_cpu_wait_seconds_total",
-                &[("drive", drive), ("probe", CANARY)],
-            );
-        let free = (shortest - held).max(0.0);
         // Evenly spaced arrivals: at most the rate over the longest window the two
-        // scrapes can span, plus the few late arrivals a canary issues after a stall;
-        // TCG may fall behind, never by half of the time the canary was free to issue.
+        // scrapes can span, plus the few late arrivals a canary issues after a stall.
         assert!(
-            ops <= rate * longest + 5.0 && ops >= rate * 0.5 * free - 2.0,
+            ops <= rate * longest + 5.0 && ops >= rate * 0.5 * best * free - 2.0,
             "expected {drive} ({kname}, {class}) at about {rate} IOPS: {ops} reads between \
              scrapes {a0:.1}..{a1:.1} s and {b0:.1}..{b1:.1} s of uptime, {held:.2} s of \
-             them inside reads or waiting for a CPU"
+             them inside reads or waiting for a CPU; the best canary issued {:.0}% of its \
+             arrivals",
+            best * 100.0
         );
         eprintln!(
-            "vm discovery: {drive} ({class}) {measured:.2} IOPS measured, {rate} set, \
-             {held:.2} s held"
+            "vm discovery: {drive} ({class}) {:.2} IOPS measured, {rate} set, \
+             {held:.2} s held",
+            ops / span
         );
         if class != "virtual" {
             assert_eq!(
@@ -513,10 +533,13 @@ fn vm_discovery_finds_classifies_and_follows_every_drive() {
     let scans = num(&upf, "scans", "HOTADD-UP") - num(&dev, "scans", "HOTADD-DEV");
     let took = num(&upf, "t", "HOTADD-UP") - num(&dev, "t", "HOTADD-DEV");
     eprintln!("vm discovery: hot-added disk up after {scans} scans, {took:.1} s");
+    // A scan may be under way when the device appears (the host's QMP hot-add can take
+    // longer than a rescan interval under load): it ends without the disk, and the next
+    // one, the hot-plug watch's, finds it. Two scans, never a third.
     assert!(
-        scans <= 1.0,
-        "expected the hot-added disk up within one rescan of its device appearing, took {scans} \
-         scans ({took:.1} s, rescan every {RESCAN_SECONDS} s)"
+        scans <= 2.0,
+        "expected the hot-added disk up within the scan under way when its device appeared \
+         and the next one, took {scans} scans ({took:.1} s, rescan every {RESCAN_SECONDS} s)"
     );
     // Removed: down within one rescan, its series kept (drop_after is 1 h).
     let gone = fields(&run.console, "=== HOTDEL-DEV ");
@@ -534,8 +557,9 @@ fn vm_discovery_finds_classifies_and_follows_every_drive() {
     );
     let scans = num(&down, "scans", "HOTDEL-DOWN") - num(&gone, "scans", "HOTDEL-DEV");
     assert!(
-        scans <= 1.0,
-        "expected the removed disk down within one rescan, took {scans} scans"
+        scans <= 2.0,
+        "expected the removed disk down within the scan under way when it went and the next \
+         one, took {scans} scans"
     );
     for (drive, ..) in DRIVES {
         assert_eq!(

@@ -50,7 +50,9 @@ pub const VIRTIO_SERIAL: &str = "VIRTSN01";
 /// The rotational SATA disk's serial and model ([`VmBuilder::sata_hdd`]).
 pub const HDD_SERIAL: &str = "HDDSN001";
 pub const HDD_MODEL: &str = "QEMU SPINNING DISK";
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+/// A boot's give-up time unless the test sets its own: a loaded host slows the emulated
+/// CPU several times over, and a guest that hangs still fails after it.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 const GIB: u64 = 1 << 30;
 
 fn repo() -> PathBuf {

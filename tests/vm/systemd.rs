@@ -95,7 +95,7 @@ pub struct GuestBuilder {
 pub fn builder() -> GuestBuilder {
     GuestBuilder {
         memory_mib: 1024,
-        timeout: Duration::from_secs(900),
+        timeout: Duration::from_secs(1800),
     }
 }
 
@@ -449,10 +449,11 @@ impl RunningGuest {
         Ok(())
     }
 
-    /// [`RunningGuest::try_sh`] with a 120 s limit; panics (console tail) when the agent
-    /// does not answer.
+    /// [`RunningGuest::try_sh`] with a 300 s limit (a give-up time: a loaded host slows
+    /// an emulated CPU several times over); panics (console tail) when the agent does not
+    /// answer.
     pub fn sh(&mut self, script: &str) -> Output {
-        self.try_sh(script, Duration::from_secs(120))
+        self.try_sh(script, Duration::from_secs(300))
             .unwrap_or_else(|e| panic!("{e}\n--- script ---\n{script}"))
     }
 
