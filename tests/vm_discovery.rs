@@ -9,7 +9,8 @@
 //! 2. A config that only sets `health_interval` and `[discovery] rescan_interval` (the
 //!    discovery defaults otherwise): health read on the NVMe and SATA disks, the canaries'
 //!    measured rates against their class rates, a virtio disk hot-added through QMP that
-//!    appears within one rescan, and removed, down (`driveprobe_drive_up 0`) within one.
+//!    appears within the scan under way and the next one, and removed, down
+//!    (`driveprobe_drive_up 0`) as soon.
 //!
 //! Nothing is written to any disk: the disk images on the host have no block allocated
 //! after the guest powered off (they are sparse files; any write would allocate one).
@@ -475,24 +476,55 @@ fn vm_discovery_finds_classifies_and_follows_every_drive() {
     // cannot see (TCG reports no steal time); a canary drops the arrivals it missed by
     // more than 4 gaps, so a stall costs the fast canaries alike (the slow ones ride it
     // out), and none may fall behind by more than half of the best.
-    let best = DRIVES
+    let shares: Vec<f64> = DRIVES
         .iter()
         .zip(&measured)
         .filter(|(&(.., rate), &(_, _, free))| rate * free >= 150.0)
         .map(|(&(.., rate), &(ops, _, free))| ops / (rate * free))
-        .fold(0.0_f64, f64::max)
-        .min(1.0);
-    assert!(best > 0.0, "no canary read in the window; log:\n{log2}");
+        .collect();
+    let best = shares.iter().copied().fold(0.0_f64, f64::max).min(1.0);
+    // Below half only with the evidence of stalls that drop arrivals: the nvme canary
+    // issued an I/O more than 4 of its gaps (80 ms) late in its window.
+    let nvme_stall_max = b
+        .value(
+            "driveprobe_probe_host_stall_seconds",
+            &[("drive", NVME_SERIAL), ("probe", CANARY), ("quantile", "1")],
+        )
+        .unwrap_or(0.0);
+    if shares.is_empty() {
+        eprintln!("vm discovery: no canary was free for 150 arrivals; no lower rate bound");
+    } else {
+        assert!(
+            best >= 0.5 || (best > 0.0 && nvme_stall_max >= 4.0 / 50.0),
+            "the fast canaries issued at most {:.0}% of their arrivals while free to, with \
+             no stall of the host to account for it (the nvme canary's longest {nvme_stall_max} \
+             s); log:\n{log2}",
+            best * 100.0
+        );
+    }
     for (&(drive, _, class, _, rate), &(ops, held, free)) in DRIVES.iter().zip(&measured) {
         let kname = kname(drive);
+        // A counter is published with the first I/O after an interval's end: a canary
+        // thread the host stalled publishes late by as much, so the first scrape may see
+        // its counters older than a second. The longest stall in the window, as the
+        // canary measured it, widens the window the reads can come from.
+        let stall = [&a, &b]
+            .iter()
+            .filter_map(|e| {
+                e.value(
+                    "driveprobe_probe_host_stall_seconds",
+                    &[("drive", drive), ("probe", CANARY), ("quantile", "1")],
+                )
+            })
+            .fold(0.0_f64, f64::max);
         // Evenly spaced arrivals: at most the rate over the longest window the two
         // scrapes can span, plus the few late arrivals a canary issues after a stall.
         assert!(
-            ops <= rate * longest + 5.0 && ops >= rate * 0.5 * best * free - 2.0,
+            ops <= rate * (longest + stall) + 5.0 && ops >= rate * 0.5 * best * free - 2.0,
             "expected {drive} ({kname}, {class}) at about {rate} IOPS: {ops} reads between \
              scrapes {a0:.1}..{a1:.1} s and {b0:.1}..{b1:.1} s of uptime, {held:.2} s of \
-             them inside reads or waiting for a CPU; the best canary issued {:.0}% of its \
-             arrivals",
+             them inside reads or waiting for a CPU, its longest stall {stall:.3} s; the \
+             best canary issued {:.0}% of its arrivals",
             best * 100.0
         );
         eprintln!(
@@ -513,7 +545,7 @@ fn vm_discovery_finds_classifies_and_follows_every_drive() {
             );
         }
     }
-    // The hot-added disk: up within one rescan of its device node appearing.
+    // The hot-added disk: up within two scans of its device node appearing.
     let dev = fields(&run.console, "=== HOTADD-DEV ");
     let upf = fields(&run.console, "=== HOTADD-UP ");
     let e3 = expo(&run.ok_section("metrics-3").text);
@@ -541,7 +573,7 @@ fn vm_discovery_finds_classifies_and_follows_every_drive() {
         "expected the hot-added disk up within the scan under way when its device appeared \
          and the next one, took {scans} scans ({took:.1} s, rescan every {RESCAN_SECONDS} s)"
     );
-    // Removed: down within one rescan, its series kept (drop_after is 1 h).
+    // Removed: down within two scans, its series kept (drop_after is 1 h).
     let gone = fields(&run.console, "=== HOTDEL-DEV ");
     assert_eq!(
         gone.get("gone").map(String::as_str),

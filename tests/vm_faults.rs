@@ -71,7 +71,7 @@ counts() {
     _tl=$(cat /proc/$DP/task/*/comm)
     _t2=$(ls /proc/$DP/task | wc -l)
     if [ "$_t" = "$_t2" ] && ! echo "$_fl" | grep -q 'pipe:'; then break; fi
-    [ $_i -ge 300 ] && break
+    [ $_i -ge 150 ] && break
     sleep 0.2; _i=$((_i + 1))
   done
   echo "=== COUNTS $1 threads=$_t fds=$(echo "$_fl" | grep -c -- ' -> ') polls=$_i"
@@ -486,8 +486,9 @@ fn vm_faults_io_errors_slow_drive_and_holders() {
         assert_eq!(run.ok_section(&format!("healthz-{i}")).rc, 0);
     }
     // Under TCG a scrape (wget included) takes 0.1-2 s with five canaries running; a
-    // scrape that waited on the slow drive would take 400 ms per I/O queued behind it.
-    // The bound is the slowest baseline scrape's, doubled, on the same host, or 5 s.
+    // scrape that waited on the slow drive would take the delay per I/O queued behind it.
+    // The bound is the slowest baseline scrape's, doubled, plus 1 s, on the same host, and
+    // at least 5 s.
     let base_scrape_max = (1..=3)
         .map(|i| scrape_time(&run, &format!("base-{i}")).1)
         .fold(0.0_f64, f64::max);
@@ -678,6 +679,14 @@ fn latency_alert_fires(base: &[Exposition], inj: &[Exposition]) -> String {
         if drive != "slow" {
             continue;
         }
+        // The injected delay is at most DELAY_MAX_MS: a baseline p99 above half of it
+        // leaves the alert's factor of 2 no room, the host too loaded to tell.
+        assert!(
+            im > 2.0 * bm,
+            "the slow drive's p99 {bm} s before the delay leaves no room for the alert's \
+             factor of 2 under the {DELAY_MAX_MS} ms delay ({im} s after): the host is too \
+             loaded for this check"
+        );
         // Only the p99 is replayed (the guest's run is minutes, not a day of load):
         // the alert compares in the `unknown` load bucket.
         series.push_str(&format!(
@@ -992,7 +1001,8 @@ fn vm_faults_nvme_hot_removed_and_replaced() {
         .first()
         .map(|s| s.labels.clone());
     // The SATA drive went on throughout, without errors: its ops rise across every two
-    // scrapes 2 s apart or more (it publishes once a second), at about its rate overall.
+    // scrapes 3 s apart or more, from the end of the earlier one (it publishes once a
+    // second), at about its rate overall.
     let sata_ops: Vec<f64> = ex.iter().map(|e| ops(e, "sata", "rd")).collect();
     let at: Vec<f64> = names.iter().map(|n| scrape_time(&run, n).0).collect();
     let took: Vec<f64> = names.iter().map(|n| scrape_time(&run, n).1).collect();
@@ -1063,7 +1073,7 @@ fn vm_faults_nvme_hot_removed_and_replaced() {
         // comparison above is between quiet daemons, not a health reading in flight.
         assert!(
             !fds.contains("pipe:"),
-            "no moment without a child process within 10 s ({n}):\n{fds}"
+            "no moment without a child process within 30 s ({n}):\n{fds}"
         );
     }
     // The I/O that failed while the NVMe was leaving is not held against the drive that

@@ -160,7 +160,7 @@ impl VmBuilder {
         self.payload = Some(script.to_string());
         self
     }
-    /// Whole boot, power-off included (default 120 s). QEMU is killed past it.
+    /// Whole boot, power-off included (default 300 s). QEMU is killed past it.
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
         self

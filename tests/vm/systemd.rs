@@ -104,7 +104,7 @@ impl GuestBuilder {
         self.memory_mib = n;
         self
     }
-    /// The guest's whole life: QEMU is killed past it (default 900 s).
+    /// The guest's whole life: QEMU is killed past it (default 1,800 s).
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
         self
