@@ -6,6 +6,7 @@
 mod common;
 
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 const WRAPPER: &str = r#"
 import errno, os, sys, seccomp
@@ -26,7 +27,12 @@ fn run_filtered(errno: &str, extra: &[&str]) -> std::process::Output {
         ok,
         "needs Debian's python3-seccomp for /usr/bin/python3 (scripts/test installs it)"
     );
-    let path = format!("/dev/shm/dp-test-psync-{}-{errno}", std::process::id());
+    // One path per call: the tests run in parallel in one process, and two of them
+    // filter with the same errno, so a path made of the pid and errno alone let one
+    // test's clean-up remove the file another's bench had just created.
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    let n = CALLS.fetch_add(1, Ordering::Relaxed);
+    let path = format!("/dev/shm/dp-test-psync-{}-{errno}-{n}", std::process::id());
     let _ = std::fs::remove_file(&path);
     let out = Command::new(python)
         .args([
