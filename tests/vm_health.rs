@@ -249,19 +249,35 @@ fn vm_guest_has_disks_and_modules() {
     assert!(run.elapsed < harness::DEFAULT_TIMEOUT);
 }
 
-/// A guest that does not finish is killed at the timeout, and the error says so.
+/// A guest that does not finish is killed at the timeout, and the error says so: where
+/// the payload was, how long the console had been silent, and the end of the guest
+/// kernel's log (what a hang on an I/O shows first).
 #[test]
 fn vm_timeout_kills_qemu() {
-    let vm = Vm::builder()
+    let mut vm = Vm::builder()
         .without_driveprobe()
-        .payload("sleep 600\n")
-        .timeout(std::time::Duration::from_secs(3))
+        .payload(". /lib/vm.sh\nrun stuck sleep 600\n")
+        // Boots in under 10 s here; the rest is the wait for the give-up.
+        .timeout(std::time::Duration::from_secs(90))
         .start();
     let pid = vm.pid().expect("QEMU runs");
+    vm.wait_for("=== BEGIN stuck");
     let err = vm
         .try_finish()
         .expect_err("the guest sleeps past the timeout");
-    assert!(err.contains("timed out"), "{err}");
+    let first = err.lines().next().unwrap();
+    assert!(first.contains("timed out"), "{err}");
+    assert!(first.contains("in section stuck"), "{err}");
+    assert!(first.contains("console silent for"), "{err}");
+    let kernel = err
+        .split("--- guest kernel log tail ---\n")
+        .nth(1)
+        .and_then(|k| k.split("--- qemu stderr ---").next())
+        .unwrap_or_default();
+    assert!(
+        kernel.lines().count() >= 5 && kernel.lines().all(|l| l.starts_with('<')),
+        "the guest kernel's log: {err}"
+    );
     assert!(
         !std::path::Path::new(&format!("/proc/{pid}")).exists(),
         "QEMU {pid} still there"

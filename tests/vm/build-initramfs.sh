@@ -248,6 +248,9 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
+# The kernel's whole log to the second serial port (the host shows it when a boot fails);
+# the console keeps loglevel=1 so that nothing the kernel says lands inside a section.
+[ -c /dev/ttyS1 ] && cat /proc/kmsg > /dev/ttyS1 2>/dev/null &
 echo "=== GUEST UP uptime=$(cut -d' ' -f1 /proc/uptime) kernel=$(uname -r)"
 for m in $(cat /etc/autoload-modules); do
     modprobe "$m" || echo "=== MODULE $m failed to load"

@@ -296,6 +296,7 @@ impl VmBuilder {
         let console = d.join("console.log");
         let stderr = d.join("qemu.stderr");
         let qmp_sock = d.join("qmp.sock");
+        let kmsg = d.join("kmsg.log");
         let mut cmd = Command::new(QEMU);
         cmd.args([
             "-accel",
@@ -311,6 +312,12 @@ impl VmBuilder {
         .args(["-bios", QBOOT, "-net", "none"])
         .args(["-kernel", &path_str(&kernel), "-initrd", &path_str(&initrd)])
         .args(["-append", "console=ttyS0 quiet loglevel=1 panic=-1"])
+        // The serial console (ttyS0) is parsed, so the kernel prints only alerts there;
+        // its whole log goes to a second port (ttyS1, the guest's /init copies
+        // /proc/kmsg to it) and is shown when a boot fails: a guest that hangs on an I/O
+        // says which (the kernel's timeouts and resets).
+        .args(["-serial", "mon:stdio", "-serial"])
+        .arg(format!("file:{}", kmsg.display()))
         .arg("-drive")
         .arg(format!(
             "file={},if=none,id=nv0,format=raw",
@@ -372,6 +379,7 @@ impl VmBuilder {
             child: Some(child),
             dir,
             console,
+            kmsg,
             stderr,
             qmp_sock: self.qmp.then_some(qmp_sock),
             qmp: None,
@@ -398,6 +406,8 @@ pub struct RunningVm {
     child: Option<Child>,
     dir: tempfile::TempDir,
     console: PathBuf,
+    /// The guest kernel's log (its second serial port).
+    kmsg: PathBuf,
     stderr: PathBuf,
     qmp_sock: Option<PathBuf>,
     qmp: Option<Qmp>,
@@ -423,13 +433,31 @@ impl RunningVm {
         self.dir.path()
     }
 
+    /// The failure's first line says where the guest was and whether it was still
+    /// printing: the section begun and not ended, and how long the console had been
+    /// silent. A guest that hangs and one that is only slow look alike in a tail that a
+    /// CI summary cuts to its first lines.
     fn failure(&self, what: &str) -> String {
         let stderr = fs::read_to_string(&self.stderr).unwrap_or_default();
+        let console = self.console();
+        let silent = fs::metadata(&self.console)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .map_or_else(
+                || "no console output".to_string(),
+                |d| format!("console silent for {:.1} s", d.as_secs_f64()),
+            );
+        let kmsg = fs::read(&self.kmsg)
+            .map(|b| String::from_utf8_lossy(&b).replace('\r', ""))
+            .unwrap_or_default();
         format!(
-            "VM: {what} ({:.1} s after start)\n--- qemu stderr ---\n{}--- console tail ---\n{}",
+            "VM: {what} ({:.1} s after start; {}; {silent})\n--- guest kernel log tail ---\n{}--- qemu stderr ---\n{}--- console tail ---\n{}",
             self.started.elapsed().as_secs_f64(),
+            where_in_payload(&console),
+            tail(&kmsg, 12),
             stderr,
-            tail(&self.console(), 60)
+            tail(&console, 60)
         )
     }
 
@@ -548,6 +576,21 @@ impl RunningVm {
 impl Drop for RunningVm {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Where the guest's payload was: inside the section it began last (`=== BEGIN name`
+/// without its `=== END`), or after the one it ended last (`runout` prints a section
+/// only once its command is done).
+fn where_in_payload(console: &str) -> String {
+    let last = console
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("=== BEGIN ") || l.starts_with("=== END "));
+    match last {
+        Some(l) if l.starts_with("=== BEGIN ") => format!("in section {}", &l[10..]),
+        Some(l) => format!("after section {}", &l[8..]),
+        None => "before any section".to_string(),
     }
 }
 
