@@ -637,21 +637,9 @@ impl Runner<'_> {
             block_size: bs.to_string(),
             write_workload: w.desc(),
             read_workload: r.desc(),
-            steady: SteadyState {
-                window_rounds: rule.window as u32,
-                max_range_ratio: rule.max_range,
-                max_slope_excursion_ratio: rule.max_excursion,
-                max_rounds: rule.max_rounds as u32,
-                attained: steady_round.is_some(),
-                steady_round,
-                window_mean_iops: check.mean,
-                window_range_ratio: check.range_ratio,
-                window_slope_excursion_ratio: check.excursion_ratio,
-                // The specification's throughput test stops at steady state: no rounds
-                // are run past it to watch for a drive leaving it.
-                watch_rounds: 0,
-                left: None,
-            },
+            // The specification's throughput test stops at steady state: no rounds are
+            // run past it to watch for a drive leaving it.
+            steady: SteadyState::from_check(&rule, &check, steady_round, &[]),
             write_bytes_per_second: mean(window.iter().map(|r| r.write.write.bw_bytes)),
             read_bytes_per_second: mean(window.iter().map(|r| r.read.read.bw_bytes)),
             rounds,

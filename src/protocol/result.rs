@@ -121,6 +121,33 @@ pub struct SteadyState {
     pub left: Option<super::steady::Left>,
 }
 
+impl SteadyState {
+    /// The document's record of a steady-state search under `rule`: `check` is the
+    /// measurement window's figures, `steady_round` the round that completed the first
+    /// steady window, and `watch` the rounds measured after it (whether the drive left
+    /// steady state is judged on them against the window's mean).
+    pub fn from_check(
+        rule: &super::steady::Rule,
+        check: &super::steady::Check,
+        steady_round: Option<u32>,
+        watch: &[f64],
+    ) -> Self {
+        SteadyState {
+            window_rounds: rule.window as u32,
+            max_range_ratio: rule.max_range,
+            max_slope_excursion_ratio: rule.max_excursion,
+            max_rounds: rule.max_rounds as u32,
+            attained: steady_round.is_some(),
+            steady_round,
+            window_mean_iops: check.mean,
+            window_range_ratio: check.range_ratio,
+            window_slope_excursion_ratio: check.excursion_ratio,
+            watch_rounds: watch.len() as u32,
+            left: steady_round.and_then(|_| super::steady::left_steady(check.mean, watch, rule)),
+        }
+    }
+}
+
 /// One point of a thread/queue sweep.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SweepPoint {

@@ -681,22 +681,9 @@ impl Runner<'_> {
         let check = steady::check(&iops[n - window..n], &rule);
         let steady_figures = Round::average(&rounds[n - window..n]);
         let watch = &iops[n..];
-        let left = steady_round.and_then(|_| steady::left_steady(check.mean, watch, &rule));
         Ok(Phase::SteadyState {
             workload: wl.desc(),
-            steady: SteadyState {
-                window_rounds: rule.window as u32,
-                max_range_ratio: rule.max_range,
-                max_slope_excursion_ratio: rule.max_excursion,
-                max_rounds: rule.max_rounds as u32,
-                attained: steady_round.is_some(),
-                steady_round,
-                window_mean_iops: check.mean,
-                window_range_ratio: check.range_ratio,
-                window_slope_excursion_ratio: check.excursion_ratio,
-                watch_rounds: watch.len() as u32,
-                left,
-            },
+            steady: SteadyState::from_check(&rule, &check, steady_round, watch),
             burst: burst_round(&rounds).cloned().unwrap_or_default(),
             steady_figures,
             rounds,
