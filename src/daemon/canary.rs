@@ -714,10 +714,13 @@ pub(crate) mod tests {
         rustix::thread::sched_setaffinity(None, &set).unwrap();
     }
 
-    /// A canary's job (rate limited, QD1, psync) for 3 s on `path`, from a thread pinned
-    /// to `cpu` (its worker inherits that), beside `hogs` threads spinning on the same
-    /// CPU: the share of the worker's time it waited for a CPU.
-    fn canary_cpu_wait(path: &Path, cpu: usize, hogs: usize) -> f64 {
+    /// `f`'s result, run on a thread pinned to `cpu` beside `hogs` threads spinning on
+    /// the same CPU (always runnable, so `f`'s thread waits for the CPU at each wake-up).
+    pub(crate) fn beside_cpu_hogs<T: Send + 'static>(
+        cpu: usize,
+        hogs: usize,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> T {
         let stop = Arc::new(AtomicBool::new(false));
         let spinners: Vec<_> = (0..hogs)
             .map(|_| {
@@ -731,9 +734,24 @@ pub(crate) mod tests {
                 })
             })
             .collect();
-        let path = path.to_path_buf();
         let measured = std::thread::spawn(move || {
             pin(cpu);
+            f()
+        })
+        .join();
+        stop.store(true, Ordering::Relaxed);
+        for s in spinners {
+            s.join().unwrap();
+        }
+        measured.unwrap_or_else(|p| std::panic::resume_unwind(p))
+    }
+
+    /// A canary's job (rate limited, QD1, psync) for 3 s on `path`, from a thread pinned
+    /// to `cpu` (its worker inherits that), beside `hogs` threads spinning on the same
+    /// CPU: the share of the worker's time it waited for a CPU.
+    fn canary_cpu_wait(path: &Path, cpu: usize, hogs: usize) -> f64 {
+        let path = path.to_path_buf();
+        beside_cpu_hogs(cpu, hogs, move || {
             let spec = engine::JobSpec {
                 rate: Some(engine::RateLimit {
                     iops: 200.0,
@@ -762,13 +780,6 @@ pub(crate) mod tests {
             .unwrap();
             win.status(None).seconds_total / start
         })
-        .join()
-        .unwrap();
-        stop.store(true, Ordering::Relaxed);
-        for s in spinners {
-            s.join().unwrap();
-        }
-        measured
     }
 
     /// Issue 17: a canary's latency on an idle drive rose with the host's CPUs busy. Its

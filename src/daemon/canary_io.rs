@@ -543,9 +543,8 @@ mod tests {
         );
     }
 
-    /// The real loop on `path` for 3 s at 200 IOPS, pinned to `cpu` beside `hogs` threads
-    /// spinning on the same CPU: (service time p50, host stall p50, host stall mean), ns.
-    /// One 3 s canary at 200 IOPS pinned to `cpu` beside `hogs` busy threads on it.
+    /// One 3 s canary at 200 IOPS (the real loop) pinned to `cpu` beside `hogs` busy
+    /// threads on it.
     struct Pinned {
         service_p50: u64,
         stall_p50: u64,
@@ -557,25 +556,8 @@ mod tests {
     }
 
     fn pinned_run(path: &std::path::Path, cpu: usize, hogs: usize) -> Pinned {
-        use crate::daemon::canary::tests::pin;
-        use std::sync::atomic::{AtomicBool, Ordering};
-        use std::sync::Arc;
-        let stop = Arc::new(AtomicBool::new(false));
-        let spinners: Vec<_> = (0..hogs)
-            .map(|_| {
-                let stop = stop.clone();
-                std::thread::spawn(move || {
-                    pin(cpu);
-                    let mut x = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
-                    }
-                })
-            })
-            .collect();
         let path = path.to_path_buf();
-        let measured = std::thread::spawn(move || {
-            pin(cpu);
+        crate::daemon::canary::tests::beside_cpu_hogs(cpu, hogs, move || {
             let job = canary_job(200.0, 3);
             let target = Target::open(&path, false, None).unwrap();
             let mut service = DirStats::with_digits(2);
@@ -597,13 +579,6 @@ mod tests {
                 run_delay,
             }
         })
-        .join()
-        .unwrap();
-        stop.store(true, Ordering::Relaxed);
-        for s in spinners {
-            s.join().unwrap();
-        }
-        measured
     }
 
     /// Issue 21: CPU hogs on the canary's CPU raised its latency as if the drive were
