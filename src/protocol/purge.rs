@@ -55,9 +55,24 @@ pub const FILL_BLOCK: u32 = 128 << 10;
 pub const FILL_DEPTH: u32 = 16;
 /// Size of one overwrite write.
 const OVERWRITE_CHUNK: usize = 1 << 20;
-/// Format NVM is synchronous; the kernel resets the controller when a command outlives its
-/// timeout, so give it hours (a user data erase of a large drive takes a while).
-const FORMAT_TIMEOUT_MS: u32 = 4 * 3600 * 1000;
+/// Slowest user-data erase a Format NVM is given time for, in bytes a second: as if the
+/// drive overwrote the namespace at the speed of a small drive's worst sustained write
+/// (an SSD's erase of NAND blocks is far faster).
+const FORMAT_FLOOR_BYTES_PER_S: u64 = 50_000_000;
+/// Least and most time a Format NVM is given.
+const FORMAT_TIMEOUT_MIN_S: u64 = 60;
+const FORMAT_TIMEOUT_MAX_S: u64 = 4 * 3600;
+
+/// The command timeout of a Format NVM of `bytes`. The command is synchronous, and the
+/// kernel acts only when it outlives its timeout: it looks for a completion it missed
+/// (and finishes the command), else aborts it and resets the controller. So the timeout
+/// covers the slowest erase ([`FORMAT_FLOOR_BYTES_PER_S`]), at least the kernel's own
+/// admin timeout of a minute, and at most four hours; fitted to the size, a missed
+/// completion on a small namespace costs a minute, not hours in an uninterruptible wait.
+fn format_timeout_ms(bytes: u64) -> u32 {
+    let s = (bytes / FORMAT_FLOOR_BYTES_PER_S).clamp(FORMAT_TIMEOUT_MIN_S, FORMAT_TIMEOUT_MAX_S);
+    (s * 1000) as u32
+}
 /// Longest wait for a sanitize whose duration the drive does not estimate.
 const SANITIZE_MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 
@@ -731,7 +746,8 @@ fn purge_nvme(
                     }
                 };
                 let cdw10 = format_cdw10(&id_ns);
-                match nvme::format_nvm(file, nsid, cdw10, FORMAT_TIMEOUT_MS) {
+                let timeout_ms = format_timeout_ms(target.size());
+                match nvme::format_nvm(file, nsid, cdw10, timeout_ms) {
                     Ok(()) => {
                         notes.push(format!(
                             "NVMe Format NVM of namespace {nsid} with SES=1 (user data erase), \
@@ -1034,6 +1050,20 @@ pub fn precondition_with_progress(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_format_s_timeout_fits_the_namespace() {
+        const GB: u64 = 1_000_000_000;
+        // A small namespace: the kernel's own admin timeout, not hours.
+        assert_eq!(format_timeout_ms(256 << 20), 60_000);
+        // 128 GB at 50 MB/s: about 43 minutes.
+        assert_eq!(format_timeout_ms(128 * GB), 2_560_000);
+        // Large drives: four hours, no more.
+        assert_eq!(format_timeout_ms(8_000 * GB), 4 * 3600 * 1000);
+        assert_eq!(format_timeout_ms(u64::MAX), 4 * 3600 * 1000);
+        // Grows with the size in between.
+        assert!(format_timeout_ms(256 * GB) > format_timeout_ms(128 * GB));
+    }
     use crate::safety;
     use std::io::Write;
 
