@@ -53,6 +53,7 @@ while [ $i -lt 600 ]; do
   echo "$m" | grep -q '^driveprobe_probe_ops_total{drive="sata"[^}]*} [1-9]' && break
   sleep 0.2; i=$((i + 1))
 done
+[ $i -lt 600 ] || echo "=== GAVE UP waiting for both drives' health and canary series"
 runout metrics-1 scrape
 ready inject
 wait_nvme_cw 600
@@ -61,6 +62,7 @@ while [ $i -lt 600 ]; do
   scrape | grep -q '^driveprobe_health_critical_warning{drive="nvme"} 4' && break
   sleep 0.2; i=$((i + 1))
 done
+[ $i -lt 600 ] || echo "=== GAVE UP waiting for the daemon to export the critical warning"
 # at least two more canary intervals on every drive
 sleep 2.5
 runout metrics-2 scrape
@@ -149,7 +151,15 @@ fn vm_daemon_on_real_drives_with_a_runtime_critical_warning() {
         ),
         1.0
     );
-    // Read canaries on both raw devices; none on the absent drive.
+    // Read canaries on both raw devices; none on the absent drive. QEMU's AHCI now and
+    // then aborts an NCQ read issued beside a SMART command: the guest kernel logs each
+    // ("failed command: READ FPDMA QUEUED"), and the SATA canary may count those as errors
+    // and no others. The NVMe has none.
+    let aborted_reads = run
+        .kernel_log
+        .lines()
+        .filter(|l| l.contains("failed command: READ"))
+        .count() as f64;
     for d in ["nvme", "sata"] {
         assert!(
             v(
@@ -158,13 +168,16 @@ fn vm_daemon_on_real_drives_with_a_runtime_critical_warning() {
                 &[("drive", d), ("op", "read")]
             ) > 0.0
         );
-        assert_eq!(
-            v(
-                &e1,
-                "driveprobe_probe_errors_total",
-                &[("drive", d), ("op", "read")]
-            ),
-            0.0
+        let errors = v(
+            &e1,
+            "driveprobe_probe_errors_total",
+            &[("drive", d), ("op", "read")],
+        );
+        let allowed = if d == "sata" { aborted_reads } else { 0.0 };
+        assert!(
+            errors <= allowed,
+            "{errors} read errors on {d}, {allowed} reads the kernel saw aborted; log:\n{log}\nkernel:\n{}",
+            run.kernel_log
         );
         assert_eq!(
             v(&e1, "driveprobe_self_written_bytes_total", &[("drive", d)]),
@@ -272,6 +285,7 @@ while [ $i -lt 600 ]; do
   echo "$m" | grep -q '^driveprobe_probe_ops_total{drive="ssd"[^}]*op="read"[^}]*} [3-9]' && break
   sleep 0.2; i=$((i + 1))
 done
+[ $i -lt 600 ] || echo "=== GAVE UP waiting for three reads by each canary"
 runout metrics-1 scrape
 run spin-down smartctl -s standby,now $HDD
 run asleep-1 sh -c 'smartctl -n standby -i '$HDD' >/dev/null; echo "smartctl_n_standby_exit=$?"'

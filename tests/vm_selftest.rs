@@ -63,6 +63,7 @@ while [ $i -lt 900 ]; do
   echo "$m" | grep -q '^driveprobe_selftest_last_result{drive="sata"' && break
   sleep 0.2; i=$((i + 1))
 done
+[ $i -lt 900 ] || echo "=== GAVE UP waiting for both drives' self-test results"
 runout metrics scrape
 runout drives wget -q -O - http://127.0.0.1:39480/api/v1/drives
 kill -TERM $DP

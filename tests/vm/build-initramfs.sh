@@ -250,7 +250,11 @@ mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
 # The kernel's whole log to the second serial port (the host shows it when a boot fails);
 # the console keeps loglevel=1 so that nothing the kernel says lands inside a section.
-[ -c /dev/ttyS1 ] && cat /proc/kmsg > /dev/ttyS1 2>/dev/null &
+KMSG=
+if [ -c /dev/ttyS1 ]; then
+    cat /proc/kmsg > /dev/ttyS1 2>/dev/null &
+    KMSG=$!
+fi
 echo "=== GUEST UP uptime=$(cut -d' ' -f1 /proc/uptime) kernel=$(uname -r)"
 for m in $(cat /etc/autoload-modules); do
     modprobe "$m" || echo "=== MODULE $m failed to load"
@@ -269,6 +273,13 @@ else
     echo "=== NO PAYLOAD"
 fi
 sync
+# The kernel's log complete on the host before the power goes: the copy's last close of
+# the port waits until what it wrote has left.
+if [ -n "$KMSG" ]; then
+    sleep 0.2
+    kill "$KMSG"
+    wait "$KMSG" 2>/dev/null
+fi
 echo "=== GUEST DONE uptime=$(cut -d' ' -f1 /proc/uptime)"
 poweroff -f
 EOF

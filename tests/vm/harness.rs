@@ -424,6 +424,13 @@ impl RunningVm {
             .unwrap_or_default()
     }
 
+    /// The guest kernel's log so far (`\r` removed).
+    pub fn kernel_log(&self) -> String {
+        fs::read(&self.kmsg)
+            .map(|b| String::from_utf8_lossy(&b).replace('\r', ""))
+            .unwrap_or_default()
+    }
+
     /// QEMU's process id (None once it has exited and been reaped).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
@@ -436,29 +443,33 @@ impl RunningVm {
     /// The failure's first line says where the guest was and whether it was still
     /// printing: the section begun and not ended, and how long the console had been
     /// silent. A guest that hangs and one that is only slow look alike in a tail that a
-    /// CI summary cuts to its first lines.
+    /// CI summary cuts to its first lines; the end of the kernel's log comes next, for
+    /// the same reason.
     fn failure(&self, what: &str) -> String {
         let stderr = fs::read_to_string(&self.stderr).unwrap_or_default();
         let console = self.console();
-        let silent = fs::metadata(&self.console)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .map_or_else(
-                || "no console output".to_string(),
-                |d| format!("console silent for {:.1} s", d.as_secs_f64()),
-            );
-        let kmsg = fs::read(&self.kmsg)
-            .map(|b| String::from_utf8_lossy(&b).replace('\r', ""))
-            .unwrap_or_default();
+        let silent = match fs::metadata(&self.console).and_then(|m| m.modified()) {
+            _ if console.is_empty() => "nothing on the console".to_string(),
+            Ok(t) => format!(
+                "console silent for {:.1} s",
+                t.elapsed().unwrap_or_default().as_secs_f64()
+            ),
+            Err(e) => format!("console's time unknown: {e}"),
+        };
         format!(
-            "VM: {what} ({:.1} s after start; {}; {silent})\n--- guest kernel log tail ---\n{}--- qemu stderr ---\n{}--- console tail ---\n{}",
+            "VM: {what} ({:.1} s after start; {}; {silent})\n--- guest kernel log tail ---\n{}--- console tail ---\n{}--- qemu stderr ---\n{}",
             self.started.elapsed().as_secs_f64(),
             where_in_payload(&console),
-            tail(&kmsg, 12),
+            tail(&self.kernel_log(), 8),
+            tail(&console, 40),
             stderr,
-            tail(&console, 60)
         )
+    }
+
+    /// Gives up `d` from now instead of at the boot's timeout (for a test of the give-up).
+    pub fn give_up_after(&mut self, d: Duration) {
+        self.deadline = Instant::now() + d;
+        self.timeout = self.deadline - self.started;
     }
 
     /// Waits until a console line contains `needle` (e.g. `=== READY inject`).
@@ -565,10 +576,16 @@ impl RunningVm {
         if !console.lines().any(|l| l.starts_with("=== GUEST DONE")) {
             return Err(self.failure("the guest did not reach '=== GUEST DONE'"));
         }
+        // A payload's wait that ran out says so ("=== GAVE UP waiting for ..."): fail on
+        // it, rather than on whatever the payload read next.
+        if let Some(l) = console.lines().find(|l| l.starts_with("=== GAVE UP")) {
+            return Err(self.failure(&format!("the guest {}", &l[4..].to_lowercase())));
+        }
         Ok(VmRun {
             sections: parse_sections(&console),
             console,
             elapsed,
+            kernel_log: self.kernel_log(),
         })
     }
 }
@@ -581,17 +598,18 @@ impl Drop for RunningVm {
 
 /// Where the guest's payload was: inside the section it began last (`=== BEGIN name`
 /// without its `=== END`), or after the one it ended last (`runout` prints a section
-/// only once its command is done).
+/// only once its command is done). An END marker may follow output that had no final
+/// newline on the same line, as [`parse_sections`] allows.
 fn where_in_payload(console: &str) -> String {
-    let last = console
-        .lines()
-        .rev()
-        .find(|l| l.starts_with("=== BEGIN ") || l.starts_with("=== END "));
-    match last {
-        Some(l) if l.starts_with("=== BEGIN ") => format!("in section {}", &l[10..]),
-        Some(l) => format!("after section {}", &l[8..]),
-        None => "before any section".to_string(),
-    }
+    let last = console.lines().rev().find_map(|l| {
+        if let Some(name) = l.strip_prefix("=== BEGIN ") {
+            return Some(format!("in section {}", name.trim()));
+        }
+        let end = &l[l.find("=== END ")? + 8..];
+        let name = end.rsplit_once(" rc=").map_or(end, |(n, _)| n);
+        Some(format!("after section {}", name.trim()))
+    });
+    last.unwrap_or_else(|| "before any section".to_string())
 }
 
 /// Last `n` lines of `text`.
@@ -611,6 +629,8 @@ pub struct VmRun {
     pub sections: BTreeMap<String, Section>,
     /// From QEMU's start to its exit.
     pub elapsed: Duration,
+    /// The guest kernel's log (its second serial port, `<level>[time] text` lines).
+    pub kernel_log: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
