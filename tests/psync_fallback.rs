@@ -27,8 +27,8 @@ fn run_filtered(errno: &str, extra: &[&str]) -> std::process::Output {
         ok,
         "needs Debian's python3-seccomp for /usr/bin/python3 (scripts/test installs it)"
     );
-    // One path per call: the tests run in parallel in one process, and two of them
-    // filter with the same errno, so a path made of the pid and errno alone let one
+    // One path per call: the tests run in parallel in one process, and several of their
+    // calls filter with the same errno, so a path made of the pid and errno alone let one
     // test's clean-up remove the file another's bench had just created.
     static CALLS: AtomicU32 = AtomicU32::new(0);
     let n = CALLS.fetch_add(1, Ordering::Relaxed);
