@@ -277,12 +277,50 @@ fn check_hir(doc: &Value) {
 }
 
 fn check_dirth(doc: &Value) {
-    assert_eq!(
-        kinds(doc),
-        ["purge", "precondition", "steady_state", "pts:dirth"]
-    );
+    assert_eq!(kinds(doc), ["purge", "precondition", "pts:dirth"]);
     let d = pts(doc, "dirth")[0];
     let points = d["points"].as_array().unwrap();
+    // The grid runs until its tracked point is steady (the rule's window of 5 on its IOPS),
+    // or the quick scale's limit of 10 runs.
+    let runs = d["grid_rounds"].as_u64().unwrap() as usize;
+    let tracked_iops: Vec<f64> = d["tracked_iops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(f)
+        .collect();
+    assert_eq!(tracked_iops.len(), runs);
+    let st = &d["steady"];
+    assert_eq!(st["window_rounds"], 5);
+    assert_eq!(st["max_rounds"], 10);
+    match st["steady_round"].as_u64() {
+        Some(r) => {
+            assert_eq!(st["attained"], true);
+            assert!(
+                runs >= 5 && r as usize == runs - 1,
+                "{st} after {runs} runs"
+            );
+            assert!(f(&st["window_range_ratio"]) <= 0.2, "{st}");
+            assert!(f(&st["window_slope_excursion_ratio"]) <= 0.1, "{st}");
+        }
+        None => {
+            assert_eq!(st["attained"], false);
+            assert_eq!(
+                runs, 10,
+                "stopped before the limit without steady state: {st}"
+            );
+        }
+    }
+    // Each point is its average over the window; the tracked point's is the window's mean
+    // of the tracked series, as the rule saw it.
+    let window = &tracked_iops[runs - runs.min(5)..];
+    let k = d["tracked_point"].as_u64().unwrap() as usize;
+    close(f(&st["window_mean_iops"]), mean(window), "window mean");
+    close(
+        f(&points[k]["round"]["iops"]),
+        mean(window),
+        "the tracked point's IOPS",
+    );
     let grid: Vec<(u64, u64)> = points
         .iter()
         .map(|p| (p["workers"].as_u64().unwrap(), p["depth"].as_u64().unwrap()))
@@ -431,11 +469,15 @@ fn dirth_on_a_tmpfs_file_and_a_loop_device() {
 fn report_draws_the_pts_charts_in_chromium() {
     let dir = tempfile::tempdir().unwrap();
     let mut files = Vec::new();
+    let mut dirth = Value::Null;
     for name in ["throughput", "xsr", "hir", "dirth"] {
         let doc = on_file(name);
         let p = dir.path().join(format!("{name}.json"));
         std::fs::write(&p, serde_json::to_vec(&doc).unwrap()).unwrap();
         files.push(p);
+        if name == "dirth" {
+            dirth = doc;
+        }
     }
     let page = dir.path().join("pts.html");
     let out = Command::new(BIN)
@@ -465,6 +507,17 @@ fn report_draws_the_pts_charts_in_chromium() {
     for id in ids {
         assert!(html.contains(&format!(r#"id="{id}""#)), "no chart {id}");
     }
+    // The grid's runs and its tracked point, as the document has them.
+    let d = pts(&dirth, "dirth")[0];
+    let runs = d["grid_rounds"].as_u64().unwrap();
+    let tracked = &d["points"][d["tracked_point"].as_u64().unwrap() as usize];
+    let line = format!(
+        "{runs} {} of the grid; tracked point {} x {}, ",
+        if runs == 1 { "run" } else { "runs" },
+        tracked["workers"],
+        tracked["depth"]
+    );
+    assert!(html.contains(&line), "no '{line}' in the page");
     let url = format!("file://{}", page.display());
     let profile = tempfile::tempdir().unwrap();
     let dom = common::chromium(

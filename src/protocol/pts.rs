@@ -60,7 +60,7 @@ impl PtsStep {
             PtsStep::Dirth => {
                 let (t, q) = scale.map_or((DIRTH_THREADS_QUICK, DIRTH_DEPTHS_QUICK), dirth_grid);
                 format!(
-                    "demand intensity: 8k 65/35 random at threads {t:?} x depth {q:?}, then response-time histograms at the minimum, middle and maximum IOPS points"
+                    "demand intensity: 8k 65/35 random at threads {t:?} x depth {q:?}, the grid repeated until its highest-IOPS point is steady, then response-time histograms at the minimum, middle and maximum IOPS points"
                 )
             }
         }
@@ -82,10 +82,10 @@ impl PtsStep {
                 t.burst.as_secs_f64()
                     * (t.bursts_per_state * (2 * HIR_WAITS.len() as u32 + 1)) as f64
             }
-            // Each grid point, then three histogram runs, each a ramp and a round.
+            // Each grid point in each run of the grid (at most the rule's round limit),
+            // then three histogram runs, each a ramp and a round.
             PtsStep::Dirth => {
-                let (t, q) = dirth_grid(scale);
-                (scale.round + scale.ramp).as_secs_f64() * (t.len() * q.len() + 3) as f64
+                (scale.round + scale.ramp).as_secs_f64() * self.max_rounds(scale) as f64
             }
         }
     }
@@ -101,7 +101,7 @@ impl PtsStep {
             }
             PtsStep::Dirth => {
                 let (t, q) = dirth_grid(scale);
-                (t.len() * q.len() + 3) as u32
+                (t.len() * q.len() * scale.rule.max_rounds + 3) as u32
             }
         }
     }
@@ -163,12 +163,8 @@ pub fn suite_steps(name: &str) -> Vec<Step> {
             Step::Pts(PtsStep::Throughput("128k")),
         ],
         "xsr" => vec![Step::Purge, Step::Pts(PtsStep::Xsr)],
-        "dirth" => vec![
-            Step::Purge,
-            Step::Precondition,
-            Step::SteadyState(DIRTH_MIX.with(4, 16)),
-            Step::Pts(PtsStep::Dirth),
-        ],
+        // The grid itself is repeated to steady state (on its highest-IOPS point).
+        "dirth" => vec![Step::Purge, Step::Precondition, Step::Pts(PtsStep::Dirth)],
         "hir" => vec![
             Step::Purge,
             Step::Precondition,
@@ -485,8 +481,25 @@ pub struct DirthPoint {
 pub struct DirthTest {
     /// The mix (its workers and depth are those of each point).
     pub workload: WorkloadDesc,
-    /// Threads-major: every depth of the first thread count, then the next.
+    /// Threads-major: every depth of the first thread count, then the next. Each point's
+    /// figures are the average of its rounds in the measurement window (the last
+    /// `steady.window_rounds` runs of the grid, or every run when there were fewer).
     pub points: Vec<DirthPoint>,
+    /// Runs of the whole grid: repeated until the tracked point is steady, or the rule's
+    /// round limit (0 in documents written before the grid was repeated).
+    #[serde(default)]
+    pub grid_rounds: u32,
+    /// Index into `points` of the point whose IOPS the steady-state rule is applied to:
+    /// the highest-IOPS point of the first run of the grid (the specification's tracking
+    /// variable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracked_point: Option<usize>,
+    /// The tracked point's IOPS in each run of the grid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tracked_iops: Vec<f64>,
+    /// The steady-state rule on `tracked_iops`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady: Option<SteadyState>,
     /// Indexes into `points`: the lowest demand (fewest threads, shallowest queue), the
     /// point whose IOPS is nearest the middle of the lowest and highest, and the highest
     /// IOPS.
@@ -728,20 +741,64 @@ impl Runner<'_> {
 
     fn pts_dirth(&mut self) -> Result<DirthTest, SuiteError> {
         let (threads, depths) = dirth_grid(&self.opts.scale);
-        let mut points = Vec::new();
-        for &t in threads {
-            for &q in depths {
+        let rule = self.opts.scale.rule;
+        let grid: Vec<(u32, u32)> = threads
+            .iter()
+            .flat_map(|&t| depths.iter().map(move |&q| (t, q)))
+            .collect();
+        // Each point's round in each whole run of the grid.
+        let mut runs: Vec<Vec<Round>> = Vec::new();
+        let mut tracked = None;
+        let mut tracked_iops = Vec::new();
+        let mut steady_round = None;
+        'grid: for g in 0..rule.max_rounds {
+            let mut run = Vec::with_capacity(grid.len());
+            for &(t, q) in &grid {
                 if self.control.is_stopped() {
-                    break;
+                    // A run of the grid cut short is not a whole one: dropped.
+                    break 'grid;
                 }
-                let round = self.one_round(&DIRTH_MIX.with(t, q), points.len() as u32, None)?;
-                points.push(DirthPoint {
+                let index = (g * grid.len() + run.len()) as u32;
+                run.push(self.one_round(&DIRTH_MIX.with(t, q), index, None)?);
+            }
+            let k = *tracked.get_or_insert_with(|| {
+                (0..run.len())
+                    .max_by(|&a, &b| run[a].iops.total_cmp(&run[b].iops))
+                    .unwrap_or(0)
+            });
+            tracked_iops.push(run[k].iops);
+            runs.push(run);
+            let m = tracked_iops.len();
+            if m >= rule.window && steady::check(&tracked_iops[m - rule.window..], &rule).steady {
+                steady_round = Some(g as u32);
+                break;
+            }
+        }
+        let n = runs.len();
+        let window = rule.window.min(n);
+        let steady = (n > 0).then(|| {
+            let check = steady::check(&tracked_iops[n - window..], &rule);
+            SteadyState::from_check(&rule, &check, steady_round, &[])
+        });
+        let points: Vec<DirthPoint> = grid
+            .iter()
+            .enumerate()
+            .filter(|_| n > 0)
+            .map(|(k, &(t, q))| {
+                let mut round = Round::average(
+                    &runs[n - window..]
+                        .iter()
+                        .map(|r| r[k].clone())
+                        .collect::<Vec<_>>(),
+                );
+                round.index = k as u32;
+                DirthPoint {
                     workers: t,
                     depth: q,
                     round,
-                });
-            }
-        }
+                }
+            })
+            .collect();
         let by_iops = |a: &&DirthPoint, b: &&DirthPoint| a.round.iops.total_cmp(&b.round.iops);
         let idx =
             |p: Option<&DirthPoint>| p.and_then(|p| points.iter().position(|q| std::ptr::eq(q, p)));
@@ -795,6 +852,10 @@ impl Runner<'_> {
         Ok(DirthTest {
             workload: DIRTH_MIX.desc(),
             points,
+            grid_rounds: n as u32,
+            tracked_point: tracked.filter(|_| n > 0),
+            tracked_iops,
+            steady,
             min_point,
             mid_point,
             max_point,

@@ -401,7 +401,7 @@ fn build_suites() -> Vec<Suite> {
         },
         Suite {
             name: "dirth",
-            about: "SNIA PTS demand intensity / response time histogram: 8K 65/35 random to steady state, then the threads x queue depth grid, the knee, and response-time histograms at the min, mid and max IOPS points",
+            about: "SNIA PTS demand intensity / response time histogram: the threads x queue depth grid of 8K 65/35 random, repeated until its highest-IOPS point is steady, the knee, and response-time histograms at the min, mid and max IOPS points",
             steps: super::pts::suite_steps("dirth"),
         },
     ]

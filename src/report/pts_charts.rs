@@ -394,9 +394,10 @@ fn hir(o: &mut String, id: &str, ms: &[(usize, &str, &HirTest)]) {
 fn dirth(o: &mut String, id: &str, ms: &[(usize, &str, &DirthTest)]) {
     let _ = write!(
         o,
-        r#"<section class="card" id="{}"><h2>Demand intensity / response time histogram</h2><p class="meta">SNIA PTS DIRTH: random 8 KiB, 65% reads, to steady state, then one round at each thread count x queue depth. The minimum point is the lowest demand, the maximum the highest IOPS, the middle the point nearest halfway between their IOPS; each gets a run of its own for its response-time histogram. The knee is the point farthest below the straight line from the lowest to the highest demand on the response time against IOPS curve.</p>"#,
+        r#"<section class="card" id="{}"><h2>Demand intensity / response time histogram</h2><p class="meta">SNIA PTS DIRTH: random 8 KiB, 65% reads, one round at each thread count x queue depth, the whole grid repeated until the IOPS of its highest point (in the first run) is steady; each point's figures are its average over the measurement window. The minimum point is the lowest demand, the maximum the highest IOPS, the middle the point nearest halfway between their IOPS; each gets a run of its own for its response-time histogram. The knee is the point farthest below the straight line from the lowest to the highest demand on the response time against IOPS curve.</p>"#,
         esc(id)
     );
+    dirth_steady(o, ms);
     dirth_points_table(o, ms);
     o.push_str(r#"<div class="grid">"#);
     o.push_str(&dirth_variation(id, ms).svg());
@@ -409,6 +410,38 @@ fn dirth(o: &mut String, id: &str, ms: &[(usize, &str, &DirthTest)]) {
         }
     }
     o.push_str("</div></section>");
+}
+
+/// Per document: how many runs of the grid, and whether its tracked point became steady
+/// (documents from before the grid was repeated say nothing).
+fn dirth_steady(o: &mut String, ms: &[(usize, &str, &DirthTest)]) {
+    for (i, label, d) in ms {
+        let (Some(st), Some(p)) = (&d.steady, d.tracked_point.and_then(|k| d.points.get(k))) else {
+            continue;
+        };
+        let runs = if d.grid_rounds == 1 { "run" } else { "runs" };
+        let verdict = match st.steady_round {
+            Some(r) => format!("steady after run {} of the grid", r + 1),
+            None => format!(
+                "<strong>not steady</strong> within the limit of {} runs",
+                st.max_rounds
+            ),
+        };
+        let _ = write!(
+            o,
+            r#"<p class="meta">{}{}: {} {} of the grid; tracked point {} x {}, {} (window mean {}, range {:.1}%, slope excursion {:.1}%).</p>"#,
+            swatch(*i),
+            esc(label),
+            d.grid_rounds,
+            runs,
+            p.workers,
+            p.depth,
+            verdict,
+            f::iops(st.window_mean_iops),
+            st.window_range_ratio * 100.0,
+            st.window_slope_excursion_ratio * 100.0
+        );
+    }
 }
 
 /// The rows of the chosen points (minimum, middle, maximum, knee) of every document.
