@@ -309,11 +309,14 @@ fn kv_writes_are_counted_while_it_runs_and_agree_with_the_devices_count() {
     // device's count in runs here), and leaves out the journal and metadata. Bounds:
     // from half to three times the device's count...
     assert!((0.5..=3.0).contains(&count.ratio()), "{count}");
-    // ...and, less what the removal dropped, from 0.75 to 1.5 times it: 0.99 to 1.11 when
-    // the test runs alone here, 1.15 to 1.17 beside the other tests of this file, and
-    // once above 1.25 in a full run. Counting twice would give 2 or more, not counting
-    // 0; both fail.
-    assert!((0.75..=1.5).contains(&count.net_ratio()), "{count}");
+    // ...and, less what the removal dropped, from 0.75 to 1.75 times it: 0.99 to 1.11 when
+    // the test runs alone here, 1.15 to 1.17 beside the other tests of this file, once
+    // above 1.25 in a full run, and 1.53 in a full run beside builds and suites (a load of
+    // several times the CPUs). The excess grows with how far writeback lags behind
+    // db_bench: write-ahead log pages db_bench deletes while still dirty were counted
+    // when dirtied and stay counted (the meter's count only grows: the safe side). Counting
+    // twice would give 2 or more (twice the quiet 0.99), not counting 0; both fail.
+    assert!((0.75..=1.75).contains(&count.net_ratio()), "{count}");
     // ext4 takes O_DIRECT: db_bench ran with direct I/O, and the points say so.
     assert!(run.direct_io, "{:?}", run.direct_io_note);
     assert!(run.points.iter().all(|p| p.direct_io == Some(true)));

@@ -341,9 +341,11 @@ impl Drop for ChildGuard {
 /// - Buffered writes are counted when they dirty the page cache. Pages still dirty when
 ///   the runner removes the database afterwards are dropped unwritten, and stay counted
 ///   (the cancellation is driveprobe's own, outside the group): an over-count, on the safe
-///   side for a wear budget. kv at quick scale on ext4 on a loop device counted 1.1 to
-///   1.6 times the device's sectors written, and 0.99 to 1.11 times without those pages
-///   (`tests/app_kv.rs`).
+///   side for a wear budget. So do pages a process of the group deletes while still dirty
+///   after a sample saw them (an old write-ahead log), as the total only grows (below).
+///   kv at quick scale on ext4 on a loop device counted 1.1 to 1.6 times the device's
+///   sectors written, and 0.99 to 1.11 times without the runner's dropped pages; on a
+///   host busy with builds, where writeback lags, 1.8 and 1.53 (`tests/app_kv.rs`).
 /// - On tmpfs (and ramfs) `write_bytes` stays 0: there is no block device behind it, so
 ///   nothing wears and nothing is counted.
 /// - A process's count includes the children it reaped (the kernel adds them to the
