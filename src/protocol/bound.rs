@@ -132,8 +132,8 @@ pub fn write_bound(
                 timed(point, read_pct) + probes * (probe_writes + timed(point, read_pct))
             }
             Step::App(_) | Step::FioJob(..) => f64::INFINITY,
-            // Every PTS stimulus that writes writes only.
-            Step::Pts(p) => timed(p.write_seconds(scale), 0),
+            // Every PTS stimulus writes only, but DIRTH's mix.
+            Step::Pts(p) => timed(p.write_seconds(scale), p.read_pct()),
         };
     }
     let by_time = max_duration.map_or(f64::INFINITY, |d| (d + STOP_SLACK).as_secs_f64() * rate);

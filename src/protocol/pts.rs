@@ -68,7 +68,8 @@ impl PtsStep {
 
     /// The longest the step spends writing (for `bound::write_bound`): throughput's write
     /// runs (each a ramp and a round, `max_rounds` of them), XSR's three access groups,
-    /// HIR's bursts.
+    /// HIR's bursts, DIRTH's runs of the grid and its histogram runs (a mix: see
+    /// [`PtsStep::read_pct`]).
     pub fn write_seconds(&self, scale: &Scale) -> f64 {
         match self {
             PtsStep::Throughput(_) => {
@@ -87,6 +88,15 @@ impl PtsStep {
             PtsStep::Dirth => {
                 (scale.round + scale.ramp).as_secs_f64() * self.max_rounds(scale) as f64
             }
+        }
+    }
+
+    /// The share of reads in what the step runs for [`PtsStep::write_seconds`]: DIRTH's
+    /// mix; every other stimulus only writes.
+    pub fn read_pct(&self) -> u32 {
+        match self {
+            PtsStep::Dirth => DIRTH_MIX.read_pct,
+            _ => 0,
         }
     }
 
@@ -751,15 +761,25 @@ impl Runner<'_> {
         let mut tracked = None;
         let mut tracked_iops = Vec::new();
         let mut steady_round = None;
-        'grid: for g in 0..rule.max_rounds {
+        // The points a stop left of the first run, when it cut that short.
+        let mut partial = Vec::new();
+        for g in 0..rule.max_rounds {
             let mut run = Vec::with_capacity(grid.len());
             for &(t, q) in &grid {
                 if self.control.is_stopped() {
-                    // A run of the grid cut short is not a whole one: dropped.
-                    break 'grid;
+                    break;
                 }
                 let index = (g * grid.len() + run.len()) as u32;
                 run.push(self.one_round(&DIRTH_MIX.with(t, q), index, None)?);
+            }
+            // A run of the grid a stop cut short (before a point, or inside the last one)
+            // is not a whole one: not counted, its points kept only when there is no
+            // whole run.
+            if self.control.is_stopped() {
+                if runs.is_empty() {
+                    partial = run;
+                }
+                break;
             }
             let k = *tracked.get_or_insert_with(|| {
                 (0..run.len())
@@ -782,22 +802,31 @@ impl Runner<'_> {
         });
         let points: Vec<DirthPoint> = grid
             .iter()
-            .enumerate()
-            .filter(|_| n > 0)
-            .map(|(k, &(t, q))| {
-                let mut round = Round::average(
-                    &runs[n - window..]
-                        .iter()
-                        .map(|r| r[k].clone())
-                        .collect::<Vec<_>>(),
-                );
-                round.index = k as u32;
-                DirthPoint {
-                    workers: t,
-                    depth: q,
-                    round,
-                }
+            .zip(partial)
+            .map(|(&(t, q), round)| DirthPoint {
+                workers: t,
+                depth: q,
+                round,
             })
+            .chain(
+                grid.iter()
+                    .enumerate()
+                    .filter(|_| n > 0)
+                    .map(|(k, &(t, q))| {
+                        let mut round = Round::average(
+                            &runs[n - window..]
+                                .iter()
+                                .map(|r| r[k].clone())
+                                .collect::<Vec<_>>(),
+                        );
+                        round.index = k as u32;
+                        DirthPoint {
+                            workers: t,
+                            depth: q,
+                            round,
+                        }
+                    }),
+            )
             .collect();
         let by_iops = |a: &&DirthPoint, b: &&DirthPoint| a.round.iops.total_cmp(&b.round.iops);
         let idx =

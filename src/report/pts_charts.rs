@@ -422,6 +422,9 @@ fn dirth_steady(o: &mut String, ms: &[(usize, &str, &DirthTest)]) {
         let runs = if d.grid_rounds == 1 { "run" } else { "runs" };
         let verdict = match st.steady_round {
             Some(r) => format!("steady after run {} of the grid", r + 1),
+            None if d.grid_rounds < st.max_rounds => {
+                "<strong>not steady</strong> when the run was stopped".to_string()
+            }
             None => format!(
                 "<strong>not steady</strong> within the limit of {} runs",
                 st.max_rounds
