@@ -800,34 +800,30 @@ impl Runner<'_> {
             let check = steady::check(&tracked_iops[n - window..], &rule);
             SteadyState::from_check(&rule, &check, steady_round, &[])
         });
-        let points: Vec<DirthPoint> = grid
-            .iter()
-            .zip(partial)
-            .map(|(&(t, q), round)| DirthPoint {
-                workers: t,
-                depth: q,
-                round,
-            })
-            .chain(
-                grid.iter()
-                    .enumerate()
-                    .filter(|_| n > 0)
-                    .map(|(k, &(t, q))| {
-                        let mut round = Round::average(
-                            &runs[n - window..]
-                                .iter()
-                                .map(|r| r[k].clone())
-                                .collect::<Vec<_>>(),
-                        );
-                        round.index = k as u32;
-                        DirthPoint {
-                            workers: t,
-                            depth: q,
-                            round,
-                        }
-                    }),
-            )
-            .collect();
+        let point = |&(t, q): &(u32, u32), round| DirthPoint {
+            workers: t,
+            depth: q,
+            round,
+        };
+        // Each point's figures: its average over the window's runs; with no whole run,
+        // what the cut-short first run measured.
+        let points: Vec<DirthPoint> = if n == 0 {
+            grid.iter()
+                .zip(partial)
+                .map(|(tq, r)| point(tq, r))
+                .collect()
+        } else {
+            grid.iter()
+                .enumerate()
+                .map(|(k, tq)| {
+                    let window_rounds: Vec<Round> =
+                        runs[n - window..].iter().map(|r| r[k].clone()).collect();
+                    let mut round = Round::average(&window_rounds);
+                    round.index = k as u32;
+                    point(tq, round)
+                })
+                .collect()
+        };
         let by_iops = |a: &&DirthPoint, b: &&DirthPoint| a.round.iops.total_cmp(&b.round.iops);
         let idx =
             |p: Option<&DirthPoint>| p.and_then(|p| points.iter().position(|q| std::ptr::eq(q, p)));
@@ -882,7 +878,8 @@ impl Runner<'_> {
             workload: DIRTH_MIX.desc(),
             points,
             grid_rounds: n as u32,
-            tracked_point: tracked.filter(|_| n > 0),
+            // Set by the first whole run of the grid, so only when there is one.
+            tracked_point: tracked,
             tracked_iops,
             steady,
             min_point,
