@@ -1,5 +1,7 @@
-//! `protocol::purge` on the emulated disks of a QEMU guest (TCG): the NVMe (`serial=TESTSN01`)
-//! and the AHCI SATA disk (`serial=TESTSATA01`). One boot.
+//! `protocol::purge` on the emulated disks of a QEMU guest (TCG): the NVMe (`serial=TESTSN01`),
+//! the AHCI SATA disk (`serial=TESTSATA01`) and a `scsi_debug` disk. One boot. Neither QEMU
+//! nor `scsi_debug` emulates ATA SECURITY ERASE or SCSI SANITIZE: the test checks that each
+//! is asked for through the real pass-through and declined for what the device says.
 //!
 //! There is no CLI for purge, so this test binary itself runs in the guest: the host copies
 //! it in (`/purge-guest`) and the payload runs its `guest_side` test, which is ignored on
@@ -45,6 +47,7 @@ runout nvme-id-ctrl nvme id-ctrl /dev/nvme0 -o json
 runout nvme-id-ns nvme id-ns /dev/nvme0n1 -o json
 run sata-wwid cat /sys/block/sda/device/wwid
 run bench-nvme driveprobe bench /dev/nvme0n1 --rw write --bs 1m --io-size 16m --allow-destructive --expect-serial TESTSN01
+run scsi-debug sh -c 'modprobe scsi_debug dev_size_mb=8 && sleep 1 && grep -l scsi_debug /sys/block/sd*/device/model'
 chmod 0755 /purge-guest
 run guest env DRIVEPROBE_VM_GUEST=1 /purge-guest --exact guest_side --ignored --nocapture --test-threads=1
 "#;
@@ -165,6 +168,45 @@ fn guest_side() {
     let after = nonzero_blocks(sda, size, 0, 256);
     print_result(
         "sata-purge",
+        json!({"outcome": outcome_json(&out), "size": size, "filled": fill.bytes,
+               "nonzero_before": before, "nonzero_after": after}),
+    );
+    drop(t);
+
+    // The kernel's scsi_debug disk: a SCSI (not ATA) logical unit.
+    let name = std::fs::read_dir("/sys/block")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| {
+            std::fs::read_to_string(format!("/sys/block/{n}/device/model"))
+                .is_ok_and(|m| m.trim() == "scsi_debug")
+        })
+        .expect("no scsi_debug disk in /sys/block");
+    let dev = PathBuf::from(format!("/dev/{name}"));
+    let info = device::inspect(&dev).unwrap();
+    let t = open_rw(
+        &dev,
+        &WriteRequest {
+            allow_destructive: true,
+            expect_serial: info.identity.serial.clone(),
+            expect_wwn: info.identity.wwn.clone(),
+        },
+    );
+    let size = t.size();
+    let fill = purge::fill(&t, &control).unwrap();
+    let before = nonzero_blocks(&dev, size, 0, 256);
+    let out = purge::purge(
+        &t,
+        Region {
+            start: 0,
+            len: size,
+        },
+    )
+    .unwrap();
+    let after = nonzero_blocks(&dev, size, 0, 256);
+    print_result(
+        "scsi-purge",
         json!({"outcome": outcome_json(&out), "size": size, "filled": fill.bytes,
                "nonzero_before": before, "nonzero_after": after}),
     );
@@ -296,6 +338,34 @@ fn purge_in_the_guest() {
         let notes = sata["outcome"]["notes"].to_string();
         assert!(notes.contains("still read as non-zero"), "{sata}");
     }
+    // The ATA erase was asked for through the pass-through, and libata brought QEMU's
+    // IDENTIFY DEVICE back: its AHCI disk has no Security feature set.
+    let notes = sata["outcome"]["notes"].to_string();
+    assert!(
+        notes.contains(
+            "ATA SECURITY ERASE: the drive does not support the Security feature set (IDENTIFY \
+             word 82 bit 1 clear): not used"
+        ),
+        "{sata}"
+    );
+
+    // scsi_debug is SCSI, not ATA: SANITIZE is asked about, and it has none.
+    let scsi = step(&all, "scsi-purge");
+    let notes = scsi["outcome"]["notes"].to_string();
+    assert!(!notes.contains("ATA SECURITY ERASE"), "{scsi}");
+    assert!(
+        notes.contains("SCSI SANITIZE (block erase): not supported")
+            || notes.contains("SCSI SANITIZE (block erase): SCSI status"),
+        "{scsi}"
+    );
+    assert!(
+        ["blksecdiscard", "blkdiscard", "overwrite"]
+            .contains(&scsi["outcome"]["method"].as_str().unwrap()),
+        "{scsi}"
+    );
+    assert_eq!(u64_of(&scsi["filled"]), u64_of(&scsi["size"]), "{scsi}");
+    assert_eq!(u64_of(&scsi["nonzero_before"]), 256, "{scsi}");
+    assert_eq!(u64_of(&scsi["nonzero_after"]), 0, "{scsi}");
 }
 
 /// Purge through the suite runner: the `jesd219` suite purges first (NVMe Format on

@@ -20,8 +20,12 @@
 //!      namespace (Sanitize on the whole NVM subsystem, Format on every namespace when the
 //!      controller's FNA says so), so they are used only when this namespace is the only
 //!      active one of a single-controller subsystem.
-//!   2. BLKSECDISCARD over the device, then BLKDISCARD.
-//!   3. An overwrite of the device with zeros (1 MiB writes, O_DIRECT when the target is).
+//!   2. SCSI disks (`sd`, not partitions of them), see [`scsi`]: an ATA drive (behind
+//!      libata, a SAS HBA or a SAT bridge) gets ATA SECURITY ERASE UNIT (enhanced when it
+//!      has it) under a password set for the moment and removed after; a SCSI or SAS
+//!      drive gets SCSI SANITIZE (block erase, else cryptographic erase).
+//!   3. BLKSECDISCARD over the device, then BLKDISCARD.
+//!   4. An overwrite of the device with zeros (1 MiB writes, O_DIRECT when the target is).
 //!
 //! A discard leaves it to the drive what discarded blocks read as; when a sample of them
 //! does not read as zeros afterwards, the notes say so.
@@ -48,6 +52,8 @@ use crate::engine::{
 use crate::sys::buf::SlotBuffers;
 use crate::sys::{blk, nvme};
 use crate::target::{Region, Target, TargetKind};
+
+pub mod scsi;
 
 /// Block size of fill and preconditioning writes.
 pub const FILL_BLOCK: u32 = 128 << 10;
@@ -81,6 +87,8 @@ const SANITIZE_MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 pub enum PurgeMethod {
     NvmeFormat,
     NvmeSanitize,
+    AtaSecurityErase,
+    ScsiSanitize,
     BlkSecDiscard,
     BlkDiscard,
     Overwrite,
@@ -92,6 +100,8 @@ impl PurgeMethod {
         match self {
             PurgeMethod::NvmeFormat => "nvme-format",
             PurgeMethod::NvmeSanitize => "nvme-sanitize",
+            PurgeMethod::AtaSecurityErase => "ata-security-erase",
+            PurgeMethod::ScsiSanitize => "scsi-sanitize",
             PurgeMethod::BlkSecDiscard => "blksecdiscard",
             PurgeMethod::BlkDiscard => "blkdiscard",
             PurgeMethod::Overwrite => "overwrite",
@@ -222,6 +232,18 @@ pub enum PurgeError {
         path: PathBuf,
         source: nvme::AdminError,
     },
+    #[error("{path}: the ATA user password driveprobe set for the erase could not be removed ({why}): the drive locks at its next power-up; remove it now with `hdparm --user-master u --security-disable driveprobe {path}`")]
+    AtaPasswordLeft { path: PathBuf, why: Box<str> },
+    #[error("{path}: the SCSI sanitize failed (sense 31h/03h): the drive refuses reads and writes until a sanitize completes or it is told to exit failure mode (sg_sanitize --early)")]
+    ScsiSanitizeFailed { path: PathBuf },
+    #[error("{path}: the SCSI sanitize has not finished after {waited_s} s (progress {progress_pct:.1}%): it goes on inside the drive; follow it with `sg_requests --progress`")]
+    ScsiSanitizeTimeout {
+        path: PathBuf,
+        waited_s: u64,
+        progress_pct: f64,
+    },
+    #[error("{path}: cannot follow the SCSI sanitize: REQUEST SENSE failed ({why}); it goes on inside the drive, follow it with `sg_requests --progress`")]
+    ScsiSanitizeLost { path: PathBuf, why: String },
     #[error("{path}: {what} stopped by request after {bytes} bytes")]
     Stopped {
         path: PathBuf,
@@ -311,11 +333,14 @@ pub fn purge_with(
                     size: target.size(),
                 });
             }
-            let nvme_ns = device
-                .name
-                .starts_with("nvme")
-                .then_some(device.is_partition);
-            purge_block(target, nvme_ns, control, &mut notes)?
+            let family = if device.name.starts_with("nvme") {
+                Family::Nvme
+            } else if device.name.starts_with("sd") {
+                Family::Scsi
+            } else {
+                Family::Other
+            };
+            purge_block(target, family, device.is_partition, control, &mut notes)?
         }
     };
     Ok(PurgeOutcome {
@@ -377,33 +402,63 @@ fn purge_file(
     Ok(PurgeMethod::PunchHole)
 }
 
-/// `nvme_ns`: Some(is_partition) for an NVMe namespace (or a partition of one).
+/// Which drive commands a block device takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    /// An NVMe namespace (`nvme*`).
+    Nvme,
+    /// A SCSI disk (`sd*`): SCSI, SAS, or ATA behind libata or a SAT bridge.
+    Scsi,
+    Other,
+}
+
 fn purge_block(
     target: &Target,
-    nvme_ns: Option<bool>,
+    family: Family,
+    is_partition: bool,
     control: &RunControl,
     notes: &mut Vec<String>,
 ) -> Result<PurgeMethod, PurgeError> {
     let file: &File = target.file();
     let size = target.size();
-    match nvme_ns {
-        Some(true) => notes.push(
-            "a partition of an NVMe namespace: NVMe Format and Sanitize would erase the whole \
-             namespace, so they are not used"
-                .into(),
-        ),
-        Some(false) => {
-            if let Some(m) = purge_nvme(target, control, notes)? {
-                if let Err(e) = blk::flush_buffers(file) {
-                    notes.push(format!(
-                        "dropping the page cache (BLKFLSBUF) failed: {e}: buffered readers may \
-                         see stale data"
-                    ));
-                }
-                return Ok(m);
-            }
+    let drive_erase = match (family, is_partition) {
+        (Family::Nvme, true) => {
+            notes.push(
+                "a partition of an NVMe namespace: NVMe Format and Sanitize would erase the \
+                 whole namespace, so they are not used"
+                    .into(),
+            );
+            None
         }
-        None => {}
+        (Family::Nvme, false) => purge_nvme(target, control, notes)?,
+        (Family::Scsi, true) => {
+            notes.push(
+                "a partition of a SCSI disk: ATA SECURITY ERASE and SCSI SANITIZE would erase \
+                 the whole disk, so they are not used"
+                    .into(),
+            );
+            None
+        }
+        (Family::Scsi, false) => {
+            let mut dev = file;
+            scsi::purge_sd(
+                &mut dev,
+                target.path(),
+                control,
+                Duration::from_secs(1),
+                notes,
+            )?
+        }
+        (Family::Other, _) => None,
+    };
+    if let Some(m) = drive_erase {
+        if let Err(e) = blk::flush_buffers(file) {
+            notes.push(format!(
+                "dropping the page cache (BLKFLSBUF) failed: {e}: buffered readers may see \
+                 stale data"
+            ));
+        }
+        return Ok(m);
     }
     match blk::secure_discard(file, 0, size) {
         Ok(()) => {
@@ -1075,6 +1130,8 @@ mod tests {
         let all = [
             (PurgeMethod::NvmeFormat, "nvme-format"),
             (PurgeMethod::NvmeSanitize, "nvme-sanitize"),
+            (PurgeMethod::AtaSecurityErase, "ata-security-erase"),
+            (PurgeMethod::ScsiSanitize, "scsi-sanitize"),
             (PurgeMethod::BlkSecDiscard, "blksecdiscard"),
             (PurgeMethod::BlkDiscard, "blkdiscard"),
             (PurgeMethod::Overwrite, "overwrite"),

@@ -172,8 +172,8 @@ pub struct CurvePoint {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Phase {
-    /// Purge: what was done (`nvme-format`, `blksecdiscard`, `blkdiscard`,
-    /// `overwrite`, `punch-hole`).
+    /// Purge: what was done (`nvme-sanitize`, `nvme-format`, `ata-security-erase`,
+    /// `scsi-sanitize`, `blksecdiscard`, `blkdiscard`, `overwrite`, `punch-hole`).
     Purge { method: String, seconds: f64 },
     /// Workload-independent preconditioning: sequential 128 KiB writes over the region.
     Precondition {

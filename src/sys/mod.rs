@@ -1,6 +1,7 @@
 //! The only module with `unsafe` code: io_uring submission (the kernel writes into memory
-//! we own while an I/O is in flight), the NVMe admin, ATA power-mode and block ioctls, and a child
-//! process's parent death signal (`proc`: a `pre_exec` hook). Every `unsafe` block carries
+//! we own while an I/O is in flight), the NVMe admin, SCSI generic (SG_IO), ATA power-mode
+//! and block ioctls, and a child process's parent death signal (`proc`: a `pre_exec`
+//! hook). Every `unsafe` block carries
 //! a `// SAFETY:` comment; everything outside this module is safe Rust.
 
 pub mod ata;
@@ -8,4 +9,5 @@ pub mod blk;
 pub mod buf;
 pub mod nvme;
 pub mod proc;
+pub mod sg;
 pub mod uring;

@@ -1,0 +1,1264 @@
+//! Purge of a SCSI disk (`sd`): ATA SECURITY ERASE UNIT for an ATA drive (behind libata,
+//! a SAS HBA or a SAT bridge, reached through ATA PASS-THROUGH (16)), SCSI SANITIZE for a
+//! SCSI or SAS drive. Both erase the whole logical unit, so they are used only on a whole
+//! disk the safety gate gave a write permit for.
+//!
+//! The commands go through [`ScsiDevice`], which the real device implements with SG_IO
+//! and the tests with an emulated drive that keeps the standards' state machines.
+//!
+//! # ATA SECURITY ERASE
+//!
+//! The ATA Security feature set erases only a drive with a user password set, so the
+//! sequence is the one `hdparm --security-erase` runs: IDENTIFY DEVICE (is the feature set
+//! supported, and is the drive not frozen, locked, or already protected by a password we
+//! do not know), SECURITY SET PASSWORD (user, level High, [`ERASE_PASSWORD`]), SECURITY
+//! ERASE PREPARE, SECURITY ERASE UNIT (enhanced when the drive supports it: it also erases
+//! the blocks the host cannot address). A successful erase clears the password; IDENTIFY
+//! confirms it. If any step fails after the password was set, SECURITY DISABLE PASSWORD
+//! removes it; if even that fails, purge stops with an error saying how to remove it by
+//! hand, because a drive left with a password locks at its next power cycle.
+//!
+//! # SCSI SANITIZE
+//!
+//! SANITIZE with BLOCK ERASE, else CRYPTOGRAPHIC ERASE (REPORT SUPPORTED OPERATION CODES
+//! says which the drive has, when it answers it), with IMMED set, then REQUEST SENSE once
+//! a second until the drive no longer reports "sanitize in progress" (its progress comes
+//! in the sense data). OVERWRITE is not used: purge's own overwrite does the same and can
+//! be stopped. AUSE is set, so a failed sanitize can be exited (`sg_sanitize --early`).
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::{PurgeError, PurgeMethod, SANITIZE_MAX_WAIT};
+use crate::engine::RunControl;
+use crate::sys::sg::{self, Completion, Data};
+
+/// The user password an ATA SECURITY ERASE sets for the moment of the erase. Printed in
+/// every error that could leave it set, with the command that removes it
+/// ([`PurgeError::AtaPasswordLeft`] spells it out; a test checks they agree).
+pub const ERASE_PASSWORD: &str = "driveprobe";
+
+/// One command at a time to a SCSI device.
+pub trait ScsiDevice {
+    fn command(&mut self, cdb: &[u8], data: Data<'_>, timeout_ms: u32) -> io::Result<Completion>;
+}
+
+impl ScsiDevice for &File {
+    fn command(&mut self, cdb: &[u8], data: Data<'_>, timeout_ms: u32) -> io::Result<Completion> {
+        sg::command(self, cdb, data, timeout_ms)
+    }
+}
+
+/// Timeout of the commands that only ask or set state.
+const SHORT_TIMEOUT_MS: u32 = 30_000;
+
+// ------------------------------------------------------------------ sense data
+
+/// Sense key values (SPC).
+pub const KEY_NO_SENSE: u8 = 0x0;
+pub const KEY_RECOVERED: u8 = 0x1;
+pub const KEY_NOT_READY: u8 = 0x2;
+pub const KEY_MEDIUM_ERROR: u8 = 0x3;
+pub const KEY_ILLEGAL_REQUEST: u8 = 0x5;
+pub const KEY_UNIT_ATTENTION: u8 = 0x6;
+pub const KEY_ABORTED_COMMAND: u8 = 0xB;
+
+/// What sense data says, from either format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sense {
+    pub key: u8,
+    pub asc: u8,
+    pub ascq: u8,
+    /// Progress of the operation in progress, of 65536 (the sense-key specific field).
+    pub progress: Option<u16>,
+    /// The ATA Error and Status registers (ATA Status Return descriptor, or the fixed
+    /// format's information field with ASC/ASCQ 00h/1Dh).
+    pub ata: Option<(u8, u8)>,
+}
+
+impl Sense {
+    /// Parses fixed (70h/71h) or descriptor (72h/73h) format sense data; None for other
+    /// response codes or data too short to hold a sense key.
+    pub fn parse(s: &[u8]) -> Option<Sense> {
+        let code = *s.first()? & 0x7f;
+        match code {
+            0x70 | 0x71 => {
+                if s.len() < 3 {
+                    return None;
+                }
+                let at = |i: usize| s.get(i).copied().unwrap_or(0);
+                let mut sense = Sense {
+                    key: s[2] & 0x0f,
+                    asc: at(12),
+                    ascq: at(13),
+                    ..Sense::default()
+                };
+                if s.len() >= 18 && s[15] & 0x80 != 0 {
+                    sense.progress = Some(u16::from_be_bytes([s[16], s[17]]));
+                }
+                if sense.asc == 0x00 && sense.ascq == 0x1D && s.len() >= 7 {
+                    sense.ata = Some((s[3], s[4]));
+                }
+                Some(sense)
+            }
+            0x72 | 0x73 => {
+                if s.len() < 4 {
+                    return None;
+                }
+                let mut sense = Sense {
+                    key: s[1] & 0x0f,
+                    asc: s[2],
+                    ascq: s[3],
+                    ..Sense::default()
+                };
+                let end = s.len().min(8 + s.get(7).copied().unwrap_or(0) as usize);
+                let mut i = 8;
+                while i + 2 <= end {
+                    let d = &s[i..end.min(i + 2 + s[i + 1] as usize)];
+                    match d[0] {
+                        0x02 if d.len() >= 7 && d[4] & 0x80 != 0 => {
+                            sense.progress = Some(u16::from_be_bytes([d[5], d[6]]));
+                        }
+                        0x09 if d.len() >= 14 => sense.ata = Some((d[3], d[13])),
+                        _ => {}
+                    }
+                    i += 2 + s[i + 1] as usize;
+                }
+                Some(sense)
+            }
+            _ => None,
+        }
+    }
+
+    /// "SANITIZE IN PROGRESS" (NOT READY, 04h/1Bh).
+    fn sanitize_in_progress(&self) -> bool {
+        self.key == KEY_NOT_READY && self.asc == 0x04 && self.ascq == 0x1B
+    }
+
+    /// "SANITIZE COMMAND FAILED" (31h/03h).
+    fn sanitize_failed(&self) -> bool {
+        self.asc == 0x31 && self.ascq == 0x03
+    }
+
+    /// "INVALID COMMAND OPERATION CODE" (20h/00h).
+    fn invalid_opcode(&self) -> bool {
+        self.key == KEY_ILLEGAL_REQUEST && self.asc == 0x20
+    }
+}
+
+fn key_name(key: u8) -> &'static str {
+    match key {
+        0x0 => "NO SENSE",
+        0x1 => "RECOVERED ERROR",
+        0x2 => "NOT READY",
+        0x3 => "MEDIUM ERROR",
+        0x4 => "HARDWARE ERROR",
+        0x5 => "ILLEGAL REQUEST",
+        0x6 => "UNIT ATTENTION",
+        0x7 => "DATA PROTECT",
+        0xB => "ABORTED COMMAND",
+        _ => "other",
+    }
+}
+
+fn asc_name(asc: u8, ascq: u8) -> Option<&'static str> {
+    Some(match (asc, ascq) {
+        (0x00, 0x00) => "no additional sense information",
+        (0x00, 0x1D) => "ATA pass-through information available",
+        (0x04, 0x1B) => "sanitize in progress",
+        (0x20, 0x00) => "invalid command operation code",
+        (0x24, 0x00) => "invalid field in CDB",
+        (0x26, 0x00) => "invalid field in parameter list",
+        (0x2C, 0x00) => "command sequence error",
+        (0x31, 0x03) => "sanitize command failed",
+        (0x3A, _) => "medium not present",
+        (0x29, _) => "power on, reset, or bus device reset occurred",
+        _ => return None,
+    })
+}
+
+/// One line for a command that did not end GOOD.
+pub fn describe(c: &Completion) -> String {
+    let mut s = if c.host_status != 0 {
+        format!(
+            "the host adapter reported 0x{:02x}{}",
+            c.host_status,
+            if c.host_status == 0x03 {
+                " (timed out)"
+            } else {
+                ""
+            }
+        )
+    } else {
+        format!("SCSI status 0x{:02x}", c.status)
+    };
+    if let Some(sense) = Sense::parse(&c.sense) {
+        s.push_str(&format!(
+            ", sense key {} ({}), ASC/ASCQ {:02X}h/{:02X}h",
+            sense.key,
+            key_name(sense.key),
+            sense.asc,
+            sense.ascq
+        ));
+        if let Some(n) = asc_name(sense.asc, sense.ascq) {
+            s.push_str(&format!(" ({n})"));
+        }
+        if let Some((error, status)) = sense.ata {
+            s.push_str(&format!(", ATA status 0x{status:02x} error 0x{error:02x}"));
+            if status & 0x01 != 0 && error & 0x04 != 0 {
+                s.push_str(" (the drive aborted the command)");
+            }
+        }
+    }
+    s
+}
+
+/// The command ended GOOD, or else the one-line reason.
+fn check(c: io::Result<Completion>) -> Result<Completion, String> {
+    match c {
+        Ok(c) if c.is_good() => Ok(c),
+        Ok(c) => Err(describe(&c)),
+        Err(e) => Err(format!("SG_IO failed: {e}")),
+    }
+}
+
+// ------------------------------------------------------------------ ATA
+
+const ATA_IDENTIFY: u8 = 0xEC;
+const ATA_SECURITY_SET_PASSWORD: u8 = 0xF1;
+const ATA_SECURITY_ERASE_PREPARE: u8 = 0xF3;
+const ATA_SECURITY_ERASE_UNIT: u8 = 0xF4;
+const ATA_SECURITY_DISABLE_PASSWORD: u8 = 0xF6;
+
+/// The ATA protocol of a pass-through command (SAT's PROTOCOL field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AtaProtocol {
+    NonData = 3,
+    PioDataIn = 4,
+    PioDataOut = 5,
+}
+
+/// ATA PASS-THROUGH (16) of a 28-bit command with no LBA; the data commands move one
+/// 512-byte block, its length given in the Count field in blocks.
+pub fn ata16(command: u8, protocol: u8) -> [u8; 16] {
+    let mut c = [0u8; 16];
+    c[0] = 0x85;
+    c[1] = protocol << 1;
+    // OFF_LINE 0, CK_COND 0, T_TYPE 0, T_DIR (1: from the device), BYT_BLOK 1 (a count
+    // of blocks), T_LENGTH 2 (the length is in the Count field).
+    c[2] = match protocol {
+        p if p == AtaProtocol::PioDataIn as u8 => 0b0000_1110,
+        p if p == AtaProtocol::PioDataOut as u8 => 0b0000_0110,
+        _ => 0,
+    };
+    if c[2] != 0 {
+        c[6] = 1;
+    }
+    c[14] = command;
+    c
+}
+
+/// What IDENTIFY DEVICE says about the Security feature set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AtaSecurity {
+    /// Word 82 bit 1 (and word 128 bit 0).
+    pub supported: bool,
+    /// Word 128: bit 1 a user password is set, 2 locked, 3 frozen, 4 the unlock attempt
+    /// count expired, 5 enhanced erase supported.
+    pub enabled: bool,
+    pub locked: bool,
+    pub frozen: bool,
+    pub count_expired: bool,
+    pub enhanced: bool,
+    /// Words 89 and 90: the drive's estimate of a normal and an enhanced erase, minutes.
+    pub erase_minutes: Option<u32>,
+    pub enhanced_minutes: Option<u32>,
+}
+
+/// An erase-time word (ACS-3 7.12.7.41): bit 15 set, bits 14:0 are units of 2 minutes;
+/// clear, bits 7:0 are (255: more than 508 minutes, taken as 508). 0: no estimate.
+fn erase_minutes(w: u16) -> Option<u32> {
+    let units = if w & 0x8000 != 0 {
+        u32::from(w & 0x7fff)
+    } else {
+        u32::from(w & 0xff)
+    };
+    (units != 0).then_some(units * 2)
+}
+
+/// Parses the 512 bytes of IDENTIFY DEVICE. Err: not the data of an ATA (not ATAPI)
+/// device, or its checksum (word 255) is wrong.
+pub fn parse_identify(b: &[u8]) -> Result<AtaSecurity, String> {
+    if b.len() < 512 {
+        return Err(format!("IDENTIFY DEVICE returned {} bytes of 512", b.len()));
+    }
+    let w = |i: usize| u16::from_le_bytes([b[2 * i], b[2 * i + 1]]);
+    if b[..512].iter().all(|&x| x == 0) {
+        return Err("IDENTIFY DEVICE returned only zeros".into());
+    }
+    if w(0) & 0x8000 != 0 {
+        return Err("IDENTIFY DEVICE says an ATAPI (packet) device".into());
+    }
+    if w(255) & 0xff == 0xA5 {
+        let sum = b[..512].iter().fold(0u8, |a, &x| a.wrapping_add(x));
+        if sum != 0 {
+            return Err(format!(
+                "IDENTIFY DEVICE's checksum (word 255) is wrong: the bytes sum to 0x{sum:02x}"
+            ));
+        }
+    }
+    let w82 = w(82);
+    let w128 = w(128);
+    let valid82 = w82 != 0 && w82 != 0xffff;
+    Ok(AtaSecurity {
+        supported: valid82 && w82 & 0x0002 != 0 && w128 & 0x0001 != 0,
+        enabled: w128 & 0x0002 != 0,
+        locked: w128 & 0x0004 != 0,
+        frozen: w128 & 0x0008 != 0,
+        count_expired: w128 & 0x0010 != 0,
+        enhanced: w128 & 0x0020 != 0,
+        erase_minutes: erase_minutes(w(89)),
+        enhanced_minutes: erase_minutes(w(90)),
+    })
+}
+
+/// The erase to run: enhanced or not, and its command timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtaErase {
+    pub enhanced: bool,
+    pub estimate_minutes: Option<u32>,
+    pub timeout_ms: u32,
+}
+
+/// Least and most time a SECURITY ERASE UNIT is given; with no estimate, the most.
+const ATA_ERASE_MIN: Duration = Duration::from_secs(10 * 60);
+const ATA_ERASE_MAX: Duration = Duration::from_secs(72 * 3600);
+
+/// Whether and how to erase, or why not.
+pub fn ata_plan(sec: &AtaSecurity) -> Result<AtaErase, String> {
+    if !sec.supported {
+        return Err(
+            "the drive does not support the Security feature set (IDENTIFY word 82 bit 1 clear)"
+                .into(),
+        );
+    }
+    if sec.locked {
+        return Err("the drive is locked by a password this host does not know".into());
+    }
+    if sec.enabled {
+        return Err(
+            "a user password is already set on the drive: driveprobe erases only a drive whose \
+             security it set itself"
+                .into(),
+        );
+    }
+    if sec.frozen {
+        return Err(
+            "the drive's security is frozen (usually by the firmware at boot): suspending and \
+             resuming the host, or unplugging and plugging the drive, unfreezes it"
+                .into(),
+        );
+    }
+    if sec.count_expired {
+        return Err("the drive's password attempt count has expired: power-cycle it".into());
+    }
+    let (enhanced, est) = if sec.enhanced {
+        (true, sec.enhanced_minutes)
+    } else {
+        (false, sec.erase_minutes)
+    };
+    let timeout = match est {
+        Some(m) => (Duration::from_secs(u64::from(m) * 60 * 2)).clamp(ATA_ERASE_MIN, ATA_ERASE_MAX),
+        None => ATA_ERASE_MAX,
+    };
+    Ok(AtaErase {
+        enhanced,
+        estimate_minutes: est,
+        timeout_ms: timeout.as_millis() as u32,
+    })
+}
+
+/// The 512-byte data block of the security commands: word 0 (bit 0: 0 = the user
+/// password; bit 1 on SECURITY ERASE UNIT: enhanced; bit 8 on SET PASSWORD: level, 0 =
+/// High), words 1-16 the password.
+pub fn password_block(enhanced: bool) -> [u8; 512] {
+    let mut b = [0u8; 512];
+    if enhanced {
+        b[0] = 0x02;
+    }
+    b[2..2 + ERASE_PASSWORD.len()].copy_from_slice(ERASE_PASSWORD.as_bytes());
+    b
+}
+
+fn ata_identify(dev: &mut dyn ScsiDevice) -> Result<AtaSecurity, String> {
+    let mut buf = [0u8; 512];
+    let c = dev.command(
+        &ata16(ATA_IDENTIFY, AtaProtocol::PioDataIn as u8),
+        Data::In(&mut buf),
+        SHORT_TIMEOUT_MS,
+    );
+    check(c)?;
+    parse_identify(&buf)
+}
+
+fn ata_out(dev: &mut dyn ScsiDevice, cmd: u8, block: &[u8], timeout_ms: u32) -> Result<(), String> {
+    check(dev.command(
+        &ata16(cmd, AtaProtocol::PioDataOut as u8),
+        Data::Out(block),
+        timeout_ms,
+    ))
+    .map(|_| ())
+}
+
+/// Removes the password purge set, after a failed step; checks with IDENTIFY.
+fn remove_password(dev: &mut dyn ScsiDevice, path: &Path, after: &str) -> Result<(), PurgeError> {
+    let disable = ata_out(
+        dev,
+        ATA_SECURITY_DISABLE_PASSWORD,
+        &password_block(false),
+        SHORT_TIMEOUT_MS,
+    );
+    let left = match ata_identify(dev) {
+        Ok(sec) => sec.enabled,
+        Err(_) => true,
+    };
+    if left {
+        let why = disable
+            .err()
+            .unwrap_or_else(|| "IDENTIFY still shows it set".into());
+        return Err(PurgeError::AtaPasswordLeft {
+            path: path.to_path_buf(),
+            why: format!("after {after}: {why}").into(),
+        });
+    }
+    Ok(())
+}
+
+/// Runs the ATA Security erase on an ATA drive. Ok(None): it does not apply or failed
+/// without harm (see the notes); Err: it could not clean up after itself.
+pub fn purge_ata(
+    dev: &mut dyn ScsiDevice,
+    sec: &AtaSecurity,
+    path: &Path,
+    control: &RunControl,
+    notes: &mut Vec<String>,
+) -> Result<Option<PurgeMethod>, PurgeError> {
+    let plan = match ata_plan(sec) {
+        Ok(p) => p,
+        Err(why) => {
+            notes.push(format!("ATA SECURITY ERASE: {why}: not used"));
+            return Ok(None);
+        }
+    };
+    if control.is_stopped() {
+        return Err(PurgeError::Stopped {
+            path: path.to_path_buf(),
+            what: "purge (before an ATA SECURITY ERASE)",
+            bytes: 0,
+        });
+    }
+    if let Err(e) = ata_out(
+        dev,
+        ATA_SECURITY_SET_PASSWORD,
+        &password_block(false),
+        SHORT_TIMEOUT_MS,
+    ) {
+        notes.push(format!("ATA SECURITY SET PASSWORD: {e}"));
+        // A drive that failed the command should have set nothing; make sure.
+        if ata_identify(dev).map(|s| s.enabled).unwrap_or(true) {
+            remove_password(dev, path, "a failed SECURITY SET PASSWORD")?;
+        }
+        return Ok(None);
+    }
+    let t0 = Instant::now();
+    let kind = if plan.enhanced { "enhanced" } else { "normal" };
+    let erased = check(dev.command(
+        &ata16(ATA_SECURITY_ERASE_PREPARE, AtaProtocol::NonData as u8),
+        Data::None,
+        SHORT_TIMEOUT_MS,
+    ))
+    .map_err(|e| format!("ATA SECURITY ERASE PREPARE: {e}"))
+    .and_then(|_| {
+        ata_out(
+            dev,
+            ATA_SECURITY_ERASE_UNIT,
+            &password_block(plan.enhanced),
+            plan.timeout_ms,
+        )
+        .map_err(|e| format!("ATA SECURITY ERASE UNIT ({kind}): {e}"))
+    });
+    if let Err(e) = erased {
+        notes.push(e.clone());
+        remove_password(dev, path, &e)?;
+        notes.push(
+            "the password driveprobe set for the erase was removed (SECURITY DISABLE PASSWORD)"
+                .into(),
+        );
+        return Ok(None);
+    }
+    // A completed erase leaves the Security feature set disabled; check it.
+    match ata_identify(dev) {
+        Ok(s) if !s.enabled => {}
+        Ok(_) => remove_password(dev, path, "an erase that left the password set")?,
+        Err(e) => {
+            return Err(PurgeError::AtaPasswordLeft {
+                path: path.to_path_buf(),
+                why: format!("after the erase, IDENTIFY DEVICE failed: {e}").into(),
+            })
+        }
+    }
+    notes.push(format!(
+        "ATA SECURITY ERASE UNIT ({kind}) in {:.0} s (the drive estimates {}; allowed {} min)",
+        t0.elapsed().as_secs_f64(),
+        plan.estimate_minutes
+            .map_or("nothing".to_string(), |m| format!("{m} min")),
+        plan.timeout_ms / 60_000
+    ));
+    Ok(Some(PurgeMethod::AtaSecurityErase))
+}
+
+// ------------------------------------------------------------------ SCSI SANITIZE
+
+const SANITIZE: u8 = 0x48;
+const SA_BLOCK_ERASE: u8 = 0x02;
+const SA_CRYPTO_ERASE: u8 = 0x03;
+
+/// SANITIZE (10) with IMMED and AUSE, no parameter list.
+pub fn sanitize_cdb(service_action: u8) -> [u8; 10] {
+    let mut c = [0u8; 10];
+    c[0] = SANITIZE;
+    c[1] = 0x80 | 0x20 | (service_action & 0x1f);
+    c
+}
+
+/// REPORT SUPPORTED OPERATION CODES for one opcode and service action (reporting
+/// options 011b).
+pub fn rsoc_cdb(opcode: u8, service_action: u16, alloc: u32) -> [u8; 12] {
+    let mut c = [0u8; 12];
+    c[0] = 0xA3;
+    c[1] = 0x0C;
+    c[2] = 0x03;
+    c[3] = opcode;
+    c[4..6].copy_from_slice(&service_action.to_be_bytes());
+    c[6..10].copy_from_slice(&alloc.to_be_bytes());
+    c
+}
+
+/// Whether the drive has SANITIZE with `sa`: Some(yes or no) from its answer to REPORT
+/// SUPPORTED OPERATION CODES, None when it does not answer that.
+fn sanitize_supported(dev: &mut dyn ScsiDevice, sa: u8) -> Option<bool> {
+    let mut buf = [0u8; 32];
+    let c = dev.command(
+        &rsoc_cdb(SANITIZE, sa.into(), buf.len() as u32),
+        Data::In(&mut buf),
+        SHORT_TIMEOUT_MS,
+    );
+    match c {
+        Ok(c) if c.is_good() => match buf[1] & 0b111 {
+            0b011 | 0b101 => Some(true),
+            0b001 => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// REQUEST SENSE in fixed format.
+const REQUEST_SENSE: [u8; 6] = [0x03, 0, 0, 0, 252, 0];
+
+/// Runs SCSI SANITIZE. Ok(None): not supported or refused (see the notes).
+pub fn purge_scsi(
+    dev: &mut dyn ScsiDevice,
+    path: &Path,
+    control: &RunControl,
+    poll: Duration,
+    notes: &mut Vec<String>,
+) -> Result<Option<PurgeMethod>, PurgeError> {
+    for (sa, name) in [
+        (SA_BLOCK_ERASE, "block erase"),
+        (SA_CRYPTO_ERASE, "cryptographic erase"),
+    ] {
+        if sanitize_supported(dev, sa) == Some(false) {
+            notes.push(format!(
+                "SCSI SANITIZE ({name}): not supported (REPORT SUPPORTED OPERATION CODES)"
+            ));
+            continue;
+        }
+        if control.is_stopped() {
+            return Err(PurgeError::Stopped {
+                path: path.to_path_buf(),
+                what: "purge (before a SCSI SANITIZE)",
+                bytes: 0,
+            });
+        }
+        let c = match dev.command(&sanitize_cdb(sa), Data::None, SHORT_TIMEOUT_MS) {
+            Ok(c) => c,
+            Err(e) => {
+                notes.push(format!("SCSI SANITIZE ({name}): SG_IO failed: {e}"));
+                return Ok(None);
+            }
+        };
+        if !c.is_good() {
+            notes.push(format!("SCSI SANITIZE ({name}): {}", describe(&c)));
+            if Sense::parse(&c.sense).is_some_and(|s| s.invalid_opcode()) {
+                break;
+            }
+            continue;
+        }
+        let t0 = Instant::now();
+        wait_scsi_sanitize(dev, path, control, poll)?;
+        notes.push(format!(
+            "SCSI SANITIZE ({name}) of the logical unit in {:.0} s",
+            t0.elapsed().as_secs_f64()
+        ));
+        return Ok(Some(PurgeMethod::ScsiSanitize));
+    }
+    notes.push(
+        "SCSI SANITIZE (overwrite): not used, purge's own overwrite does the same and can be \
+         stopped"
+            .into(),
+    );
+    Ok(None)
+}
+
+/// Polls REQUEST SENSE until the sanitize just started is no longer in progress.
+fn wait_scsi_sanitize(
+    dev: &mut dyn ScsiDevice,
+    path: &Path,
+    control: &RunControl,
+    poll: Duration,
+) -> Result<(), PurgeError> {
+    let t0 = Instant::now();
+    let mut errors = 0;
+    let mut progress = 0u16;
+    loop {
+        let mut buf = [0u8; 252];
+        let sense = match check(dev.command(&REQUEST_SENSE, Data::In(&mut buf), SHORT_TIMEOUT_MS)) {
+            Ok(c) => {
+                let n = (buf.len() as i64 - i64::from(c.resid)).clamp(0, buf.len() as i64);
+                Sense::parse(&buf[..n as usize])
+            }
+            Err(e) => {
+                errors += 1;
+                if errors >= 5 {
+                    return Err(PurgeError::ScsiSanitizeLost {
+                        path: path.to_path_buf(),
+                        why: e,
+                    });
+                }
+                None
+            }
+        };
+        match sense {
+            Some(s) if s.sanitize_in_progress() => progress = s.progress.unwrap_or(progress),
+            Some(s) if s.sanitize_failed() => {
+                return Err(PurgeError::ScsiSanitizeFailed {
+                    path: path.to_path_buf(),
+                })
+            }
+            // Anything else the drive reports once the sanitize is over (NO SENSE, a unit
+            // attention for the changed medium): done.
+            Some(s) if s.key != KEY_NOT_READY => return Ok(()),
+            _ => {}
+        }
+        let waited = t0.elapsed();
+        if waited > SANITIZE_MAX_WAIT {
+            return Err(PurgeError::ScsiSanitizeTimeout {
+                path: path.to_path_buf(),
+                waited_s: waited.as_secs(),
+                progress_pct: f64::from(progress) / 655.36,
+            });
+        }
+        if control.is_stopped() {
+            return Err(PurgeError::Stopped {
+                path: path.to_path_buf(),
+                what: "waiting for the SCSI sanitize (it goes on inside the drive)",
+                bytes: 0,
+            });
+        }
+        std::thread::sleep(poll);
+    }
+}
+
+/// Purges the SCSI disk: ATA SECURITY ERASE when it is an ATA drive (it answers ATA
+/// IDENTIFY DEVICE through the pass-through), else SCSI SANITIZE.
+pub fn purge_sd(
+    dev: &mut dyn ScsiDevice,
+    path: &Path,
+    control: &RunControl,
+    poll: Duration,
+    notes: &mut Vec<String>,
+) -> Result<Option<PurgeMethod>, PurgeError> {
+    match ata_identify(dev) {
+        Ok(sec) => purge_ata(dev, &sec, path, control, notes),
+        Err(why) => {
+            if why.starts_with("SG_IO failed") {
+                notes.push(format!(
+                    "SCSI commands: {why}: ATA SECURITY ERASE and SCSI SANITIZE not tried"
+                ));
+                return Ok(None);
+            }
+            // Not an ATA drive (the pass-through is refused or answers no ATA data).
+            purge_scsi(dev, path, control, poll, notes)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn path() -> PathBuf {
+        PathBuf::from("/dev/sdz")
+    }
+
+    fn good() -> Completion {
+        Completion {
+            status: 0,
+            host_status: 0,
+            driver_status: 0,
+            sense: Vec::new(),
+            resid: 0,
+        }
+    }
+
+    fn check_condition(sense: Vec<u8>) -> Completion {
+        Completion {
+            status: 0x02,
+            driver_status: 0x08,
+            sense,
+            ..good()
+        }
+    }
+
+    /// Fixed-format sense data.
+    fn fixed(key: u8, asc: u8, ascq: u8, progress: Option<u16>) -> Vec<u8> {
+        let mut s = vec![0u8; 18];
+        s[0] = 0x70;
+        s[2] = key;
+        s[7] = 10;
+        s[12] = asc;
+        s[13] = ascq;
+        if let Some(p) = progress {
+            s[15] = 0x80;
+            s[16..18].copy_from_slice(&p.to_be_bytes());
+        }
+        s
+    }
+
+    /// What libata returns for an ATA command the drive aborted: descriptor format,
+    /// ABORTED COMMAND, an ATA Status Return descriptor with ERR and ABRT.
+    fn ata_aborted() -> Completion {
+        let mut s = vec![0u8; 22];
+        s[0] = 0x72;
+        s[1] = KEY_ABORTED_COMMAND;
+        s[7] = 14;
+        s[8] = 0x09;
+        s[9] = 0x0c;
+        s[11] = 0x04; // error: ABRT
+        s[21] = 0x51; // status: DRDY, DSC, ERR
+        check_condition(s)
+    }
+
+    fn invalid_opcode() -> Completion {
+        check_condition(fixed(KEY_ILLEGAL_REQUEST, 0x20, 0, None))
+    }
+
+    /// An ATA drive's Security feature set, as ACS-3 has it (states SEC1 to SEC6, without
+    /// the master password), behind an emulated SAT layer.
+    #[derive(Default)]
+    struct AtaDrive {
+        supported: bool,
+        enhanced_supported: bool,
+        frozen: bool,
+        locked: bool,
+        password: Option<Vec<u8>>,
+        prepared: bool,
+        erased: Option<&'static str>,
+        fail_erase: bool,
+        fail_disable: bool,
+        log: Vec<&'static str>,
+    }
+
+    impl AtaDrive {
+        fn identify(&self) -> [u8; 512] {
+            let mut w = [0u16; 256];
+            w[0] = 0x0040;
+            w[82] = 0x4000 | if self.supported { 0x0002 } else { 0 };
+            if self.supported {
+                w[128] = 0x0001
+                    | if self.password.is_some() { 0x0002 } else { 0 }
+                    | if self.locked { 0x0004 } else { 0 }
+                    | if self.frozen { 0x0008 } else { 0 }
+                    | if self.enhanced_supported { 0x0020 } else { 0 };
+                w[89] = 0x8000 | 30; // 60 minutes, extended format
+                w[90] = 2; // 4 minutes, old format
+            }
+            let mut b = [0u8; 512];
+            for (i, v) in w.iter().enumerate() {
+                b[2 * i..2 * i + 2].copy_from_slice(&v.to_le_bytes());
+            }
+            b[510] = 0xA5;
+            let sum = b[..511].iter().fold(0u8, |a, &x| a.wrapping_add(x));
+            b[511] = 0u8.wrapping_sub(sum);
+            b
+        }
+    }
+
+    impl ScsiDevice for AtaDrive {
+        fn command(&mut self, cdb: &[u8], data: Data<'_>, _: u32) -> io::Result<Completion> {
+            if cdb[0] != 0x85 {
+                return Ok(invalid_opcode());
+            }
+            let protocol = (cdb[1] >> 1) & 0x0f;
+            let cmd = cdb[14];
+            let prepared = std::mem::take(&mut self.prepared);
+            let ok = match (cmd, data) {
+                (ATA_IDENTIFY, Data::In(buf)) => {
+                    assert_eq!((protocol, cdb[2], cdb[6]), (4, 0x0e, 1));
+                    self.log.push("identify");
+                    buf.copy_from_slice(&self.identify());
+                    true
+                }
+                (ATA_SECURITY_SET_PASSWORD, Data::Out(b)) => {
+                    assert_eq!((protocol, cdb[2], cdb[6]), (5, 0x06, 1));
+                    self.log.push("set-password");
+                    let ok = self.supported && !self.frozen && !self.locked && b[0] & 1 == 0;
+                    if ok {
+                        self.password = Some(b[2..34].to_vec());
+                    }
+                    ok
+                }
+                (ATA_SECURITY_ERASE_PREPARE, Data::None) => {
+                    assert_eq!((protocol, cdb[2]), (3, 0));
+                    self.log.push("erase-prepare");
+                    self.prepared = self.supported && !self.frozen;
+                    self.prepared
+                }
+                (ATA_SECURITY_ERASE_UNIT, Data::Out(b)) => {
+                    self.log.push("erase-unit");
+                    let enhanced = b[0] & 0x02 != 0;
+                    let ok = prepared
+                        && !self.fail_erase
+                        && (!enhanced || self.enhanced_supported)
+                        && self.password.as_deref() == Some(&b[2..34]);
+                    if ok {
+                        self.erased = Some(if enhanced { "enhanced" } else { "normal" });
+                        self.password = None;
+                        self.locked = false;
+                    }
+                    ok
+                }
+                (ATA_SECURITY_DISABLE_PASSWORD, Data::Out(b)) => {
+                    self.log.push("disable-password");
+                    let ok = !self.fail_disable
+                        && !self.locked
+                        && self.password.as_deref() == Some(&b[2..34]);
+                    if ok {
+                        self.password = None;
+                    }
+                    ok
+                }
+                _ => panic!("unexpected ATA command 0x{cmd:02x}"),
+            };
+            Ok(if ok { good() } else { ata_aborted() })
+        }
+    }
+
+    fn ata_drive() -> AtaDrive {
+        AtaDrive {
+            supported: true,
+            enhanced_supported: true,
+            ..AtaDrive::default()
+        }
+    }
+
+    fn run(dev: &mut dyn ScsiDevice) -> (Result<Option<PurgeMethod>, PurgeError>, Vec<String>) {
+        let mut notes = Vec::new();
+        let r = purge_sd(dev, &path(), &RunControl::new(), Duration::ZERO, &mut notes);
+        (r, notes)
+    }
+
+    #[test]
+    fn an_ata_drive_is_erased_under_a_password_that_is_gone_after() {
+        let mut d = ata_drive();
+        let (r, notes) = run(&mut d);
+        assert_eq!(r.unwrap(), Some(PurgeMethod::AtaSecurityErase), "{notes:?}");
+        assert_eq!(d.erased, Some("enhanced"));
+        assert!(d.password.is_none());
+        assert_eq!(
+            d.log,
+            [
+                "identify",
+                "set-password",
+                "erase-prepare",
+                "erase-unit",
+                "identify"
+            ]
+        );
+        assert!(
+            notes[0].contains("(enhanced)") && notes[0].contains("estimates 4 min"),
+            "{notes:?}"
+        );
+
+        let mut d = AtaDrive {
+            enhanced_supported: false,
+            ..ata_drive()
+        };
+        let (r, notes) = run(&mut d);
+        assert_eq!(r.unwrap(), Some(PurgeMethod::AtaSecurityErase));
+        assert_eq!(d.erased, Some("normal"));
+        assert!(
+            notes[0].contains("estimates 60 min") && notes[0].contains("allowed 120 min"),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn a_drive_that_cannot_be_erased_safely_is_not_touched() {
+        for (d, why) in [
+            (
+                AtaDrive::default(),
+                "does not support the Security feature set",
+            ),
+            (
+                AtaDrive {
+                    frozen: true,
+                    ..ata_drive()
+                },
+                "frozen",
+            ),
+            (
+                AtaDrive {
+                    password: Some(b"someone else's".to_vec()),
+                    ..ata_drive()
+                },
+                "already set",
+            ),
+            (
+                AtaDrive {
+                    password: Some(vec![1]),
+                    locked: true,
+                    ..ata_drive()
+                },
+                "locked",
+            ),
+        ] {
+            let mut d = d;
+            let before = d.password.clone();
+            let (r, notes) = run(&mut d);
+            assert_eq!(r.unwrap(), None);
+            assert!(
+                notes.len() == 1 && notes[0].contains(why),
+                "{why}: {notes:?}"
+            );
+            assert_eq!(d.log, ["identify"], "{why}: only asked");
+            assert_eq!(d.password, before);
+            assert!(d.erased.is_none());
+        }
+    }
+
+    #[test]
+    fn a_failed_erase_removes_the_password_and_lets_purge_go_on() {
+        let mut d = AtaDrive {
+            fail_erase: true,
+            ..ata_drive()
+        };
+        let (r, notes) = run(&mut d);
+        assert_eq!(r.unwrap(), None);
+        assert!(d.password.is_none() && d.erased.is_none());
+        assert_eq!(
+            d.log,
+            [
+                "identify",
+                "set-password",
+                "erase-prepare",
+                "erase-unit",
+                "disable-password",
+                "identify"
+            ]
+        );
+        assert!(
+            notes[0].contains("ERASE UNIT (enhanced)") && notes[0].contains("aborted"),
+            "{notes:?}"
+        );
+        assert!(notes[1].contains("was removed"), "{notes:?}");
+    }
+
+    #[test]
+    fn a_password_that_cannot_be_removed_stops_purge_with_the_way_to_remove_it() {
+        let mut d = AtaDrive {
+            fail_erase: true,
+            fail_disable: true,
+            ..ata_drive()
+        };
+        let (r, _) = run(&mut d);
+        let e = r.unwrap_err().to_string();
+        assert!(d.password.is_some());
+        assert!(
+            e.contains(&format!(
+                "hdparm --user-master u --security-disable {ERASE_PASSWORD} /dev/sdz"
+            )) && e.contains("locks at its next power-up"),
+            "{e}"
+        );
+    }
+
+    /// A SCSI drive with SANITIZE: `support` is what it answers to REPORT SUPPORTED
+    /// OPERATION CODES per service action (None: it does not have that command).
+    struct ScsiDrive {
+        support: Option<[bool; 2]>,
+        has_sanitize: bool,
+        polls_left: u32,
+        fail: bool,
+        started: Vec<u8>,
+        polls: u32,
+    }
+
+    impl ScsiDevice for ScsiDrive {
+        fn command(&mut self, cdb: &[u8], data: Data<'_>, _: u32) -> io::Result<Completion> {
+            match (cdb[0], data) {
+                (0xA3, Data::In(buf)) => {
+                    assert_eq!((cdb[1], cdb[2], cdb[3]), (0x0c, 0x03, SANITIZE));
+                    let Some(s) = self.support else {
+                        return Ok(invalid_opcode());
+                    };
+                    let sa = u16::from_be_bytes([cdb[4], cdb[5]]);
+                    buf[1] = if s[(sa - 2) as usize] { 0b011 } else { 0b001 };
+                    Ok(good())
+                }
+                (SANITIZE, Data::None) => {
+                    if !self.has_sanitize {
+                        return Ok(invalid_opcode());
+                    }
+                    assert_eq!(cdb[1] & 0xe0, 0xa0, "IMMED and AUSE");
+                    let sa = cdb[1] & 0x1f;
+                    if self.support.is_some_and(|s| !s[(sa - 2) as usize]) {
+                        return Ok(check_condition(fixed(KEY_ILLEGAL_REQUEST, 0x24, 0, None)));
+                    }
+                    self.started.push(sa);
+                    Ok(good())
+                }
+                (0x03, Data::In(buf)) => {
+                    self.polls += 1;
+                    let s = if self.polls_left > 0 {
+                        self.polls_left -= 1;
+                        fixed(
+                            KEY_NOT_READY,
+                            0x04,
+                            0x1B,
+                            Some((65536 / (self.polls_left + 2)) as u16),
+                        )
+                    } else if self.fail {
+                        fixed(KEY_MEDIUM_ERROR, 0x31, 0x03, None)
+                    } else {
+                        fixed(KEY_NO_SENSE, 0, 0, None)
+                    };
+                    buf[..s.len()].copy_from_slice(&s);
+                    Ok(Completion {
+                        resid: (buf.len() - s.len()) as i32,
+                        ..good()
+                    })
+                }
+                (0x85, _) => Ok(invalid_opcode()),
+                (op, _) => panic!("unexpected opcode 0x{op:02x}"),
+            }
+        }
+    }
+
+    fn scsi_drive() -> ScsiDrive {
+        ScsiDrive {
+            support: Some([true, true]),
+            has_sanitize: true,
+            polls_left: 3,
+            fail: false,
+            started: Vec::new(),
+            polls: 0,
+        }
+    }
+
+    fn run_scsi(
+        d: &mut ScsiDrive,
+        control: &RunControl,
+    ) -> (Result<Option<PurgeMethod>, PurgeError>, Vec<String>) {
+        let mut notes = Vec::new();
+        let r = purge_scsi(d, &path(), control, Duration::ZERO, &mut notes);
+        (r, notes)
+    }
+
+    #[test]
+    fn a_scsi_drive_is_sanitized_and_followed_to_the_end() {
+        let mut d = scsi_drive();
+        let (r, notes) = run(&mut d);
+        assert_eq!(r.unwrap(), Some(PurgeMethod::ScsiSanitize), "{notes:?}");
+        assert_eq!(d.started, [SA_BLOCK_ERASE]);
+        assert_eq!(d.polls, 4, "three polls in progress, one done");
+        assert!(notes[0].contains("block erase"), "{notes:?}");
+
+        // Block erase not offered: cryptographic erase.
+        let mut d = ScsiDrive {
+            support: Some([false, true]),
+            ..scsi_drive()
+        };
+        let (r, notes) = run_scsi(&mut d, &RunControl::new());
+        assert_eq!(r.unwrap(), Some(PurgeMethod::ScsiSanitize));
+        assert_eq!(d.started, [SA_CRYPTO_ERASE]);
+        assert!(
+            notes[0].contains("(block erase): not supported"),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn a_scsi_drive_without_sanitize_is_left_to_the_next_method() {
+        // No REPORT SUPPORTED OPERATION CODES either: SANITIZE is tried, once.
+        let mut d = ScsiDrive {
+            support: None,
+            has_sanitize: false,
+            ..scsi_drive()
+        };
+        let (r, notes) = run_scsi(&mut d, &RunControl::new());
+        assert_eq!(r.unwrap(), None);
+        assert!(d.started.is_empty());
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(
+            notes[0].contains("invalid command operation code"),
+            "{notes:?}"
+        );
+        // Said to support neither: not sent at all.
+        let mut d = ScsiDrive {
+            support: Some([false, false]),
+            ..scsi_drive()
+        };
+        let (r, notes) = run_scsi(&mut d, &RunControl::new());
+        assert_eq!(r.unwrap(), None);
+        assert!(d.started.is_empty());
+        assert_eq!(notes.len(), 3, "{notes:?}");
+    }
+
+    #[test]
+    fn a_failed_or_stopped_sanitize_says_so() {
+        let mut d = ScsiDrive {
+            fail: true,
+            ..scsi_drive()
+        };
+        let e = run_scsi(&mut d, &RunControl::new()).0.unwrap_err();
+        assert!(matches!(e, PurgeError::ScsiSanitizeFailed { .. }), "{e}");
+        assert!(e.to_string().contains("sg_sanitize --early"), "{e}");
+
+        let control = RunControl::new();
+        control.stop();
+        let mut d = scsi_drive();
+        let e = run_scsi(&mut d, &control).0.unwrap_err();
+        assert!(matches!(e, PurgeError::Stopped { .. }), "{e}");
+        assert!(d.started.is_empty(), "a stopped purge starts nothing");
+    }
+
+    #[test]
+    fn a_file_is_not_a_scsi_device() {
+        let f = tempfile::tempfile().unwrap();
+        let mut dev = &f;
+        let (r, notes) = run(&mut dev);
+        assert_eq!(r.unwrap(), None);
+        assert!(notes[0].contains("SG_IO failed"), "{notes:?}");
+    }
+
+    #[test]
+    fn sense_data_reads_in_both_formats() {
+        let s = Sense::parse(&fixed(KEY_NOT_READY, 0x04, 0x1B, Some(0x8000))).unwrap();
+        assert!(s.sanitize_in_progress());
+        assert_eq!(s.progress, Some(0x8000));
+        let c = ata_aborted();
+        let s = Sense::parse(&c.sense).unwrap();
+        assert_eq!(
+            (s.key, s.asc, s.ascq, s.ata),
+            (KEY_ABORTED_COMMAND, 0, 0, Some((0x04, 0x51)))
+        );
+        assert!(describe(&c).contains("ATA status 0x51 error 0x04 (the drive aborted the command)"));
+        // Descriptor format with a progress descriptor.
+        let mut d = vec![
+            0x72,
+            KEY_NOT_READY,
+            0x04,
+            0x1B,
+            0,
+            0,
+            0,
+            8,
+            0x02,
+            0x06,
+            0,
+            0,
+            0x80,
+            0x40,
+            0x00,
+            0,
+        ];
+        let s = Sense::parse(&d).unwrap();
+        assert_eq!(s.progress, Some(0x4000));
+        // A descriptor length past the data is cut, not read past.
+        d[9] = 0xff;
+        assert!(Sense::parse(&d).is_some());
+        assert_eq!(Sense::parse(&[0x70, 0]), None);
+        assert_eq!(Sense::parse(&[0x00; 18]), None);
+        let timed_out = Completion {
+            host_status: 3,
+            ..good()
+        };
+        assert!(describe(&timed_out).contains("timed out"));
+    }
+
+    #[test]
+    fn identify_data_is_checked_before_it_is_believed() {
+        let d = ata_drive();
+        let mut b = d.identify();
+        let sec = parse_identify(&b).unwrap();
+        assert!(sec.supported && sec.enhanced && !sec.enabled && !sec.frozen);
+        assert_eq!(
+            (sec.erase_minutes, sec.enhanced_minutes),
+            (Some(60), Some(4))
+        );
+        b[100] ^= 1;
+        assert!(parse_identify(&b).unwrap_err().contains("checksum"));
+        assert!(parse_identify(&[0u8; 512]).unwrap_err().contains("zeros"));
+        let mut atapi = [0u8; 512];
+        atapi[1] = 0x85;
+        assert!(parse_identify(&atapi).unwrap_err().contains("ATAPI"));
+        assert_eq!(erase_minutes(0x00ff), Some(510));
+        assert_eq!(erase_minutes(0x8000), None);
+        assert_eq!(erase_minutes(0), None);
+        // The timeout: twice the estimate, at least 10 minutes, 72 hours with none.
+        let p = ata_plan(&AtaSecurity {
+            supported: true,
+            erase_minutes: Some(2),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(p.timeout_ms, 600_000);
+        let p = ata_plan(&AtaSecurity {
+            supported: true,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(p.timeout_ms, 72 * 3600 * 1000);
+    }
+
+    #[test]
+    fn the_pass_through_commands_are_laid_out_as_sat_has_them() {
+        let c = ata16(ATA_IDENTIFY, AtaProtocol::PioDataIn as u8);
+        assert_eq!(
+            c,
+            [0x85, 0x08, 0x0e, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0xEC, 0]
+        );
+        let c = ata16(ATA_SECURITY_ERASE_PREPARE, AtaProtocol::NonData as u8);
+        assert_eq!(c, [0x85, 0x06, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xF3, 0]);
+        assert_eq!(
+            sanitize_cdb(SA_BLOCK_ERASE),
+            [0x48, 0xa2, 0, 0, 0, 0, 0, 0, 0, 0]
+        );
+        let b = password_block(true);
+        assert_eq!(&b[..12], b"\x02\x00driveprobe");
+    }
+}
