@@ -1034,4 +1034,136 @@ mod tests {
             [5, 10, 15, 25, 50]
         );
     }
+
+    /// Stops the run after `after` rounds of the suite's phase `phase`, and keeps every
+    /// round of that phase it saw.
+    struct StopAfter {
+        phase: usize,
+        after: usize,
+        at: usize,
+        seen: Vec<Round>,
+        control: crate::engine::RunControl,
+    }
+
+    impl super::super::suite::Observer for StopAfter {
+        fn phase(&mut self, index: usize, _: usize, _: &str, _: u32) {
+            self.at = index;
+        }
+        fn round(&mut self, round: &Round, _: Option<&steady::Check>) {
+            if self.at == self.phase {
+                self.seen.push(round.clone());
+                if self.seen.len() == self.after {
+                    self.control.stop();
+                }
+            }
+        }
+    }
+
+    /// Runs `dirth` on a small file with 30 ms rounds, stopped after `after` rounds of its
+    /// grid; returns the document's DIRTH test and the rounds the grid ran.
+    fn stopped_dirth(after: usize) -> (serde_json::Value, Vec<Round>, serde_json::Value) {
+        use super::super::suite::{self, SuiteOptions};
+        let dir = if std::path::Path::new("/dev/shm").is_dir() {
+            tempfile::tempdir_in("/dev/shm").unwrap()
+        } else {
+            tempfile::tempdir().unwrap()
+        };
+        let path = dir.path().join("dirth");
+        std::fs::write(&path, vec![0u8; 8 << 20]).unwrap();
+        let permit = crate::safety::authorize_file_writes(&path, true).unwrap();
+        let target = crate::target::Target::open(&path, true, Some(&permit)).unwrap();
+        let mut scale = Scale::named("quick").unwrap();
+        scale.round = Duration::from_millis(30);
+        scale.ramp = Duration::ZERO;
+        let opts = SuiteOptions {
+            scale,
+            drive: None,
+            rated: None,
+            seed: Some(7),
+            stop: Default::default(),
+            hist_digits: None,
+        };
+        let control = crate::engine::RunControl::new();
+        let mut obs = StopAfter {
+            phase: 2,
+            after,
+            at: 0,
+            seen: Vec::new(),
+            control: control.clone(),
+        };
+        let s = suite::find("dirth").unwrap();
+        assert!(matches!(s.steps[2], Step::Pts(PtsStep::Dirth)));
+        let (doc, err) = suite::run_suite(&s, &target, &opts, &control, &mut obs);
+        assert!(err.is_none(), "{err:?}");
+        let doc = serde_json::to_value(&doc).unwrap();
+        assert_eq!(doc["complete"], false, "a stopped run is not complete");
+        let dirth = doc["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["test"] == "dirth")
+            .unwrap_or_else(|| panic!("no dirth phase: {}", doc["incomplete_reason"]))
+            .clone();
+        (dirth, obs.seen, doc)
+    }
+
+    #[test]
+    fn a_dirth_stopped_in_its_second_run_keeps_the_first_whole() {
+        let grid = DIRTH_THREADS_QUICK.len() * DIRTH_DEPTHS_QUICK.len();
+        let (d, seen, _) = stopped_dirth(grid + 3);
+        assert_eq!(
+            seen.len(),
+            grid + 3,
+            "the stop came after the round that asked it"
+        );
+        assert_eq!(d["grid_rounds"], 1);
+        let tracked = d["tracked_point"].as_u64().unwrap() as usize;
+        // The tracked point is the first run's highest, and its one figure is that run's.
+        let first = &seen[..grid];
+        let best = (0..grid)
+            .max_by(|&a, &b| first[a].iops.total_cmp(&first[b].iops))
+            .unwrap();
+        assert_eq!(tracked, best);
+        assert_eq!(d["tracked_iops"].as_array().unwrap().len(), 1);
+        // Every point is the first run's round: the cut-short second run is not in it.
+        let points = d["points"].as_array().unwrap();
+        assert_eq!(points.len(), grid);
+        for (k, p) in points.iter().enumerate() {
+            let iops = p["round"]["iops"].as_f64().unwrap();
+            assert!(
+                (iops - first[k].iops).abs() <= 1e-9 * first[k].iops.max(1.0),
+                "point {k}: {iops} against the first run's {}",
+                first[k].iops
+            );
+        }
+        // One run is not a window of five: not steady.
+        assert_eq!(d["steady"]["attained"], false, "{}", d["steady"]);
+    }
+
+    #[test]
+    fn a_dirth_stopped_in_its_first_run_keeps_the_points_it_measured() {
+        let (d, seen, doc) = stopped_dirth(4);
+        assert_eq!(seen.len(), 4);
+        assert_eq!(d["grid_rounds"], 0);
+        assert!(d["tracked_point"].is_null(), "{}", d["tracked_point"]);
+        assert_eq!(d["tracked_iops"].as_array().map_or(0, |a| a.len()), 0);
+        assert!(d["steady"].is_null(), "{}", d["steady"]);
+        let points = d["points"].as_array().unwrap();
+        let want: Vec<(u64, u64)> = DIRTH_DEPTHS_QUICK[..4]
+            .iter()
+            .map(|&q| (1, q as u64))
+            .collect();
+        let got: Vec<(u64, u64)> = points
+            .iter()
+            .map(|p| (p["workers"].as_u64().unwrap(), p["depth"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(got, want);
+        for (p, r) in points.iter().zip(&seen) {
+            assert_eq!(p["round"]["iops"].as_f64().unwrap(), r.iops);
+        }
+        // No histogram is measured after a stop.
+        assert_eq!(d["histograms"].as_array().map_or(0, |a| a.len()), 0);
+        let why = &doc["incomplete_reason"];
+        assert!(why.as_str().is_some_and(|r| !r.is_empty()), "{why}");
+    }
 }
