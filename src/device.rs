@@ -196,6 +196,55 @@ impl Default for SystemPaths {
     }
 }
 
+/// The SCSI host drivers of RAID controllers (`/sys/class/scsi_host/*/proc_name`): a disk
+/// they show is a logical drive, whose physical drives only the controller (and smartctl's
+/// `-d megaraid,N` and the like) reaches.
+pub const RAID_HOST_DRIVERS: &[&str] = &[
+    "megaraid_sas",
+    "megaraid",
+    "hpsa",
+    "cciss",
+    "smartpqi",
+    "aacraid",
+    "arcmsr",
+    "3w-9xxx",
+    "3w-sas",
+    "3w-xxxx",
+    "hptiop",
+    "sssraid",
+];
+
+/// Where a SCSI disk is attached, from sysfs: the driver of its SCSI host and whether it
+/// sits behind a USB bridge.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScsiAttachment {
+    /// `proc_name` of the disk's SCSI host (`ahci`, `mpt3sas`, `megaraid_sas`...).
+    pub host_driver: Option<String>,
+    pub usb: bool,
+}
+
+/// [`ScsiAttachment`] of the block device `name` (a whole disk).
+pub fn scsi_attachment(paths: &SystemPaths, name: &str) -> ScsiAttachment {
+    let Ok(real) = fs::canonicalize(paths.class_block(name)) else {
+        return ScsiAttachment::default();
+    };
+    let real = real.to_string_lossy().into_owned();
+    let host = real.split('/').find(|c| {
+        c.strip_prefix("host")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    });
+    let host_driver = host.and_then(|h| {
+        let s =
+            fs::read_to_string(paths.sys.join("class/scsi_host").join(h).join("proc_name")).ok()?;
+        let s = s.trim();
+        (!s.is_empty()).then(|| s.to_string())
+    });
+    ScsiAttachment {
+        host_driver,
+        usb: real.contains("/usb"),
+    }
+}
+
 impl SystemPaths {
     fn class_block(&self, name: &str) -> PathBuf {
         self.sys.join("class/block").join(name)

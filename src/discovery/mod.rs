@@ -592,23 +592,6 @@ pub fn limit_keeping(scan: &mut Scan, max: usize, watched: impl Fn(&Found) -> bo
     }
 }
 
-/// The SCSI host drivers of RAID controllers whose drives only smartctl reaches
-/// (`/sys/class/scsi_host/*/proc_name`).
-const RAID_DRIVERS: &[&str] = &[
-    "megaraid_sas",
-    "megaraid",
-    "hpsa",
-    "cciss",
-    "smartpqi",
-    "aacraid",
-    "arcmsr",
-    "3w-9xxx",
-    "3w-sas",
-    "3w-xxxx",
-    "hptiop",
-    "sssraid",
-];
-
 /// The RAID controller drivers present, from sysfs: `smartctl --scan-open` (which opens
 /// every device) runs only when there is one.
 pub fn raid_controllers(paths: &SystemPaths) -> Vec<String> {
@@ -617,7 +600,7 @@ pub fn raid_controllers(paths: &SystemPaths) -> Vec<String> {
         .map(|it| {
             it.flatten()
                 .filter_map(|e| read_trim(&dir.join(e.file_name()).join("proc_name")))
-                .filter(|n| RAID_DRIVERS.contains(&n.as_str()))
+                .filter(|n| crate::device::RAID_HOST_DRIVERS.contains(&n.as_str()))
                 .collect()
         })
         .unwrap_or_default();

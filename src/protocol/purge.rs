@@ -333,14 +333,7 @@ pub fn purge_with(
                     size: target.size(),
                 });
             }
-            let family = if device.name.starts_with("nvme") {
-                Family::Nvme
-            } else if device.name.starts_with("sd") {
-                Family::Scsi
-            } else {
-                Family::Other
-            };
-            purge_block(target, family, device.is_partition, control, &mut notes)?
+            purge_block(target, device, control, &mut notes)?
         }
     };
     Ok(PurgeOutcome {
@@ -412,16 +405,45 @@ enum Family {
     Other,
 }
 
+/// Why ATA SECURITY ERASE and SCSI SANITIZE must not be sent to the SCSI disk `device`,
+/// if they must not: a RAID controller's logical drive (an erase would reach physical
+/// drives that other logical drives may share, as the controller's firmware decides), or
+/// a disk behind a USB bridge (which may reset during an erase of hours, leaving the drive
+/// locked or half erased, and may pass the command to one drive of a mirror).
+fn scsi_refusal(device: &crate::device::BlockDeviceInfo) -> Option<String> {
+    use crate::device::{scsi_attachment, SystemPaths, RAID_HOST_DRIVERS};
+    let at = scsi_attachment(&SystemPaths::default(), &device.name);
+    let logical_volume = device
+        .identity
+        .model
+        .as_deref()
+        .is_some_and(|m| m.to_ascii_lowercase().contains("logical volume"));
+    match at.host_driver.as_deref() {
+        _ if at.usb => Some("the disk is behind a USB bridge".into()),
+        Some(d) if RAID_HOST_DRIVERS.contains(&d) => Some(format!(
+            "the disk is a logical drive of a RAID controller (driver {d})"
+        )),
+        _ if logical_volume => Some("the disk is a RAID logical volume (its model says so)".into()),
+        _ => None,
+    }
+}
+
 fn purge_block(
     target: &Target,
-    family: Family,
-    is_partition: bool,
+    device: &crate::device::BlockDeviceInfo,
     control: &RunControl,
     notes: &mut Vec<String>,
 ) -> Result<PurgeMethod, PurgeError> {
     let file: &File = target.file();
     let size = target.size();
-    let drive_erase = match (family, is_partition) {
+    let family = if device.name.starts_with("nvme") {
+        Family::Nvme
+    } else if device.name.starts_with("sd") {
+        Family::Scsi
+    } else {
+        Family::Other
+    };
+    let drive_erase = match (family, device.is_partition) {
         (Family::Nvme, true) => {
             notes.push(
                 "a partition of an NVMe namespace: NVMe Format and Sanitize would erase the \
@@ -439,16 +461,29 @@ fn purge_block(
             );
             None
         }
-        (Family::Scsi, false) => {
-            let mut dev = file;
-            scsi::purge_sd(
-                &mut dev,
-                target.path(),
-                control,
-                Duration::from_secs(1),
-                notes,
-            )?
-        }
+        (Family::Scsi, false) => match scsi_refusal(device) {
+            Some(why) => {
+                notes.push(format!(
+                    "ATA SECURITY ERASE and SCSI SANITIZE: {why}: not used"
+                ));
+                None
+            }
+            None => {
+                let expected = scsi::Expected {
+                    serial: device.identity.serial.as_deref(),
+                    bytes: size,
+                };
+                let mut dev = file;
+                scsi::purge_sd(
+                    &mut dev,
+                    &expected,
+                    target.path(),
+                    control,
+                    Duration::from_secs(1),
+                    notes,
+                )?
+            }
+        },
         (Family::Other, _) => None,
     };
     if let Some(m) = drive_erase {

@@ -139,15 +139,6 @@ pub fn command(file: &File, cdb: &[u8], data: Data<'_>, timeout_ms: u32) -> io::
     })
 }
 
-/// The error means "this device cannot take SCSI commands" (not a SCSI device, or no
-/// privilege), as opposed to a device that refused one.
-pub fn is_unsupported(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::ENOTTY | libc::EINVAL | libc::EOPNOTSUPP | libc::EACCES | libc::EPERM)
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,7 +154,7 @@ mod tests {
         let f = tempfile::tempfile().unwrap();
         // TEST UNIT READY.
         let e = command(&f, &[0u8; 6], Data::None, 1000).unwrap_err();
-        assert!(is_unsupported(&e), "{e}");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTTY), "{e}");
     }
 
     #[test]

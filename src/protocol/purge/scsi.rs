@@ -1,37 +1,42 @@
 //! Purge of a SCSI disk (`sd`): ATA SECURITY ERASE UNIT for an ATA drive (behind libata,
 //! a SAS HBA or a SAT bridge, reached through ATA PASS-THROUGH (16)), SCSI SANITIZE for a
 //! SCSI or SAS drive. Both erase the whole logical unit, so they are used only on a whole
-//! disk the safety gate gave a write permit for.
+//! disk the safety gate gave a write permit for, and never on a RAID controller's logical
+//! drive or a disk behind a USB bridge (the caller checks: see `purge::scsi_refusal`).
 //!
 //! The commands go through [`ScsiDevice`], which the real device implements with SG_IO
-//! and the tests with an emulated drive that keeps the standards' state machines.
+//! and the tests with emulated drives that keep the standards' state machines.
 //!
 //! # ATA SECURITY ERASE
 //!
 //! The ATA Security feature set erases only a drive with a user password set, so the
-//! sequence is the one `hdparm --security-erase` runs: IDENTIFY DEVICE (is the feature set
-//! supported, and is the drive not frozen, locked, or already protected by a password we
-//! do not know), SECURITY SET PASSWORD (user, level High, [`ERASE_PASSWORD`]), SECURITY
-//! ERASE PREPARE, SECURITY ERASE UNIT (enhanced when the drive supports it: it also erases
-//! the blocks the host cannot address). A successful erase clears the password; IDENTIFY
-//! confirms it. If any step fails after the password was set, SECURITY DISABLE PASSWORD
-//! removes it; if even that fails, purge stops with an error saying how to remove it by
-//! hand, because a drive left with a password locks at its next power cycle.
+//! sequence is the one `hdparm --security-erase` runs: IDENTIFY DEVICE (the feature set is
+//! supported; the drive is not frozen, locked, or already protected by a password we do
+//! not know; its serial and capacity are those of the disk the gate approved), SECURITY
+//! SET PASSWORD (user, level High, [`ERASE_PASSWORD`]) and IDENTIFY again (security now
+//! enabled: the command reached the drive), SECURITY ERASE PREPARE and SECURITY ERASE UNIT
+//! back to back (enhanced when the drive has it: it also erases the blocks the host cannot
+//! address; the pair is sent twice at most, since another command between them makes the
+//! drive refuse the erase), then IDENTIFY (a completed erase leaves security disabled).
+//! If any step fails after the password was set, SECURITY DISABLE PASSWORD removes it; if
+//! even that fails, purge stops with an error saying how to remove it by hand, because a
+//! drive left with a password locks at its next power-up.
 //!
 //! # SCSI SANITIZE
 //!
 //! SANITIZE with BLOCK ERASE, else CRYPTOGRAPHIC ERASE (REPORT SUPPORTED OPERATION CODES
 //! says which the drive has, when it answers it), with IMMED set, then REQUEST SENSE once
-//! a second until the drive no longer reports "sanitize in progress" (its progress comes
-//! in the sense data). OVERWRITE is not used: purge's own overwrite does the same and can
-//! be stopped. AUSE is set, so a failed sanitize can be exited (`sg_sanitize --early`).
+//! a second while the drive reports "sanitize in progress" (with its progress); when it no
+//! longer does, TEST UNIT READY confirms the drive is ready. OVERWRITE is not used: purge's
+//! own overwrite does the same and can be stopped. AUSE is set, so a failed sanitize can
+//! be exited (`sg_sanitize --early`).
 
 use std::fs::File;
 use std::io;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{PurgeError, PurgeMethod, SANITIZE_MAX_WAIT};
+use super::{PurgeError, PurgeMethod, FORMAT_FLOOR_BYTES_PER_S, SANITIZE_MAX_WAIT};
 use crate::engine::RunControl;
 use crate::sys::sg::{self, Completion, Data};
 
@@ -53,6 +58,8 @@ impl ScsiDevice for &File {
 
 /// Timeout of the commands that only ask or set state.
 const SHORT_TIMEOUT_MS: u32 = 30_000;
+/// SCSI status BUSY.
+const STATUS_BUSY: u8 = 0x08;
 
 // ------------------------------------------------------------------ sense data
 
@@ -73,9 +80,12 @@ pub struct Sense {
     pub ascq: u8,
     /// Progress of the operation in progress, of 65536 (the sense-key specific field).
     pub progress: Option<u16>,
-    /// The ATA Error and Status registers (ATA Status Return descriptor, or the fixed
-    /// format's information field with ASC/ASCQ 00h/1Dh).
+    /// The ATA Error and Status registers of an ATA Status Return descriptor.
     pub ata: Option<(u8, u8)>,
+    /// The fixed format's information field (bytes 3-6) when marked valid: for an ATA
+    /// pass-through command, libata puts the Error and Status registers in its first two
+    /// bytes.
+    pub info: Option<[u8; 4]>,
 }
 
 impl Sense {
@@ -98,8 +108,8 @@ impl Sense {
                 if s.len() >= 18 && s[15] & 0x80 != 0 {
                     sense.progress = Some(u16::from_be_bytes([s[16], s[17]]));
                 }
-                if sense.asc == 0x00 && sense.ascq == 0x1D && s.len() >= 7 {
-                    sense.ata = Some((s[3], s[4]));
+                if s[0] & 0x80 != 0 && s.len() >= 7 {
+                    sense.info = Some([s[3], s[4], s[5], s[6]]);
                 }
                 Some(sense)
             }
@@ -132,14 +142,25 @@ impl Sense {
         }
     }
 
-    /// "SANITIZE IN PROGRESS" (NOT READY, 04h/1Bh).
+    /// The ATA Error and Status registers, for the sense of an ATA pass-through command.
+    fn ata_registers(&self) -> Option<(u8, u8)> {
+        self.ata.or(self.info.map(|i| (i[0], i[1])))
+    }
+
+    /// "SANITIZE IN PROGRESS" (04h/1Bh, reported with NOT READY, or NO SENSE to REQUEST
+    /// SENSE).
     fn sanitize_in_progress(&self) -> bool {
-        self.key == KEY_NOT_READY && self.asc == 0x04 && self.ascq == 0x1B
+        self.asc == 0x04 && self.ascq == 0x1B
     }
 
     /// "SANITIZE COMMAND FAILED" (31h/03h).
     fn sanitize_failed(&self) -> bool {
         self.asc == 0x31 && self.ascq == 0x03
+    }
+
+    /// The device does not have the command, or not with these fields.
+    fn illegal_request(&self) -> bool {
+        self.key == KEY_ILLEGAL_REQUEST
     }
 
     /// "INVALID COMMAND OPERATION CODE" (20h/00h).
@@ -175,12 +196,13 @@ fn asc_name(asc: u8, ascq: u8) -> Option<&'static str> {
         (0x31, 0x03) => "sanitize command failed",
         (0x3A, _) => "medium not present",
         (0x29, _) => "power on, reset, or bus device reset occurred",
+        (0x2A, _) => "parameters changed",
         _ => return None,
     })
 }
 
-/// One line for a command that did not end GOOD.
-pub fn describe(c: &Completion) -> String {
+/// One line for a command that did not end GOOD; `ata`: it was an ATA pass-through.
+fn describe_as(c: &Completion, ata: bool) -> String {
     let mut s = if c.host_status != 0 {
         format!(
             "the host adapter reported 0x{:02x}{}",
@@ -205,7 +227,12 @@ pub fn describe(c: &Completion) -> String {
         if let Some(n) = asc_name(sense.asc, sense.ascq) {
             s.push_str(&format!(" ({n})"));
         }
-        if let Some((error, status)) = sense.ata {
+        let regs = if ata {
+            sense.ata_registers()
+        } else {
+            sense.ata
+        };
+        if let Some((error, status)) = regs {
             s.push_str(&format!(", ATA status 0x{status:02x} error 0x{error:02x}"));
             if status & 0x01 != 0 && error & 0x04 != 0 {
                 s.push_str(" (the drive aborted the command)");
@@ -215,12 +242,52 @@ pub fn describe(c: &Completion) -> String {
     s
 }
 
+/// One line for a SCSI command that did not end GOOD.
+pub fn describe(c: &Completion) -> String {
+    describe_as(c, false)
+}
+
 /// The command ended GOOD, or else the one-line reason.
-fn check(c: io::Result<Completion>) -> Result<Completion, String> {
+fn check(c: io::Result<Completion>, ata: bool) -> Result<Completion, String> {
     match c {
         Ok(c) if c.is_good() => Ok(c),
-        Ok(c) => Err(describe(&c)),
+        Ok(c) => Err(describe_as(&c, ata)),
         Err(e) => Err(format!("SG_IO failed: {e}")),
+    }
+}
+
+/// A refusal worth asking again: a unit attention (a reset, a changed parameter), a busy
+/// device, or one becoming ready.
+fn transient(c: &Completion) -> bool {
+    if c.status == STATUS_BUSY {
+        return true;
+    }
+    Sense::parse(&c.sense).is_some_and(|s| {
+        s.key == KEY_UNIT_ATTENTION
+            || (s.key == KEY_NOT_READY && s.asc == 0x04 && matches!(s.ascq, 0x01 | 0x11))
+    })
+}
+
+/// Sends a command, again (up to 3 times in all) while the device answers with a
+/// [`transient`] refusal.
+fn command_retrying(
+    dev: &mut dyn ScsiDevice,
+    cdb: &[u8],
+    mut data: Data<'_>,
+    timeout_ms: u32,
+) -> io::Result<Completion> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let again = match &mut data {
+            Data::None => Data::None,
+            Data::In(b) => Data::In(b),
+            Data::Out(b) => Data::Out(b),
+        };
+        let c = dev.command(cdb, again, timeout_ms)?;
+        if c.is_good() || !transient(&c) || tries >= 3 {
+            return Ok(c);
+        }
     }
 }
 
@@ -260,9 +327,15 @@ pub fn ata16(command: u8, protocol: u8) -> [u8; 16] {
     c
 }
 
-/// What IDENTIFY DEVICE says about the Security feature set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct AtaSecurity {
+/// What IDENTIFY DEVICE says about the drive and its Security feature set.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AtaIdentify {
+    /// Words 10-19, trimmed.
+    pub serial: Option<String>,
+    /// User-addressable bytes: the sector count (words 100-103 with 48-bit addressing,
+    /// else 60-61) times the logical sector size (words 117-118 when word 106 says so,
+    /// else 512).
+    pub capacity: Option<u64>,
     /// Word 82 bit 1 (and word 128 bit 0).
     pub supported: bool,
     /// Word 128: bit 1 a user password is set, 2 locked, 3 frozen, 4 the unlock attempt
@@ -278,19 +351,31 @@ pub struct AtaSecurity {
 }
 
 /// An erase-time word (ACS-3 7.12.7.41): bit 15 set, bits 14:0 are units of 2 minutes;
-/// clear, bits 7:0 are (255: more than 508 minutes, taken as 508). 0: no estimate.
+/// clear, bits 7:0 are. 0: no estimate; the largest value of each format means "more than"
+/// it, with no bound: no estimate either.
 fn erase_minutes(w: u16) -> Option<u32> {
     let units = if w & 0x8000 != 0 {
-        u32::from(w & 0x7fff)
+        Some(u32::from(w & 0x7fff)).filter(|&u| u != 0x7fff)
     } else {
-        u32::from(w & 0xff)
+        Some(u32::from(w & 0xff)).filter(|&u| u != 0xff)
     };
-    (units != 0).then_some(units * 2)
+    units.filter(|&u| u != 0).map(|u| u * 2)
+}
+
+/// An ATA string (words of two characters, the first in the high byte), trimmed.
+fn ata_string(b: &[u8]) -> Option<String> {
+    let s: String = b
+        .chunks_exact(2)
+        .flat_map(|w| [w[1], w[0]])
+        .map(char::from)
+        .collect();
+    let s = s.trim_matches(|c: char| c == ' ' || c == '\0').to_string();
+    (!s.is_empty() && s.chars().all(|c| c.is_ascii_graphic() || c == ' ')).then_some(s)
 }
 
 /// Parses the 512 bytes of IDENTIFY DEVICE. Err: not the data of an ATA (not ATAPI)
 /// device, or its checksum (word 255) is wrong.
-pub fn parse_identify(b: &[u8]) -> Result<AtaSecurity, String> {
+pub fn parse_identify(b: &[u8]) -> Result<AtaIdentify, String> {
     if b.len() < 512 {
         return Err(format!("IDENTIFY DEVICE returned {} bytes of 512", b.len()));
     }
@@ -309,11 +394,30 @@ pub fn parse_identify(b: &[u8]) -> Result<AtaSecurity, String> {
             ));
         }
     }
+    let valid = |v: u16| v != 0 && v != 0xffff;
     let w82 = w(82);
+    let w83 = w(83);
+    let w106 = w(106);
     let w128 = w(128);
-    let valid82 = w82 != 0 && w82 != 0xffff;
-    Ok(AtaSecurity {
-        supported: valid82 && w82 & 0x0002 != 0 && w128 & 0x0001 != 0,
+    let sectors = if valid(w83) && w83 & 0x0400 != 0 {
+        u64::from(w(100))
+            | u64::from(w(101)) << 16
+            | u64::from(w(102)) << 32
+            | u64::from(w(103)) << 48
+    } else {
+        u64::from(w(60)) | u64::from(w(61)) << 16
+    };
+    // Word 106: bits 15:14 = 01 say the word is valid; bit 12, the logical sector is
+    // longer than 256 words and words 117-118 give it, in words.
+    let sector = if w106 & 0xc000 == 0x4000 && w106 & 0x1000 != 0 {
+        (u64::from(w(117)) | u64::from(w(118)) << 16) * 2
+    } else {
+        512
+    };
+    Ok(AtaIdentify {
+        serial: ata_string(&b[20..40]),
+        capacity: (sectors > 0 && sector >= 512).then(|| sectors * sector),
+        supported: valid(w82) && w82 & 0x0002 != 0 && w128 & 0x0001 != 0,
         enabled: w128 & 0x0002 != 0,
         locked: w128 & 0x0004 != 0,
         frozen: w128 & 0x0008 != 0,
@@ -332,47 +436,81 @@ pub struct AtaErase {
     pub timeout_ms: u32,
 }
 
-/// Least and most time a SECURITY ERASE UNIT is given; with no estimate, the most.
+/// Least and most time a SECURITY ERASE UNIT is given.
 const ATA_ERASE_MIN: Duration = Duration::from_secs(10 * 60);
-const ATA_ERASE_MAX: Duration = Duration::from_secs(72 * 3600);
+const ATA_ERASE_MAX: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// What the disk the safety gate approved is: the ATA drive answering must be it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expected<'a> {
+    pub serial: Option<&'a str>,
+    pub bytes: u64,
+}
 
 /// Whether and how to erase, or why not.
-pub fn ata_plan(sec: &AtaSecurity) -> Result<AtaErase, String> {
-    if !sec.supported {
+pub fn ata_plan(id: &AtaIdentify, expected: &Expected<'_>) -> Result<AtaErase, String> {
+    if !id.supported {
         return Err(
             "the drive does not support the Security feature set (IDENTIFY word 82 bit 1 clear)"
                 .into(),
         );
     }
-    if sec.locked {
+    if id.locked {
         return Err("the drive is locked by a password this host does not know".into());
     }
-    if sec.enabled {
+    if id.enabled {
         return Err(
             "a user password is already set on the drive: driveprobe erases only a drive whose \
              security it set itself"
                 .into(),
         );
     }
-    if sec.frozen {
+    if id.frozen {
         return Err(
             "the drive's security is frozen (usually by the firmware at boot): suspending and \
              resuming the host, or unplugging and plugging the drive, unfreezes it"
                 .into(),
         );
     }
-    if sec.count_expired {
+    if id.count_expired {
         return Err("the drive's password attempt count has expired: power-cycle it".into());
     }
-    let (enhanced, est) = if sec.enhanced {
-        (true, sec.enhanced_minutes)
+    // The drive answering the pass-through must be the disk the gate approved, not a
+    // member of an enclosure's mirror or a drive the bridge picked.
+    match (expected.serial, id.serial.as_deref()) {
+        (Some(want), Some(got)) if want.trim() == got => {}
+        (None, _) => {
+            return Err(
+                "the disk's serial is not known, so the ATA drive answering cannot be tied to it"
+                    .into(),
+            )
+        }
+        (Some(want), got) => {
+            let got = got.map_or("none".to_string(), |g| format!("{g:?}"));
+            return Err(format!(
+                "the ATA drive answering has serial {got}, the disk the safety gate approved \
+                 {want:?}"
+            ));
+        }
+    }
+    if id.capacity != Some(expected.bytes) {
+        return Err(format!(
+            "the ATA drive answering has {:?} bytes, the disk {} bytes",
+            id.capacity, expected.bytes
+        ));
+    }
+    let (enhanced, est) = if id.enhanced {
+        (true, id.enhanced_minutes)
     } else {
-        (false, sec.erase_minutes)
+        (false, id.erase_minutes)
     };
+    // Twice the drive's estimate; without one, as long as writing the whole disk at the
+    // slowest speed purge allows for takes.
     let timeout = match est {
-        Some(m) => (Duration::from_secs(u64::from(m) * 60 * 2)).clamp(ATA_ERASE_MIN, ATA_ERASE_MAX),
-        None => ATA_ERASE_MAX,
-    };
+        Some(m) => Duration::from_secs(u64::from(m) * 60 * 2),
+        None => Duration::from_secs(expected.bytes / FORMAT_FLOOR_BYTES_PER_S),
+    }
+    .clamp(ATA_ERASE_MIN, ATA_ERASE_MAX);
     Ok(AtaErase {
         enhanced,
         estimate_minutes: est,
@@ -392,23 +530,44 @@ pub fn password_block(enhanced: bool) -> [u8; 512] {
     b
 }
 
-fn ata_identify(dev: &mut dyn ScsiDevice) -> Result<AtaSecurity, String> {
+/// Why IDENTIFY DEVICE through the pass-through gave no ATA data.
+#[derive(Debug)]
+enum IdentifyError {
+    /// The device refused the pass-through (ILLEGAL REQUEST) or answered it with no ATA
+    /// data: not an ATA drive.
+    NotAta(String),
+    /// Any other failure: the device could not be asked.
+    Failed(String),
+}
+
+fn ata_identify(dev: &mut dyn ScsiDevice) -> Result<AtaIdentify, IdentifyError> {
     let mut buf = [0u8; 512];
-    let c = dev.command(
-        &ata16(ATA_IDENTIFY, AtaProtocol::PioDataIn as u8),
-        Data::In(&mut buf),
-        SHORT_TIMEOUT_MS,
-    );
-    check(c)?;
-    parse_identify(&buf)
+    let cdb = ata16(ATA_IDENTIFY, AtaProtocol::PioDataIn as u8);
+    match command_retrying(dev, &cdb, Data::In(&mut buf), SHORT_TIMEOUT_MS) {
+        Ok(c) if c.is_good() => parse_identify(&buf).map_err(IdentifyError::NotAta),
+        Ok(c) if Sense::parse(&c.sense).is_some_and(|s| s.illegal_request()) => {
+            Err(IdentifyError::NotAta(describe_as(&c, true)))
+        }
+        Ok(c) => Err(IdentifyError::Failed(describe_as(&c, true))),
+        Err(e) => Err(IdentifyError::Failed(format!("SG_IO failed: {e}"))),
+    }
+}
+
+fn identify_text(r: Result<AtaIdentify, IdentifyError>) -> Result<AtaIdentify, String> {
+    r.map_err(|e| match e {
+        IdentifyError::NotAta(s) | IdentifyError::Failed(s) => s,
+    })
 }
 
 fn ata_out(dev: &mut dyn ScsiDevice, cmd: u8, block: &[u8], timeout_ms: u32) -> Result<(), String> {
-    check(dev.command(
-        &ata16(cmd, AtaProtocol::PioDataOut as u8),
-        Data::Out(block),
-        timeout_ms,
-    ))
+    check(
+        dev.command(
+            &ata16(cmd, AtaProtocol::PioDataOut as u8),
+            Data::Out(block),
+            timeout_ms,
+        ),
+        true,
+    )
     .map(|_| ())
 }
 
@@ -420,10 +579,7 @@ fn remove_password(dev: &mut dyn ScsiDevice, path: &Path, after: &str) -> Result
         &password_block(false),
         SHORT_TIMEOUT_MS,
     );
-    let left = match ata_identify(dev) {
-        Ok(sec) => sec.enabled,
-        Err(_) => true,
-    };
+    let left = identify_text(ata_identify(dev)).map_or(true, |id| id.enabled);
     if left {
         let why = disable
             .err()
@@ -436,16 +592,40 @@ fn remove_password(dev: &mut dyn ScsiDevice, path: &Path, after: &str) -> Result
     Ok(())
 }
 
+/// SECURITY ERASE PREPARE and SECURITY ERASE UNIT, back to back.
+fn erase_pair(dev: &mut dyn ScsiDevice, plan: &AtaErase) -> Result<(), String> {
+    check(
+        dev.command(
+            &ata16(ATA_SECURITY_ERASE_PREPARE, AtaProtocol::NonData as u8),
+            Data::None,
+            SHORT_TIMEOUT_MS,
+        ),
+        true,
+    )
+    .map_err(|e| format!("ATA SECURITY ERASE PREPARE: {e}"))?;
+    ata_out(
+        dev,
+        ATA_SECURITY_ERASE_UNIT,
+        &password_block(plan.enhanced),
+        plan.timeout_ms,
+    )
+    .map_err(|e| {
+        let kind = if plan.enhanced { "enhanced" } else { "normal" };
+        format!("ATA SECURITY ERASE UNIT ({kind}): {e}")
+    })
+}
+
 /// Runs the ATA Security erase on an ATA drive. Ok(None): it does not apply or failed
 /// without harm (see the notes); Err: it could not clean up after itself.
 pub fn purge_ata(
     dev: &mut dyn ScsiDevice,
-    sec: &AtaSecurity,
+    id: &AtaIdentify,
+    expected: &Expected<'_>,
     path: &Path,
     control: &RunControl,
     notes: &mut Vec<String>,
 ) -> Result<Option<PurgeMethod>, PurgeError> {
-    let plan = match ata_plan(sec) {
+    let plan = match ata_plan(id, expected) {
         Ok(p) => p,
         Err(why) => {
             notes.push(format!("ATA SECURITY ERASE: {why}: not used"));
@@ -459,35 +639,49 @@ pub fn purge_ata(
             bytes: 0,
         });
     }
-    if let Err(e) = ata_out(
+    tracing::warn!(
+        target = %path.display(),
+        password = ERASE_PASSWORD,
+        "setting an ATA user password for a security erase; should this process die before \
+         it ends, remove it with `hdparm --user-master u --security-disable {ERASE_PASSWORD} {}`",
+        path.display()
+    );
+    let set = ata_out(
         dev,
         ATA_SECURITY_SET_PASSWORD,
         &password_block(false),
         SHORT_TIMEOUT_MS,
-    ) {
-        notes.push(format!("ATA SECURITY SET PASSWORD: {e}"));
-        // A drive that failed the command should have set nothing; make sure.
-        if ata_identify(dev).map(|s| s.enabled).unwrap_or(true) {
-            remove_password(dev, path, "a failed SECURITY SET PASSWORD")?;
+    );
+    // The password must now be set: a bridge that answers GOOD without passing the
+    // command on would otherwise have purge report an erase that never ran.
+    match (set, identify_text(ata_identify(dev))) {
+        (Ok(()), Ok(now)) if now.enabled && !now.locked => {}
+        (Ok(()), Ok(_)) => {
+            notes.push(
+                "ATA SECURITY SET PASSWORD: the device reported success but IDENTIFY shows no \
+                 password set (the command did not reach the drive): erase not used"
+                    .into(),
+            );
+            return Ok(None);
         }
-        return Ok(None);
+        (set, now) => {
+            let why = set
+                .err()
+                .or(now.as_ref().err().cloned())
+                .unwrap_or_default();
+            notes.push(format!("ATA SECURITY SET PASSWORD: {why}"));
+            if now.map_or(true, |n| n.enabled) {
+                remove_password(dev, path, "a failed SECURITY SET PASSWORD")?;
+            }
+            return Ok(None);
+        }
     }
     let t0 = Instant::now();
-    let kind = if plan.enhanced { "enhanced" } else { "normal" };
-    let erased = check(dev.command(
-        &ata16(ATA_SECURITY_ERASE_PREPARE, AtaProtocol::NonData as u8),
-        Data::None,
-        SHORT_TIMEOUT_MS,
-    ))
-    .map_err(|e| format!("ATA SECURITY ERASE PREPARE: {e}"))
-    .and_then(|_| {
-        ata_out(
-            dev,
-            ATA_SECURITY_ERASE_UNIT,
-            &password_block(plan.enhanced),
-            plan.timeout_ms,
-        )
-        .map_err(|e| format!("ATA SECURITY ERASE UNIT ({kind}): {e}"))
+    // Another command between PREPARE and UNIT (smartd, a power-mode check) makes the
+    // drive refuse the erase: once more.
+    let erased = erase_pair(dev, &plan).or_else(|first| {
+        notes.push(format!("{first} (sent again)"));
+        erase_pair(dev, &plan)
     });
     if let Err(e) = erased {
         notes.push(e.clone());
@@ -498,10 +692,19 @@ pub fn purge_ata(
         );
         return Ok(None);
     }
-    // A completed erase leaves the Security feature set disabled; check it.
-    match ata_identify(dev) {
-        Ok(s) if !s.enabled => {}
-        Ok(_) => remove_password(dev, path, "an erase that left the password set")?,
+    // A completed erase leaves the Security feature set disabled: a password still set
+    // means it did not run.
+    match identify_text(ata_identify(dev)) {
+        Ok(after) if !after.enabled => {}
+        Ok(_) => {
+            remove_password(dev, path, "an erase that left the password set")?;
+            notes.push(
+                "ATA SECURITY ERASE UNIT: the device reported success but the password is still \
+                 set, so the erase did not run; the password was removed"
+                    .into(),
+            );
+            return Ok(None);
+        }
         Err(e) => {
             return Err(PurgeError::AtaPasswordLeft {
                 path: path.to_path_buf(),
@@ -510,7 +713,8 @@ pub fn purge_ata(
         }
     }
     notes.push(format!(
-        "ATA SECURITY ERASE UNIT ({kind}) in {:.0} s (the drive estimates {}; allowed {} min)",
+        "ATA SECURITY ERASE UNIT ({}) in {:.0} s (the drive estimates {}; allowed {} min)",
+        if plan.enhanced { "enhanced" } else { "normal" },
         t0.elapsed().as_secs_f64(),
         plan.estimate_minutes
             .map_or("nothing".to_string(), |m| format!("{m} min")),
@@ -550,7 +754,8 @@ pub fn rsoc_cdb(opcode: u8, service_action: u16, alloc: u32) -> [u8; 12] {
 /// SUPPORTED OPERATION CODES, None when it does not answer that.
 fn sanitize_supported(dev: &mut dyn ScsiDevice, sa: u8) -> Option<bool> {
     let mut buf = [0u8; 32];
-    let c = dev.command(
+    let c = command_retrying(
+        dev,
         &rsoc_cdb(SANITIZE, sa.into(), buf.len() as u32),
         Data::In(&mut buf),
         SHORT_TIMEOUT_MS,
@@ -564,9 +769,6 @@ fn sanitize_supported(dev: &mut dyn ScsiDevice, sa: u8) -> Option<bool> {
         _ => None,
     }
 }
-
-/// REQUEST SENSE in fixed format.
-const REQUEST_SENSE: [u8; 6] = [0x03, 0, 0, 0, 252, 0];
 
 /// Runs SCSI SANITIZE. Ok(None): not supported or refused (see the notes).
 pub fn purge_scsi(
@@ -593,7 +795,7 @@ pub fn purge_scsi(
                 bytes: 0,
             });
         }
-        let c = match dev.command(&sanitize_cdb(sa), Data::None, SHORT_TIMEOUT_MS) {
+        let c = match command_retrying(dev, &sanitize_cdb(sa), Data::None, SHORT_TIMEOUT_MS) {
             Ok(c) => c,
             Err(e) => {
                 notes.push(format!("SCSI SANITIZE ({name}): SG_IO failed: {e}"));
@@ -623,7 +825,70 @@ pub fn purge_scsi(
     Ok(None)
 }
 
-/// Polls REQUEST SENSE until the sanitize just started is no longer in progress.
+/// REQUEST SENSE in fixed format; TEST UNIT READY.
+const REQUEST_SENSE: [u8; 6] = [0x03, 0, 0, 0, 252, 0];
+const TEST_UNIT_READY: [u8; 6] = [0; 6];
+/// Polls in a row that may fail (REQUEST SENSE refused, NOT READY for another reason)
+/// before the wait gives up.
+const SANITIZE_POLL_FAILURES: u32 = 30;
+
+/// What one poll of a sanitize found.
+#[derive(Debug, PartialEq, Eq)]
+enum Poll {
+    Running(Option<u16>),
+    Done,
+    Failed,
+    /// Not known this time (a unit attention, a refusal): the reason.
+    Unclear(String),
+}
+
+/// One poll: REQUEST SENSE, and TEST UNIT READY to confirm a sanitize seems over.
+fn poll_sanitize(dev: &mut dyn ScsiDevice) -> Poll {
+    let mut buf = [0u8; 252];
+    let sense = match check(
+        dev.command(&REQUEST_SENSE, Data::In(&mut buf), SHORT_TIMEOUT_MS),
+        false,
+    ) {
+        Ok(c) => {
+            let n = (buf.len() as i64 - i64::from(c.resid)).clamp(0, buf.len() as i64);
+            Sense::parse(&buf[..n as usize])
+        }
+        Err(e) => return Poll::Unclear(format!("REQUEST SENSE: {e}")),
+    };
+    let judge = |s: &Sense| {
+        if s.sanitize_in_progress() {
+            Some(Poll::Running(s.progress))
+        } else if s.sanitize_failed() {
+            Some(Poll::Failed)
+        } else {
+            None
+        }
+    };
+    if let Some(s) = sense {
+        if let Some(p) = judge(&s) {
+            return p;
+        }
+        if s.key == KEY_UNIT_ATTENTION || s.key == KEY_NOT_READY {
+            return Poll::Unclear(format!(
+                "REQUEST SENSE: sense key {} ({}), ASC/ASCQ {:02X}h/{:02X}h",
+                s.key,
+                key_name(s.key),
+                s.asc,
+                s.ascq
+            ));
+        }
+    }
+    // Nothing pending: the drive must now take a command.
+    match dev.command(&TEST_UNIT_READY, Data::None, SHORT_TIMEOUT_MS) {
+        Ok(c) if c.is_good() => Poll::Done,
+        Ok(c) => Sense::parse(&c.sense)
+            .and_then(|s| judge(&s))
+            .unwrap_or_else(|| Poll::Unclear(format!("TEST UNIT READY: {}", describe(&c)))),
+        Err(e) => Poll::Unclear(format!("TEST UNIT READY: SG_IO failed: {e}")),
+    }
+}
+
+/// Polls until the sanitize just started is over.
 fn wait_scsi_sanitize(
     dev: &mut dyn ScsiDevice,
     path: &Path,
@@ -631,37 +896,29 @@ fn wait_scsi_sanitize(
     poll: Duration,
 ) -> Result<(), PurgeError> {
     let t0 = Instant::now();
-    let mut errors = 0;
+    let mut unclear = 0;
     let mut progress = 0u16;
     loop {
-        let mut buf = [0u8; 252];
-        let sense = match check(dev.command(&REQUEST_SENSE, Data::In(&mut buf), SHORT_TIMEOUT_MS)) {
-            Ok(c) => {
-                let n = (buf.len() as i64 - i64::from(c.resid)).clamp(0, buf.len() as i64);
-                Sense::parse(&buf[..n as usize])
+        match poll_sanitize(dev) {
+            Poll::Running(p) => {
+                unclear = 0;
+                progress = p.unwrap_or(progress);
             }
-            Err(e) => {
-                errors += 1;
-                if errors >= 5 {
-                    return Err(PurgeError::ScsiSanitizeLost {
-                        path: path.to_path_buf(),
-                        why: e,
-                    });
-                }
-                None
-            }
-        };
-        match sense {
-            Some(s) if s.sanitize_in_progress() => progress = s.progress.unwrap_or(progress),
-            Some(s) if s.sanitize_failed() => {
+            Poll::Done => return Ok(()),
+            Poll::Failed => {
                 return Err(PurgeError::ScsiSanitizeFailed {
                     path: path.to_path_buf(),
                 })
             }
-            // Anything else the drive reports once the sanitize is over (NO SENSE, a unit
-            // attention for the changed medium): done.
-            Some(s) if s.key != KEY_NOT_READY => return Ok(()),
-            _ => {}
+            Poll::Unclear(why) => {
+                unclear += 1;
+                if unclear >= SANITIZE_POLL_FAILURES {
+                    return Err(PurgeError::ScsiSanitizeLost {
+                        path: path.to_path_buf(),
+                        why: format!("{unclear} polls in a row, the last: {why}"),
+                    });
+                }
+            }
         }
         let waited = t0.elapsed();
         if waited > SANITIZE_MAX_WAIT {
@@ -683,25 +940,25 @@ fn wait_scsi_sanitize(
 }
 
 /// Purges the SCSI disk: ATA SECURITY ERASE when it is an ATA drive (it answers ATA
-/// IDENTIFY DEVICE through the pass-through), else SCSI SANITIZE.
+/// IDENTIFY DEVICE through the pass-through), else SCSI SANITIZE when the device refused
+/// the pass-through as a command it does not have. Any other failure to ask tries neither.
 pub fn purge_sd(
     dev: &mut dyn ScsiDevice,
+    expected: &Expected<'_>,
     path: &Path,
     control: &RunControl,
     poll: Duration,
     notes: &mut Vec<String>,
 ) -> Result<Option<PurgeMethod>, PurgeError> {
     match ata_identify(dev) {
-        Ok(sec) => purge_ata(dev, &sec, path, control, notes),
-        Err(why) => {
-            if why.starts_with("SG_IO failed") {
-                notes.push(format!(
-                    "SCSI commands: {why}: ATA SECURITY ERASE and SCSI SANITIZE not tried"
-                ));
-                return Ok(None);
-            }
-            // Not an ATA drive (the pass-through is refused or answers no ATA data).
-            purge_scsi(dev, path, control, poll, notes)
+        Ok(id) => purge_ata(dev, &id, expected, path, control, notes),
+        Err(IdentifyError::NotAta(_)) => purge_scsi(dev, path, control, poll, notes),
+        Err(IdentifyError::Failed(why)) => {
+            notes.push(format!(
+                "ATA IDENTIFY DEVICE through the pass-through: {why}: ATA SECURITY ERASE and \
+                 SCSI SANITIZE not tried"
+            ));
+            Ok(None)
         }
     }
 }
@@ -711,8 +968,20 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
+    const SERIAL: &str = "WD-WX12345678";
+    /// 1,000,215,216 sectors of 512 bytes: a "500 GB" drive.
+    const SECTORS: u64 = 976_773_168;
+    const BYTES: u64 = SECTORS * 512;
+
     fn path() -> PathBuf {
         PathBuf::from("/dev/sdz")
+    }
+
+    fn expected() -> Expected<'static> {
+        Expected {
+            serial: Some(SERIAL),
+            bytes: BYTES,
+        }
     }
 
     fn good() -> Completion {
@@ -749,22 +1018,36 @@ mod tests {
         s
     }
 
-    /// What libata returns for an ATA command the drive aborted: descriptor format,
-    /// ABORTED COMMAND, an ATA Status Return descriptor with ERR and ABRT.
+    /// What libata returns for an ATA pass-through command the drive aborted, in its
+    /// default fixed format (D_SENSE=0): ABORTED COMMAND, the information field valid with
+    /// the Error (ABRT) and Status (DRDY, DSC, ERR) registers.
     fn ata_aborted() -> Completion {
+        let mut s = fixed(KEY_ABORTED_COMMAND, 0, 0, None);
+        s[0] |= 0x80;
+        s[3] = 0x04;
+        s[4] = 0x51;
+        check_condition(s)
+    }
+
+    /// The same in descriptor format (D_SENSE=1): an ATA Status Return descriptor.
+    fn ata_aborted_descriptor() -> Completion {
         let mut s = vec![0u8; 22];
         s[0] = 0x72;
         s[1] = KEY_ABORTED_COMMAND;
         s[7] = 14;
         s[8] = 0x09;
         s[9] = 0x0c;
-        s[11] = 0x04; // error: ABRT
-        s[21] = 0x51; // status: DRDY, DSC, ERR
+        s[11] = 0x04;
+        s[21] = 0x51;
         check_condition(s)
     }
 
     fn invalid_opcode() -> Completion {
         check_condition(fixed(KEY_ILLEGAL_REQUEST, 0x20, 0, None))
+    }
+
+    fn unit_attention() -> Completion {
+        check_condition(fixed(KEY_UNIT_ATTENTION, 0x29, 0x00, None))
     }
 
     /// An ATA drive's Security feature set, as ACS-3 has it (states SEC1 to SEC6, without
@@ -778,8 +1061,15 @@ mod tests {
         password: Option<Vec<u8>>,
         prepared: bool,
         erased: Option<&'static str>,
-        fail_erase: bool,
+        /// ERASE UNIT aborts this many times (0: none; u32::MAX: always).
+        erase_aborts: u32,
         fail_disable: bool,
+        /// A bridge that answers GOOD to SET PASSWORD and ERASE UNIT without passing
+        /// them on.
+        drops_writes: bool,
+        /// The next command gets a unit attention (a reset happened).
+        pending_attention: bool,
+        serial: &'static str,
         log: Vec<&'static str>,
     }
 
@@ -787,7 +1077,21 @@ mod tests {
         fn identify(&self) -> [u8; 512] {
             let mut w = [0u16; 256];
             w[0] = 0x0040;
+            for (i, pair) in format!("{:<20}", self.serial)
+                .as_bytes()
+                .chunks(2)
+                .enumerate()
+            {
+                w[10 + i] = u16::from(pair[0]) << 8 | u16::from(pair[1]);
+            }
+            w[60] = 0xffff;
+            w[61] = 0x0fff;
             w[82] = 0x4000 | if self.supported { 0x0002 } else { 0 };
+            w[83] = 0x4000 | 0x0400;
+            for i in 0..4 {
+                w[100 + i] = (SECTORS >> (16 * i)) as u16;
+            }
+            w[106] = 0x4000;
             if self.supported {
                 w[128] = 0x0001
                     | if self.password.is_some() { 0x0002 } else { 0 }
@@ -813,6 +1117,10 @@ mod tests {
             if cdb[0] != 0x85 {
                 return Ok(invalid_opcode());
             }
+            if std::mem::take(&mut self.pending_attention) {
+                self.log.push("unit-attention");
+                return Ok(unit_attention());
+            }
             let protocol = (cdb[1] >> 1) & 0x0f;
             let cmd = cdb[14];
             let prepared = std::mem::take(&mut self.prepared);
@@ -826,7 +1134,15 @@ mod tests {
                 (ATA_SECURITY_SET_PASSWORD, Data::Out(b)) => {
                     assert_eq!((protocol, cdb[2], cdb[6]), (5, 0x06, 1));
                     self.log.push("set-password");
-                    let ok = self.supported && !self.frozen && !self.locked && b[0] & 1 == 0;
+                    if self.drops_writes {
+                        return Ok(good());
+                    }
+                    // Word 0: bit 0 the user password, bit 8 level High.
+                    let ok = self.supported
+                        && !self.frozen
+                        && !self.locked
+                        && b[0] & 1 == 0
+                        && b[1] & 1 == 0;
                     if ok {
                         self.password = Some(b[2..34].to_vec());
                     }
@@ -840,9 +1156,14 @@ mod tests {
                 }
                 (ATA_SECURITY_ERASE_UNIT, Data::Out(b)) => {
                     self.log.push("erase-unit");
+                    if self.drops_writes {
+                        return Ok(good());
+                    }
                     let enhanced = b[0] & 0x02 != 0;
+                    let aborts = self.erase_aborts > 0;
+                    self.erase_aborts = self.erase_aborts.saturating_sub(1);
                     let ok = prepared
-                        && !self.fail_erase
+                        && !aborts
                         && (!enhanced || self.enhanced_supported)
                         && self.password.as_deref() == Some(&b[2..34]);
                     if ok {
@@ -872,15 +1193,32 @@ mod tests {
         AtaDrive {
             supported: true,
             enhanced_supported: true,
+            serial: SERIAL,
             ..AtaDrive::default()
         }
     }
 
     fn run(dev: &mut dyn ScsiDevice) -> (Result<Option<PurgeMethod>, PurgeError>, Vec<String>) {
         let mut notes = Vec::new();
-        let r = purge_sd(dev, &path(), &RunControl::new(), Duration::ZERO, &mut notes);
+        let r = purge_sd(
+            dev,
+            &expected(),
+            &path(),
+            &RunControl::new(),
+            Duration::ZERO,
+            &mut notes,
+        );
         (r, notes)
     }
+
+    const SEQUENCE: [&str; 6] = [
+        "identify",
+        "set-password",
+        "identify",
+        "erase-prepare",
+        "erase-unit",
+        "identify",
+    ];
 
     #[test]
     fn an_ata_drive_is_erased_under_a_password_that_is_gone_after() {
@@ -889,16 +1227,7 @@ mod tests {
         assert_eq!(r.unwrap(), Some(PurgeMethod::AtaSecurityErase), "{notes:?}");
         assert_eq!(d.erased, Some("enhanced"));
         assert!(d.password.is_none());
-        assert_eq!(
-            d.log,
-            [
-                "identify",
-                "set-password",
-                "erase-prepare",
-                "erase-unit",
-                "identify"
-            ]
-        );
+        assert_eq!(d.log, SEQUENCE);
         assert!(
             notes[0].contains("(enhanced)") && notes[0].contains("estimates 4 min"),
             "{notes:?}"
@@ -921,7 +1250,10 @@ mod tests {
     fn a_drive_that_cannot_be_erased_safely_is_not_touched() {
         for (d, why) in [
             (
-                AtaDrive::default(),
+                AtaDrive {
+                    serial: SERIAL,
+                    ..AtaDrive::default()
+                },
                 "does not support the Security feature set",
             ),
             (
@@ -946,6 +1278,14 @@ mod tests {
                 },
                 "locked",
             ),
+            // A mirror's member behind an enclosure, or any drive but the one approved.
+            (
+                AtaDrive {
+                    serial: "OTHER-DRIVE",
+                    ..ata_drive()
+                },
+                "serial \"OTHER-DRIVE\"",
+            ),
         ] {
             let mut d = d;
             let before = d.password.clone();
@@ -959,12 +1299,45 @@ mod tests {
             assert_eq!(d.password, before);
             assert!(d.erased.is_none());
         }
+        // The disk's own size and serial must be known and agree.
+        let mut d = ata_drive();
+        let mut notes = Vec::new();
+        let other_size = Expected {
+            serial: Some(SERIAL),
+            bytes: BYTES / 2,
+        };
+        let r = purge_sd(
+            &mut d,
+            &other_size,
+            &path(),
+            &RunControl::new(),
+            Duration::ZERO,
+            &mut notes,
+        );
+        assert_eq!(r.unwrap(), None);
+        assert!(notes[0].contains("bytes"), "{notes:?}");
+        let no_serial = Expected {
+            serial: None,
+            bytes: BYTES,
+        };
+        notes.clear();
+        let r = purge_sd(
+            &mut d,
+            &no_serial,
+            &path(),
+            &RunControl::new(),
+            Duration::ZERO,
+            &mut notes,
+        );
+        assert_eq!(r.unwrap(), None);
+        assert!(notes[0].contains("serial is not known"), "{notes:?}");
+        assert!(d.erased.is_none() && d.password.is_none());
     }
 
     #[test]
     fn a_failed_erase_removes_the_password_and_lets_purge_go_on() {
         let mut d = AtaDrive {
-            fail_erase: true,
+            erase_aborts: u32::MAX,
             ..ata_drive()
         };
         let (r, notes) = run(&mut d);
@@ -975,6 +1348,9 @@ mod tests {
             [
                 "identify",
                 "set-password",
+                "identify",
+                "erase-prepare",
+                "erase-unit",
                 "erase-prepare",
                 "erase-unit",
                 "disable-password",
@@ -982,16 +1358,69 @@ mod tests {
             ]
         );
         assert!(
-            notes[0].contains("ERASE UNIT (enhanced)") && notes[0].contains("aborted"),
+            notes[0].contains("ERASE UNIT (enhanced)")
+                && notes[0].contains("ATA status 0x51 error 0x04 (the drive aborted the command)")
+                && notes[0].contains("sent again"),
             "{notes:?}"
         );
-        assert!(notes[1].contains("was removed"), "{notes:?}");
+        assert!(notes.last().unwrap().contains("was removed"), "{notes:?}");
+
+        // One refusal (a command came between PREPARE and UNIT): the pair again erases.
+        let mut d = AtaDrive {
+            erase_aborts: 1,
+            ..ata_drive()
+        };
+        let (r, notes) = run(&mut d);
+        assert_eq!(r.unwrap(), Some(PurgeMethod::AtaSecurityErase), "{notes:?}");
+        assert_eq!(d.erased, Some("enhanced"));
+    }
+
+    #[test]
+    fn a_bridge_that_drops_the_commands_is_not_taken_at_its_word() {
+        let mut d = AtaDrive {
+            drops_writes: true,
+            ..ata_drive()
+        };
+        let (r, notes) = run(&mut d);
+        assert_eq!(r.unwrap(), None);
+        assert_eq!(d.log, ["identify", "set-password", "identify"]);
+        assert!(notes[0].contains("did not reach the drive"), "{notes:?}");
+
+        // The password reached the drive but the erase did not: not an erase.
+        struct EraseDropped(AtaDrive);
+        impl ScsiDevice for EraseDropped {
+            fn command(&mut self, cdb: &[u8], data: Data<'_>, t: u32) -> io::Result<Completion> {
+                if cdb[0] == 0x85 && cdb[14] == ATA_SECURITY_ERASE_UNIT {
+                    self.0.log.push("erase-unit");
+                    return Ok(good());
+                }
+                self.0.command(cdb, data, t)
+            }
+        }
+        let mut d = EraseDropped(ata_drive());
+        let (r, notes) = run(&mut d);
+        assert_eq!(r.unwrap(), None);
+        assert!(d.0.password.is_none() && d.0.erased.is_none());
+        assert_eq!(&d.0.log[..6], SEQUENCE);
+        assert_eq!(&d.0.log[6..], ["disable-password", "identify"]);
+        assert!(notes[0].contains("the erase did not run"), "{notes:?}");
+    }
+
+    #[test]
+    fn a_unit_attention_is_asked_again_not_taken_for_a_scsi_drive() {
+        let mut d = AtaDrive {
+            pending_attention: true,
+            ..ata_drive()
+        };
+        let (r, notes) = run(&mut d);
+        assert_eq!(r.unwrap(), Some(PurgeMethod::AtaSecurityErase), "{notes:?}");
+        assert_eq!(d.log[..2], ["unit-attention", "identify"]);
     }
 
     #[test]
     fn a_password_that_cannot_be_removed_stops_purge_with_the_way_to_remove_it() {
         let mut d = AtaDrive {
-            fail_erase: true,
+            erase_aborts: u32::MAX,
             fail_disable: true,
             ..ata_drive()
         };
@@ -1006,15 +1435,42 @@ mod tests {
         );
     }
 
-    /// A SCSI drive with SANITIZE: `support` is what it answers to REPORT SUPPORTED
-    /// OPERATION CODES per service action (None: it does not have that command).
+    /// A SCSI drive with SANITIZE (SBC-4 4.11): `support` is what it answers to REPORT
+    /// SUPPORTED OPERATION CODES per service action (None: it does not have that command).
+    /// While a sanitize runs, REQUEST SENSE gives NOT READY 04h/1Bh with the progress and
+    /// TEST UNIT READY the same as a CHECK CONDITION; after a failed one, MEDIUM ERROR
+    /// 31h/03h to every medium command, and REQUEST SENSE may say nothing.
     struct ScsiDrive {
         support: Option<[bool; 2]>,
         has_sanitize: bool,
         polls_left: u32,
         fail: bool,
+        /// REQUEST SENSE first reports a unit attention (the sanitize changed the medium).
+        attention_first: bool,
+        /// REQUEST SENSE answers NO SENSE even while the sanitize runs; only TEST UNIT
+        /// READY tells.
+        quiet_sense: bool,
         started: Vec<u8>,
         polls: u32,
+        turs: u32,
+    }
+
+    impl ScsiDrive {
+        fn state(&mut self) -> Vec<u8> {
+            if self.polls_left > 0 {
+                self.polls_left -= 1;
+                fixed(
+                    KEY_NOT_READY,
+                    0x04,
+                    0x1B,
+                    Some((65536 / (self.polls_left + 2)) as u16),
+                )
+            } else if self.fail {
+                fixed(KEY_MEDIUM_ERROR, 0x31, 0x03, None)
+            } else {
+                fixed(KEY_NO_SENSE, 0, 0, None)
+            }
+        }
     }
 
     impl ScsiDevice for ScsiDrive {
@@ -1043,23 +1499,26 @@ mod tests {
                 }
                 (0x03, Data::In(buf)) => {
                     self.polls += 1;
-                    let s = if self.polls_left > 0 {
-                        self.polls_left -= 1;
-                        fixed(
-                            KEY_NOT_READY,
-                            0x04,
-                            0x1B,
-                            Some((65536 / (self.polls_left + 2)) as u16),
-                        )
-                    } else if self.fail {
-                        fixed(KEY_MEDIUM_ERROR, 0x31, 0x03, None)
-                    } else {
+                    let s = if std::mem::take(&mut self.attention_first) {
+                        fixed(KEY_UNIT_ATTENTION, 0x2A, 0x09, None)
+                    } else if self.quiet_sense {
                         fixed(KEY_NO_SENSE, 0, 0, None)
+                    } else {
+                        self.state()
                     };
                     buf[..s.len()].copy_from_slice(&s);
                     Ok(Completion {
                         resid: (buf.len() - s.len()) as i32,
                         ..good()
+                    })
+                }
+                (0x00, Data::None) => {
+                    self.turs += 1;
+                    let s = self.state();
+                    Ok(if s[2] == KEY_NO_SENSE {
+                        good()
+                    } else {
+                        check_condition(s)
                     })
                 }
                 (0x85, _) => Ok(invalid_opcode()),
@@ -1074,8 +1533,11 @@ mod tests {
             has_sanitize: true,
             polls_left: 3,
             fail: false,
+            attention_first: false,
+            quiet_sense: false,
             started: Vec::new(),
             polls: 0,
+            turs: 0,
         }
     }
 
@@ -1094,7 +1556,11 @@ mod tests {
         let (r, notes) = run(&mut d);
         assert_eq!(r.unwrap(), Some(PurgeMethod::ScsiSanitize), "{notes:?}");
         assert_eq!(d.started, [SA_BLOCK_ERASE]);
-        assert_eq!(d.polls, 4, "three polls in progress, one done");
+        assert_eq!(
+            (d.polls, d.turs),
+            (4, 1),
+            "three polls in progress, one done, confirmed"
+        );
         assert!(notes[0].contains("block erase"), "{notes:?}");
 
         // Block erase not offered: cryptographic erase.
@@ -1109,6 +1575,23 @@ mod tests {
             notes[0].contains("(block erase): not supported"),
             "{notes:?}"
         );
+
+        // A unit attention first is not the end; nor is a REQUEST SENSE that says
+        // nothing while TEST UNIT READY says the sanitize runs.
+        for mut d in [
+            ScsiDrive {
+                attention_first: true,
+                ..scsi_drive()
+            },
+            ScsiDrive {
+                quiet_sense: true,
+                ..scsi_drive()
+            },
+        ] {
+            let (r, notes) = run_scsi(&mut d, &RunControl::new());
+            assert_eq!(r.unwrap(), Some(PurgeMethod::ScsiSanitize), "{notes:?}");
+            assert_eq!(d.polls_left, 0, "waited to the end");
+        }
     }
 
     #[test]
@@ -1140,13 +1623,17 @@ mod tests {
 
     #[test]
     fn a_failed_or_stopped_sanitize_says_so() {
-        let mut d = ScsiDrive {
-            fail: true,
-            ..scsi_drive()
-        };
-        let e = run_scsi(&mut d, &RunControl::new()).0.unwrap_err();
-        assert!(matches!(e, PurgeError::ScsiSanitizeFailed { .. }), "{e}");
-        assert!(e.to_string().contains("sg_sanitize --early"), "{e}");
+        // Failed, whether REQUEST SENSE says it or only TEST UNIT READY.
+        for quiet_sense in [false, true] {
+            let mut d = ScsiDrive {
+                fail: true,
+                quiet_sense,
+                ..scsi_drive()
+            };
+            let e = run_scsi(&mut d, &RunControl::new()).0.unwrap_err();
+            assert!(matches!(e, PurgeError::ScsiSanitizeFailed { .. }), "{e}");
+            assert!(e.to_string().contains("sg_sanitize --early"), "{e}");
+        }
 
         let control = RunControl::new();
         control.stop();
@@ -1162,7 +1649,10 @@ mod tests {
         let mut dev = &f;
         let (r, notes) = run(&mut dev);
         assert_eq!(r.unwrap(), None);
-        assert!(notes[0].contains("SG_IO failed"), "{notes:?}");
+        assert!(
+            notes[0].contains("SG_IO failed") && notes[0].contains("not tried"),
+            "{notes:?}"
+        );
     }
 
     #[test]
@@ -1170,13 +1660,15 @@ mod tests {
         let s = Sense::parse(&fixed(KEY_NOT_READY, 0x04, 0x1B, Some(0x8000))).unwrap();
         assert!(s.sanitize_in_progress());
         assert_eq!(s.progress, Some(0x8000));
-        let c = ata_aborted();
-        let s = Sense::parse(&c.sense).unwrap();
-        assert_eq!(
-            (s.key, s.asc, s.ascq, s.ata),
-            (KEY_ABORTED_COMMAND, 0, 0, Some((0x04, 0x51)))
-        );
-        assert!(describe(&c).contains("ATA status 0x51 error 0x04 (the drive aborted the command)"));
+        for c in [ata_aborted(), ata_aborted_descriptor()] {
+            let s = Sense::parse(&c.sense).unwrap();
+            assert_eq!((s.key, s.asc, s.ascq), (KEY_ABORTED_COMMAND, 0, 0));
+            assert_eq!(s.ata_registers(), Some((0x04, 0x51)));
+            assert!(describe_as(&c, true)
+                .contains("ATA status 0x51 error 0x04 (the drive aborted the command)"));
+        }
+        // The fixed format's information field is an LBA for a SCSI command.
+        assert!(!describe(&ata_aborted()).contains("ATA status"));
         // Descriptor format with a progress descriptor.
         let mut d = vec![
             0x72,
@@ -1214,35 +1706,61 @@ mod tests {
     fn identify_data_is_checked_before_it_is_believed() {
         let d = ata_drive();
         let mut b = d.identify();
-        let sec = parse_identify(&b).unwrap();
-        assert!(sec.supported && sec.enhanced && !sec.enabled && !sec.frozen);
-        assert_eq!(
-            (sec.erase_minutes, sec.enhanced_minutes),
-            (Some(60), Some(4))
-        );
+        let id = parse_identify(&b).unwrap();
+        assert!(id.supported && id.enhanced && !id.enabled && !id.frozen);
+        assert_eq!((id.erase_minutes, id.enhanced_minutes), (Some(60), Some(4)));
+        assert_eq!(id.serial.as_deref(), Some(SERIAL));
+        assert_eq!(id.capacity, Some(BYTES));
         b[100] ^= 1;
         assert!(parse_identify(&b).unwrap_err().contains("checksum"));
         assert!(parse_identify(&[0u8; 512]).unwrap_err().contains("zeros"));
         let mut atapi = [0u8; 512];
         atapi[1] = 0x85;
         assert!(parse_identify(&atapi).unwrap_err().contains("ATAPI"));
-        assert_eq!(erase_minutes(0x00ff), Some(510));
+        // "More than 508 minutes" and its extended form bound nothing.
+        assert_eq!(erase_minutes(0x00ff), None);
+        assert_eq!(erase_minutes(0xffff), None);
+        assert_eq!(erase_minutes(0x00fe), Some(508));
         assert_eq!(erase_minutes(0x8000), None);
         assert_eq!(erase_minutes(0), None);
-        // The timeout: twice the estimate, at least 10 minutes, 72 hours with none.
-        let p = ata_plan(&AtaSecurity {
+        // The timeout: twice the estimate, at least 10 minutes; with none, the disk
+        // written at 50 MB/s (a 20 TB disk: 111 hours), at most 7 days.
+        let id = AtaIdentify {
             supported: true,
-            erase_minutes: Some(2),
+            serial: Some(SERIAL.into()),
+            capacity: Some(BYTES),
             ..Default::default()
-        })
+        };
+        let p = ata_plan(
+            &AtaIdentify {
+                erase_minutes: Some(2),
+                ..id.clone()
+            },
+            &expected(),
+        )
         .unwrap();
         assert_eq!(p.timeout_ms, 600_000);
-        let p = ata_plan(&AtaSecurity {
-            supported: true,
-            ..Default::default()
-        })
+        let big = 20_000_000_000_000;
+        let p = ata_plan(
+            &AtaIdentify {
+                capacity: Some(big),
+                ..id.clone()
+            },
+            &Expected {
+                serial: Some(SERIAL),
+                bytes: big,
+            },
+        )
         .unwrap();
-        assert_eq!(p.timeout_ms, 72 * 3600 * 1000);
+        assert_eq!(p.timeout_ms, 400_000 * 1000);
+        // A 4 KiB-sector drive: words 117-118 give the sector in words.
+        let mut b = d.identify();
+        b[212] = 0x00;
+        b[213] = 0x50; // word 106: valid, logical sector > 256 words
+        b[234] = 0x00;
+        b[235] = 0x08; // words 117-118: 2048 words
+        b[510] = 0; // no checksum
+        assert_eq!(parse_identify(&b).unwrap().capacity, Some(SECTORS * 4096));
     }
 
     #[test]
@@ -1254,6 +1772,11 @@ mod tests {
         );
         let c = ata16(ATA_SECURITY_ERASE_PREPARE, AtaProtocol::NonData as u8);
         assert_eq!(c, [0x85, 0x06, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xF3, 0]);
+        let c = ata16(ATA_SECURITY_ERASE_UNIT, AtaProtocol::PioDataOut as u8);
+        assert_eq!(
+            c,
+            [0x85, 0x0a, 0x06, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0xF4, 0]
+        );
         assert_eq!(
             sanitize_cdb(SA_BLOCK_ERASE),
             [0x48, 0xa2, 0, 0, 0, 0, 0, 0, 0, 0]
