@@ -587,6 +587,65 @@ pub struct FileDrives {
 /// Deeper stacks than this are taken for a cycle in sysfs.
 const MAX_STACK_DEPTH: usize = 32;
 
+/// This process's mount table, kept open and read again only when the kernel says it
+/// changed: it raises POLLPRI on the open `/proc/self/mountinfo` at every mount and
+/// unmount in the namespace, so the cache is never older than the last change seen by a
+/// poll. The daemon looks up each file target's filesystem every few seconds; with
+/// hundreds of drives, reading the table each time was most of its identity refresh.
+struct MountCache {
+    file: fs::File,
+    table: std::sync::Arc<Vec<MountEntry>>,
+}
+
+static MOUNT_CACHE: std::sync::Mutex<Option<MountCache>> = std::sync::Mutex::new(None);
+
+/// The mount table at `paths.mountinfo`: cached (see [`MountCache`]) for the real one,
+/// read each time for any other (a test's).
+fn mount_table(paths: &SystemPaths) -> Option<std::sync::Arc<Vec<MountEntry>>> {
+    use rustix::event::{poll, PollFd, PollFlags};
+    use std::io::Read;
+    let real = Path::new("/proc/self/mountinfo");
+    if paths.mountinfo != real {
+        let t = fs::read_to_string(&paths.mountinfo).ok()?;
+        return Some(std::sync::Arc::new(parse_mountinfo(&t)));
+    }
+    let mut cache = MOUNT_CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = cache.as_mut() {
+        let mut fds = [PollFd::new(&c.file, PollFlags::PRI)];
+        let zero = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        match poll(&mut fds, Some(&zero)) {
+            Ok(0) => return Some(c.table.clone()),
+            Ok(_) => {
+                // Changed (POLLPRI|POLLERR, and the poll took note): read it again.
+                let mut text = String::new();
+                let read = c
+                    .file
+                    .seek(SeekFrom::Start(0))
+                    .and_then(|_| c.file.read_to_string(&mut text));
+                if read.is_ok() {
+                    c.table = std::sync::Arc::new(parse_mountinfo(&text));
+                    return Some(c.table.clone());
+                }
+            }
+            Err(_) => {}
+        }
+        *cache = None;
+    }
+    // Open first, then read: a change after the open is seen by the next poll.
+    let mut file = fs::File::open(real).ok()?;
+    let mut text = String::new();
+    file.read_to_string(&mut text).ok()?;
+    let table = std::sync::Arc::new(parse_mountinfo(&text));
+    *cache = Some(MountCache {
+        file,
+        table: table.clone(),
+    });
+    Some(table)
+}
+
 /// The drives under the file at `path`: from its device number (`st_dev`) through
 /// `/sys/dev/block/MAJ:MIN`, up from a partition to its whole disk, and down through the
 /// `slaves/` of dm and md devices to every whole disk. A loop device counts as a disk (the
@@ -625,10 +684,10 @@ fn drives_of_dev_number(
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             // An anonymous device (0:N): tmpfs, overlay, a btrfs subvolume...
-            let mount = fs::read_to_string(&paths.mountinfo).ok().and_then(|t| {
-                parse_mountinfo(&t)
-                    .into_iter()
+            let mount = mount_table(paths).and_then(|t| {
+                t.iter()
                     .find(|m| m.major == major && m.minor == minor)
+                    .cloned()
             });
             let traced = mount
                 .as_ref()
@@ -1479,6 +1538,43 @@ pub(crate) mod tests {
     }
 
     use super::*;
+
+    /// The cached mount table is the same until a mount or an unmount, then the new one
+    /// (needs root: it mounts a tmpfs on a temporary directory).
+    #[test]
+    fn the_mount_table_is_read_again_when_and_only_when_it_changes() {
+        let paths = SystemPaths::default();
+        // Unchanged: the same table, not read again (another process's mount may come
+        // between two reads: a few tries).
+        let same = (0..5).any(|_| {
+            let a = mount_table(&paths).unwrap();
+            let b = mount_table(&paths).unwrap();
+            std::sync::Arc::ptr_eq(&a, &b)
+        });
+        assert!(same, "the mount table was read again with no change");
+        let dir = tempfile::tempdir().unwrap();
+        let at = fs::canonicalize(dir.path()).unwrap();
+        let has = |t: &[MountEntry]| t.iter().any(|m| m.mountpoint == at);
+        let before = mount_table(&paths).unwrap();
+        assert!(!has(&before));
+        let mount = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "dp-test"])
+            .arg(&at)
+            .status()
+            .unwrap();
+        assert!(mount.success(), "mount -t tmpfs needs root");
+        let mounted = mount_table(&paths).unwrap();
+        let umount = std::process::Command::new("umount")
+            .arg(&at)
+            .status()
+            .unwrap();
+        assert!(umount.success());
+        assert!(has(&mounted), "the new mount is not in the table");
+        assert!(
+            !has(&mount_table(&paths).unwrap()),
+            "the unmount is not seen"
+        );
+    }
 
     const MOUNTINFO: &str = "\
 22 27 0:21 / /proc rw,relatime - proc proc rw
