@@ -928,10 +928,10 @@ fn cli_bad_inputs_give_one_line() {
             .output()
             .unwrap()
     };
-    one_line_error(
-        &run(&dir.path().join("missing.json")),
-        "missing.json: No such file",
-    );
+    let missing = run(&dir.path().join("missing.json"));
+    one_line_error(&missing, "missing.json: cannot read it: No such file");
+    // What to do about it, on the same line.
+    one_line_error(&missing, "give the path of a result document");
 
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, "{\"schema_version\": 1,\n  oops").unwrap();

@@ -23,7 +23,7 @@ pub use page::render;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error("{path}: {source}")]
+    #[error("{path}: cannot read it: {source}{}", read_hint(.source))]
     Read {
         path: String,
         source: std::io::Error,
@@ -54,6 +54,18 @@ pub enum ReportError {
         field: &'static str,
         source: serde_json::Error,
     },
+}
+
+/// What to do about a document that cannot be read.
+fn read_hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            "; give the path of a result document (`driveprobe bench --suite ... --output-format \
+             json > FILE` writes one; the daemon keeps its runs' in STATE_DIR/runs/)"
+        }
+        std::io::ErrorKind::PermissionDenied => "; run as a user who may read it",
+        _ => "",
+    }
 }
 
 /// Parses a result document, or bench's JSON output; `name` (a file name) is only used in
