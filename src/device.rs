@@ -212,6 +212,12 @@ pub const RAID_HOST_DRIVERS: &[&str] = &[
     "3w-xxxx",
     "hptiop",
     "sssraid",
+    "mpi3mr",
+    "ipr",
+    "esas2r",
+    "pmcraid",
+    "stex",
+    "mvumi",
 ];
 
 /// Where a SCSI disk is attached, from sysfs: the driver of its SCSI host and whether it
@@ -610,14 +616,20 @@ fn mount_table(paths: &SystemPaths) -> Option<std::sync::Arc<Vec<MountEntry>>> {
         return Some(std::sync::Arc::new(parse_mountinfo(&t)));
     }
     let mut cache = MOUNT_CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(c) = cache.as_mut() {
+    // Taken out while in use: a panic part way (the poll took note of a change, the
+    // read did not finish) leaves no cache rather than a stale one.
+    if let Some(mut c) = cache.take() {
         let mut fds = [PollFd::new(&c.file, PollFlags::PRI)];
         let zero = rustix::time::Timespec {
             tv_sec: 0,
             tv_nsec: 0,
         };
         match poll(&mut fds, Some(&zero)) {
-            Ok(0) => return Some(c.table.clone()),
+            Ok(0) => {
+                let table = c.table.clone();
+                *cache = Some(c);
+                return Some(table);
+            }
             Ok(_) => {
                 // Changed (POLLPRI|POLLERR, and the poll took note): read it again.
                 let mut text = String::new();
@@ -627,12 +639,13 @@ fn mount_table(paths: &SystemPaths) -> Option<std::sync::Arc<Vec<MountEntry>>> {
                     .and_then(|_| c.file.read_to_string(&mut text));
                 if read.is_ok() {
                     c.table = std::sync::Arc::new(parse_mountinfo(&text));
-                    return Some(c.table.clone());
+                    let table = c.table.clone();
+                    *cache = Some(c);
+                    return Some(table);
                 }
             }
             Err(_) => {}
         }
-        *cache = None;
     }
     // Open first, then read: a change after the open is seen by the next poll.
     let mut file = fs::File::open(real).ok()?;
@@ -1563,12 +1576,15 @@ pub(crate) mod tests {
             .status()
             .unwrap();
         assert!(mount.success(), "mount -t tmpfs needs root");
+        struct Unmount<'a>(&'a Path);
+        impl Drop for Unmount<'_> {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(self.0).status();
+            }
+        }
+        let guard = Unmount(&at);
         let mounted = mount_table(&paths).unwrap();
-        let umount = std::process::Command::new("umount")
-            .arg(&at)
-            .status()
-            .unwrap();
-        assert!(umount.success());
+        drop(guard);
         assert!(has(&mounted), "the new mount is not in the table");
         assert!(
             !has(&mount_table(&paths).unwrap()),

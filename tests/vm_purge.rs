@@ -154,23 +154,7 @@ fn guest_side() {
             expect_wwn: Some(wwn),
         },
     );
-    let size = t.size();
-    let fill = purge::fill(&t, &control).unwrap();
-    let before = nonzero_blocks(sda, size, 0, 256);
-    let out = purge::purge(
-        &t,
-        Region {
-            start: 0,
-            len: size,
-        },
-    )
-    .unwrap();
-    let after = nonzero_blocks(sda, size, 0, 256);
-    print_result(
-        "sata-purge",
-        json!({"outcome": outcome_json(&out), "size": size, "filled": fill.bytes,
-               "nonzero_before": before, "nonzero_after": after}),
-    );
+    fill_then_purge("sata-purge", &t, sda, &control);
     drop(t);
 
     // The kernel's scsi_debug disk: a SCSI (not ATA) logical unit.
@@ -193,20 +177,26 @@ fn guest_side() {
             expect_wwn: info.identity.wwn.clone(),
         },
     );
+    fill_then_purge("scsi-purge", &t, &dev, &control);
+}
+
+/// Fills the whole disk, purges it, and prints what a sample of its blocks read as before
+/// and after.
+fn fill_then_purge(step: &str, t: &Target, dev: &Path, control: &RunControl) {
     let size = t.size();
-    let fill = purge::fill(&t, &control).unwrap();
-    let before = nonzero_blocks(&dev, size, 0, 256);
+    let fill = purge::fill(t, control).unwrap();
+    let before = nonzero_blocks(dev, size, 0, 256);
     let out = purge::purge(
-        &t,
+        t,
         Region {
             start: 0,
             len: size,
         },
     )
     .unwrap();
-    let after = nonzero_blocks(&dev, size, 0, 256);
+    let after = nonzero_blocks(dev, size, 0, 256);
     print_result(
-        "scsi-purge",
+        step,
         json!({"outcome": outcome_json(&out), "size": size, "filled": fill.bytes,
                "nonzero_before": before, "nonzero_after": after}),
     );

@@ -31,12 +31,8 @@ fn the_write_bound_holds_a_real_quick_enterprise_run_and_is_not_absurd() {
     let s = suite::find("enterprise").unwrap();
     let scale = Scale::named("quick").unwrap();
     let opts = SuiteOptions {
-        scale,
-        drive: None,
-        rated: None,
         seed: Some(7),
-        stop: Default::default(),
-        hist_digits: None,
+        ..SuiteOptions::at(scale)
     };
     let control = RunControl::new();
     let t0 = Instant::now();

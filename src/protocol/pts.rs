@@ -776,6 +776,11 @@ impl Runner<'_> {
             // is not a whole one: not counted, its points kept only when there is no
             // whole run.
             if self.control.is_stopped() {
+                // The round the stop cut short measured part of a round: not a point.
+                let full = self.opts.scale.round.as_secs_f64() * 0.99;
+                if run.last().is_some_and(|r| r.end_seconds < full) {
+                    run.pop();
+                }
                 if runs.is_empty() {
                     partial = run;
                 }
@@ -1035,11 +1040,13 @@ mod tests {
         );
     }
 
-    /// Stops the run after `after` rounds of the suite's phase `phase`, and keeps every
-    /// round of that phase it saw.
+    /// Stops the run after `after` rounds of the suite's phase `phase` (or, with
+    /// `after_ms`, that long after the phase begins, from another thread, as a signal
+    /// would: inside a round), and keeps every round of that phase it saw.
     struct StopAfter {
         phase: usize,
         after: usize,
+        after_ms: Option<u64>,
         at: usize,
         seen: Vec<Round>,
         control: crate::engine::RunControl,
@@ -1048,6 +1055,13 @@ mod tests {
     impl super::super::suite::Observer for StopAfter {
         fn phase(&mut self, index: usize, _: usize, _: &str, _: u32) {
             self.at = index;
+            if let (true, Some(ms)) = (index == self.phase, self.after_ms) {
+                let c = self.control.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(ms));
+                    c.stop();
+                });
+            }
         }
         fn round(&mut self, round: &Round, _: Option<&steady::Check>) {
             if self.at == self.phase {
@@ -1061,7 +1075,10 @@ mod tests {
 
     /// Runs `dirth` on a small file with 30 ms rounds, stopped after `after` rounds of its
     /// grid; returns the document's DIRTH test and the rounds the grid ran.
-    fn stopped_dirth(after: usize) -> (serde_json::Value, Vec<Round>, serde_json::Value) {
+    fn stopped_dirth(
+        after: usize,
+        after_ms: Option<u64>,
+    ) -> (serde_json::Value, Vec<Round>, serde_json::Value) {
         use super::super::suite::{self, SuiteOptions};
         let dir = if std::path::Path::new("/dev/shm").is_dir() {
             tempfile::tempdir_in("/dev/shm").unwrap()
@@ -1076,17 +1093,14 @@ mod tests {
         scale.round = Duration::from_millis(30);
         scale.ramp = Duration::ZERO;
         let opts = SuiteOptions {
-            scale,
-            drive: None,
-            rated: None,
             seed: Some(7),
-            stop: Default::default(),
-            hist_digits: None,
+            ..SuiteOptions::at(scale)
         };
         let control = crate::engine::RunControl::new();
         let mut obs = StopAfter {
             phase: 2,
             after,
+            after_ms,
             at: 0,
             seen: Vec::new(),
             control: control.clone(),
@@ -1110,7 +1124,7 @@ mod tests {
     #[test]
     fn a_dirth_stopped_in_its_second_run_keeps_the_first_whole() {
         let grid = DIRTH_THREADS_QUICK.len() * DIRTH_DEPTHS_QUICK.len();
-        let (d, seen, _) = stopped_dirth(grid + 3);
+        let (d, seen, _) = stopped_dirth(grid + 3, None);
         assert_eq!(
             seen.len(),
             grid + 3,
@@ -1142,7 +1156,7 @@ mod tests {
 
     #[test]
     fn a_dirth_stopped_in_its_first_run_keeps_the_points_it_measured() {
-        let (d, seen, doc) = stopped_dirth(4);
+        let (d, seen, doc) = stopped_dirth(4, None);
         assert_eq!(seen.len(), 4);
         assert_eq!(d["grid_rounds"], 0);
         assert!(d["tracked_point"].is_null(), "{}", d["tracked_point"]);
@@ -1165,5 +1179,31 @@ mod tests {
         assert_eq!(d["histograms"].as_array().map_or(0, |a| a.len()), 0);
         let why = &doc["incomplete_reason"];
         assert!(why.as_str().is_some_and(|r| !r.is_empty()), "{why}");
+    }
+
+    #[test]
+    fn a_dirth_stopped_inside_a_round_keeps_only_whole_rounds() {
+        // 30 ms rounds: 70 ms into the grid is inside its third round, on a quiet host
+        // (on a loaded one the stop may land elsewhere; what is kept must be whole).
+        let (d, seen, _) = stopped_dirth(usize::MAX, Some(70));
+        let round = 0.030 * 0.99;
+        if d["grid_rounds"] == 0 {
+            let points = d["points"].as_array().unwrap();
+            assert!(
+                points.len() + 1 >= seen.len() && points.len() <= seen.len(),
+                "{} points of {} rounds",
+                points.len(),
+                seen.len()
+            );
+            for (p, r) in points.iter().zip(&seen) {
+                let secs = p["round"]["end_seconds"].as_f64().unwrap();
+                assert!(secs >= round, "a point of {secs} s");
+                assert_eq!(p["round"]["iops"].as_f64().unwrap(), r.iops);
+            }
+            // The round the stop cut, if it cut one, is not a point.
+            if let Some(last) = seen.last().filter(|r| r.end_seconds < round) {
+                assert_eq!(points.len(), seen.len() - 1, "{}", last.end_seconds);
+            }
+        }
     }
 }

@@ -410,9 +410,12 @@ enum Family {
 /// drives that other logical drives may share, as the controller's firmware decides), or
 /// a disk behind a USB bridge (which may reset during an erase of hours, leaving the drive
 /// locked or half erased, and may pass the command to one drive of a mirror).
-fn scsi_refusal(device: &crate::device::BlockDeviceInfo) -> Option<String> {
-    use crate::device::{scsi_attachment, SystemPaths, RAID_HOST_DRIVERS};
-    let at = scsi_attachment(&SystemPaths::default(), &device.name);
+fn scsi_refusal(
+    device: &crate::device::BlockDeviceInfo,
+    paths: &crate::device::SystemPaths,
+) -> Option<String> {
+    use crate::device::{scsi_attachment, RAID_HOST_DRIVERS};
+    let at = scsi_attachment(paths, &device.name);
     let logical_volume = device
         .identity
         .model
@@ -424,7 +427,12 @@ fn scsi_refusal(device: &crate::device::BlockDeviceInfo) -> Option<String> {
             "the disk is a logical drive of a RAID controller (driver {d})"
         )),
         _ if logical_volume => Some("the disk is a RAID logical volume (its model says so)".into()),
-        _ => None,
+        None => Some(
+            "sysfs does not say which SCSI host the disk is on, so it may be a RAID \
+             controller's logical drive"
+                .into(),
+        ),
+        Some(_) => None,
     }
 }
 
@@ -461,7 +469,8 @@ fn purge_block(
             );
             None
         }
-        (Family::Scsi, false) => match scsi_refusal(device) {
+        (Family::Scsi, false) => match scsi_refusal(device, &crate::device::SystemPaths::default())
+        {
             Some(why) => {
                 notes.push(format!(
                     "ATA SECURITY ERASE and SCSI SANITIZE: {why}: not used"
@@ -1159,6 +1168,76 @@ mod tests {
 
     const QEMU_ID_CTRL: &[u8] = include_bytes!("../../tests/fixtures/nvme/qemu-id-ctrl.bin");
     const QEMU_ID_NS: &[u8] = include_bytes!("../../tests/fixtures/nvme/qemu-id-ns.bin");
+
+    /// A fake sysfs with disk `sdz` on SCSI host 3 of `driver`, under `via` (a path
+    /// fragment such as `usb1/1-1/`).
+    fn fake_sys(
+        driver: Option<&str>,
+        via: &str,
+    ) -> (tempfile::TempDir, crate::device::SystemPaths) {
+        let dir = tempfile::tempdir().unwrap();
+        let sys = dir.path().join("sys");
+        let host = if driver.is_some() {
+            "host3/target3:0:0/3:0:0:0/"
+        } else {
+            ""
+        };
+        let dev = sys.join(format!("devices/pci0000:00/{via}{host}block/sdz"));
+        std::fs::create_dir_all(&dev).unwrap();
+        std::fs::create_dir_all(sys.join("class/block")).unwrap();
+        std::os::unix::fs::symlink(&dev, sys.join("class/block/sdz")).unwrap();
+        if let Some(d) = driver {
+            let h = sys.join("class/scsi_host/host3");
+            std::fs::create_dir_all(&h).unwrap();
+            std::fs::write(h.join("proc_name"), format!("{d}\n")).unwrap();
+        }
+        let paths = crate::device::SystemPaths {
+            sys,
+            ..Default::default()
+        };
+        (dir, paths)
+    }
+
+    #[test]
+    fn drive_erases_are_not_sent_to_raid_volumes_usb_bridges_or_the_unknown() {
+        let disk = |model: &str| crate::device::BlockDeviceInfo {
+            path: "/dev/sdz".into(),
+            name: "sdz".into(),
+            major: 8,
+            minor: 400,
+            size_bytes: 1 << 30,
+            logical_block_size: 512,
+            physical_block_size: 4096,
+            is_partition: false,
+            partitions: Vec::new(),
+            parent: None,
+            identity: crate::device::DeviceIdentity {
+                model: Some(model.into()),
+                ..Default::default()
+            },
+        };
+        let (_d, ahci) = fake_sys(Some("ahci"), "");
+        assert_eq!(scsi_refusal(&disk("WDC WD80EFAX"), &ahci), None);
+        let (_d, sas) = fake_sys(Some("mpt3sas"), "");
+        assert_eq!(scsi_refusal(&disk("ST8000NM0075"), &sas), None);
+        // An IR volume of the same HBA driver says so in its model.
+        assert!(scsi_refusal(&disk("Logical Volume"), &sas)
+            .unwrap()
+            .contains("logical volume"));
+        for raid in ["megaraid_sas", "mpi3mr", "hpsa", "smartpqi"] {
+            let (_d, p) = fake_sys(Some(raid), "");
+            let why = scsi_refusal(&disk("PERC H755"), &p).unwrap();
+            assert!(why.contains(raid), "{why}");
+        }
+        let (_d, usb) = fake_sys(Some("usb-storage"), "usb1/1-1/1-1:1.0/");
+        assert!(scsi_refusal(&disk("ASM1153E"), &usb)
+            .unwrap()
+            .contains("USB"));
+        let (_d, none) = fake_sys(None, "");
+        assert!(scsi_refusal(&disk("X"), &none)
+            .unwrap()
+            .contains("does not say"));
+    }
 
     #[test]
     fn method_names() {

@@ -475,6 +475,21 @@ pub struct SuiteOptions {
     pub hist_digits: Option<u8>,
 }
 
+impl SuiteOptions {
+    /// Options at `scale` with nothing else given: no drive identity or rating, a random
+    /// seed, no recorded stop, the engine's histogram digits.
+    pub fn at(scale: Scale) -> SuiteOptions {
+        SuiteOptions {
+            scale,
+            drive: None,
+            rated: None,
+            seed: None,
+            stop: Default::default(),
+            hist_digits: None,
+        }
+    }
+}
+
 fn now_unix() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -399,11 +399,14 @@ pub fn parse_identify(b: &[u8]) -> Result<AtaIdentify, String> {
     let w83 = w(83);
     let w106 = w(106);
     let w128 = w(128);
-    let sectors = if valid(w83) && w83 & 0x0400 != 0 {
-        u64::from(w(100))
-            | u64::from(w(101)) << 16
-            | u64::from(w(102)) << 32
-            | u64::from(w(103)) << 48
+    let lba48 = u64::from(w(100))
+        | u64::from(w(101)) << 16
+        | u64::from(w(102)) << 32
+        | u64::from(w(103)) << 48;
+    // Word 83: bits 15:14 = 01 say it is valid; bit 10, 48-bit addressing (as libata
+    // reads it).
+    let sectors = if w83 & 0xc000 == 0x4000 && w83 & 0x0400 != 0 && lba48 != 0 {
+        lba48
     } else {
         u64::from(w(60)) | u64::from(w(61)) << 16
     };
@@ -447,6 +450,30 @@ pub struct Expected<'a> {
     pub bytes: u64,
 }
 
+/// A serial as udev writes `ID_SERIAL_SHORT` (where the gate's identity of a disk may come
+/// from): trimmed, each run of whitespace one `_`, and any character but ASCII letters,
+/// digits and `#+-.:=@_` a `_`; so the ATA string and the disk's serial compare equal
+/// however each was read.
+fn udev_serial(s: &str) -> String {
+    let mut out = String::new();
+    let mut space = false;
+    for c in s.trim().chars() {
+        if c.is_whitespace() {
+            space = true;
+            continue;
+        }
+        if std::mem::take(&mut space) {
+            out.push('_');
+        }
+        out.push(if c.is_ascii_alphanumeric() || "#+-.:=@_".contains(c) {
+            c
+        } else {
+            '_'
+        });
+    }
+    out
+}
+
 /// Whether and how to erase, or why not.
 pub fn ata_plan(id: &AtaIdentify, expected: &Expected<'_>) -> Result<AtaErase, String> {
     if !id.supported {
@@ -478,7 +505,7 @@ pub fn ata_plan(id: &AtaIdentify, expected: &Expected<'_>) -> Result<AtaErase, S
     // The drive answering the pass-through must be the disk the gate approved, not a
     // member of an enclosure's mirror or a drive the bridge picked.
     match (expected.serial, id.serial.as_deref()) {
-        (Some(want), Some(got)) if want.trim() == got => {}
+        (Some(want), Some(got)) if udev_serial(want) == udev_serial(got) => {}
         (None, _) => {
             return Err(
                 "the disk's serial is not known, so the ATA drive answering cannot be tied to it"
@@ -573,12 +600,18 @@ fn ata_out(dev: &mut dyn ScsiDevice, cmd: u8, block: &[u8], timeout_ms: u32) -> 
 
 /// Removes the password purge set, after a failed step; checks with IDENTIFY.
 fn remove_password(dev: &mut dyn ScsiDevice, path: &Path, after: &str) -> Result<(), PurgeError> {
-    let disable = ata_out(
-        dev,
-        ATA_SECURITY_DISABLE_PASSWORD,
-        &password_block(false),
-        SHORT_TIMEOUT_MS,
-    );
+    // Asked again after a unit attention (a reset during the failed step).
+    let block = password_block(false);
+    let disable = check(
+        command_retrying(
+            dev,
+            &ata16(ATA_SECURITY_DISABLE_PASSWORD, AtaProtocol::PioDataOut as u8),
+            Data::Out(&block),
+            SHORT_TIMEOUT_MS,
+        ),
+        true,
+    )
+    .map(|_| ());
     let left = identify_text(ata_identify(dev)).map_or(true, |id| id.enabled);
     if left {
         let why = disable
@@ -592,27 +625,59 @@ fn remove_password(dev: &mut dyn ScsiDevice, path: &Path, after: &str) -> Result
     Ok(())
 }
 
+/// How the erase pair failed: the one-line reason, and whether the drive aborted a
+/// command (ATA status ERR with ABRT): what it does when another command came between
+/// PREPARE and UNIT, so the pair may be sent again. A time-out or a transport error is
+/// not sent again (an erase of hours may be running).
+struct EraseFailure {
+    why: String,
+    aborted: bool,
+}
+
+fn ata_aborted(c: &Completion) -> bool {
+    Sense::parse(&c.sense)
+        .and_then(|s| s.ata_registers())
+        .is_some_and(|(error, status)| status & 0x01 != 0 && error & 0x04 != 0)
+}
+
 /// SECURITY ERASE PREPARE and SECURITY ERASE UNIT, back to back.
-fn erase_pair(dev: &mut dyn ScsiDevice, plan: &AtaErase) -> Result<(), String> {
-    check(
-        dev.command(
-            &ata16(ATA_SECURITY_ERASE_PREPARE, AtaProtocol::NonData as u8),
+fn erase_pair(dev: &mut dyn ScsiDevice, plan: &AtaErase) -> Result<(), EraseFailure> {
+    let kind = if plan.enhanced { "enhanced" } else { "normal" };
+    let prepare = ata16(ATA_SECURITY_ERASE_PREPARE, AtaProtocol::NonData as u8);
+    let unit = ata16(ATA_SECURITY_ERASE_UNIT, AtaProtocol::PioDataOut as u8);
+    let block = password_block(plan.enhanced);
+    let steps: [(&[u8], Data<'_>, u32, String); 2] = [
+        (
+            &prepare,
             Data::None,
             SHORT_TIMEOUT_MS,
+            "ATA SECURITY ERASE PREPARE".into(),
         ),
-        true,
-    )
-    .map_err(|e| format!("ATA SECURITY ERASE PREPARE: {e}"))?;
-    ata_out(
-        dev,
-        ATA_SECURITY_ERASE_UNIT,
-        &password_block(plan.enhanced),
-        plan.timeout_ms,
-    )
-    .map_err(|e| {
-        let kind = if plan.enhanced { "enhanced" } else { "normal" };
-        format!("ATA SECURITY ERASE UNIT ({kind}): {e}")
-    })
+        (
+            &unit,
+            Data::Out(&block),
+            plan.timeout_ms,
+            format!("ATA SECURITY ERASE UNIT ({kind})"),
+        ),
+    ];
+    for (cdb, data, timeout, what) in steps {
+        match dev.command(cdb, data, timeout) {
+            Ok(c) if c.is_good() => {}
+            Ok(c) => {
+                return Err(EraseFailure {
+                    why: format!("{what}: {}", describe_as(&c, true)),
+                    aborted: ata_aborted(&c),
+                })
+            }
+            Err(e) => {
+                return Err(EraseFailure {
+                    why: format!("{what}: SG_IO failed: {e}"),
+                    aborted: false,
+                })
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Runs the ATA Security erase on an ATA drive. Ok(None): it does not apply or failed
@@ -656,6 +721,19 @@ pub fn purge_ata(
     // command on would otherwise have purge report an erase that never ran.
     match (set, identify_text(ata_identify(dev))) {
         (Ok(()), Ok(now)) if now.enabled && !now.locked => {}
+        (Ok(()), Ok(now)) if now.enabled => {
+            remove_password(
+                dev,
+                path,
+                "a SECURITY SET PASSWORD that left the drive locked",
+            )?;
+            notes.push(
+                "ATA SECURITY SET PASSWORD: the drive is locked after it; the password was \
+                 removed and the erase not used"
+                    .into(),
+            );
+            return Ok(None);
+        }
         (Ok(()), Ok(_)) => {
             notes.push(
                 "ATA SECURITY SET PASSWORD: the device reported success but IDENTIFY shows no \
@@ -671,7 +749,11 @@ pub fn purge_ata(
                 .unwrap_or_default();
             notes.push(format!("ATA SECURITY SET PASSWORD: {why}"));
             if now.map_or(true, |n| n.enabled) {
-                remove_password(dev, path, "a failed SECURITY SET PASSWORD")?;
+                remove_password(
+                    dev,
+                    path,
+                    "a failed SECURITY SET PASSWORD (it may or may not be set)",
+                )?;
             }
             return Ok(None);
         }
@@ -679,11 +761,14 @@ pub fn purge_ata(
     let t0 = Instant::now();
     // Another command between PREPARE and UNIT (smartd, a power-mode check) makes the
     // drive refuse the erase: once more.
-    let erased = erase_pair(dev, &plan).or_else(|first| {
-        notes.push(format!("{first} (sent again)"));
-        erase_pair(dev, &plan)
-    });
-    if let Err(e) = erased {
+    let erased = match erase_pair(dev, &plan) {
+        Err(first) if first.aborted && !control.is_stopped() => {
+            notes.push(format!("{} (sent again)", first.why));
+            erase_pair(dev, &plan)
+        }
+        r => r,
+    };
+    if let Err(EraseFailure { why: e, .. }) = erased {
         notes.push(e.clone());
         remove_password(dev, path, &e)?;
         notes.push(
@@ -1332,6 +1417,61 @@ mod tests {
         assert_eq!(r.unwrap(), None);
         assert!(notes[0].contains("serial is not known"), "{notes:?}");
         assert!(d.erased.is_none() && d.password.is_none());
+    }
+
+    #[test]
+    fn the_serial_compares_as_udev_writes_it() {
+        assert_eq!(udev_serial("  AB12 CD34  "), "AB12_CD34");
+        assert_eq!(udev_serial("AB12  CD/34"), "AB12_CD_34");
+        let mut d = AtaDrive {
+            serial: "AB12 CD34",
+            ..ata_drive()
+        };
+        let mut notes = Vec::new();
+        let udev = Expected {
+            serial: Some("AB12_CD34"),
+            bytes: BYTES,
+        };
+        let r = purge_sd(
+            &mut d,
+            &udev,
+            &path(),
+            &RunControl::new(),
+            Duration::ZERO,
+            &mut notes,
+        );
+        assert_eq!(r.unwrap(), Some(PurgeMethod::AtaSecurityErase), "{notes:?}");
+    }
+
+    #[test]
+    fn a_timed_out_erase_is_not_sent_again() {
+        struct TimesOut(AtaDrive);
+        impl ScsiDevice for TimesOut {
+            fn command(&mut self, cdb: &[u8], data: Data<'_>, t: u32) -> io::Result<Completion> {
+                if cdb[0] == 0x85 && cdb[14] == ATA_SECURITY_ERASE_UNIT {
+                    self.0.log.push("erase-unit");
+                    self.0.prepared = false;
+                    return Ok(Completion {
+                        host_status: 0x03,
+                        ..good()
+                    });
+                }
+                self.0.command(cdb, data, t)
+            }
+        }
+        let mut d = TimesOut(ata_drive());
+        let (r, notes) = run(&mut d);
+        assert_eq!(r.unwrap(), None);
+        assert_eq!(
+            d.0.log.iter().filter(|&&c| c == "erase-unit").count(),
+            1,
+            "{notes:?}"
+        );
+        assert!(
+            notes[0].contains("timed out") && !notes[0].contains("sent again"),
+            "{notes:?}"
+        );
+        assert!(d.0.password.is_none(), "the password is removed after it");
     }
 
     #[test]
