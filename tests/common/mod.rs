@@ -666,27 +666,81 @@ pub fn pswpout() -> u64 {
         .unwrap_or(0)
 }
 
+/// The sysfs directory of the loop device whose backing file is `backing`, if one is.
+fn loop_of(backing: &Path) -> Option<PathBuf> {
+    let want = fs::canonicalize(backing).ok()?;
+    fs::read_dir("/sys/block").ok()?.flatten().find_map(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let b = fs::read_to_string(e.path().join("loop/backing_file")).ok()?;
+        (name.starts_with("loop") && Path::new(b.trim()) == want).then(|| e.path())
+    })
+}
+
+/// Sectors written to a block device so far (field 7 of its `stat`), once none of its
+/// writes is in flight (waiting up to 5 s): every write submitted before is counted.
+fn sectors_written_settled(dev: &Path) -> Option<u64> {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        let inflight = fs::read_to_string(dev.join("inflight")).ok()?;
+        if inflight.split_whitespace().nth(1) == Some("0") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stat = fs::read_to_string(dev.join("stat")).ok()?;
+    stat.split_whitespace().nth(6)?.parse().ok()
+}
+
 /// Runs `attempt` between two checksums of `backing`; returns its value and whether the
-/// file stayed unchanged. On a swap area (`swap`) the kernel itself writes swapped-out
-/// pages whenever memory is short: an attempt during which the kernel swapped out and the
-/// file changed proves nothing either way, so it is made again (up to 5 times); one made
-/// while the kernel did not swap is conclusive.
+/// attempt left the file unchanged (by anything but the kernel's swapping).
+///
+/// On a swap area (`swap`) the kernel itself writes swapped-out pages whenever it
+/// reclaims memory. When the file changed, the loop device's own count decides: with no
+/// write in flight before or after, the sectors written to it in between must be exactly
+/// the kernel's swap-outs (8 per page of `pswpout`; this area is the only one) for the
+/// change to be the kernel's alone. Sectors written but no swap-out counted can be one
+/// submitted just before the attempt: made again (up to 8 times). No sector written, no
+/// swap-out, and the file changed all the same: something wrote the file itself, a change.
 pub fn watched<T>(backing: &Path, swap: bool, mut attempt: impl FnMut() -> T) -> (T, bool) {
+    if !swap {
+        let before = checksum(backing);
+        let v = attempt();
+        sync();
+        return (v, checksum(backing) == before);
+    }
+    let dev = loop_of(backing);
     let mut tries = 0;
     loop {
         tries += 1;
+        let sectors0 = dev.as_deref().and_then(sectors_written_settled);
         let sw0 = pswpout();
-        std::thread::sleep(Duration::from_millis(if swap { 200 } else { 0 }));
         let before = checksum(backing);
         let v = attempt();
         sync();
         let unchanged = checksum(backing) == before;
-        std::thread::sleep(Duration::from_millis(if swap { 200 } else { 0 }));
-        if unchanged || !swap || pswpout() == sw0 || tries >= 5 {
-            if swap && tries > 1 {
-                println!("swap: attempt made {tries} times (the kernel swapped meanwhile)");
+        let sectors1 = dev.as_deref().and_then(sectors_written_settled);
+        let swapped = pswpout() - sw0;
+        let written = match (sectors0, sectors1) {
+            (Some(a), Some(b)) => b.checked_sub(a),
+            _ => None,
+        };
+        let verdict = match written {
+            _ if unchanged => Some(true),
+            Some(w) if swapped > 0 && w == swapped * 8 => Some(true),
+            Some(0) if swapped == 0 => Some(false),
+            // More written than the kernel swapped out (or no count): not known.
+            _ if tries >= 8 => Some(false),
+            _ => None,
+        };
+        if let Some(ok) = verdict {
+            if tries > 1 || swapped > 0 {
+                println!(
+                    "swap: attempt made {tries} times; the last: {swapped} pages swapped out, \
+                     {written:?} sectors written to the device, file {}",
+                    if unchanged { "unchanged" } else { "changed" }
+                );
             }
-            return (v, unchanged);
+            return (v, ok);
         }
     }
 }
