@@ -239,12 +239,8 @@ pub fn scsi_attachment(paths: &SystemPaths, name: &str) -> ScsiAttachment {
         c.strip_prefix("host")
             .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
     });
-    let host_driver = host.and_then(|h| {
-        let s =
-            fs::read_to_string(paths.sys.join("class/scsi_host").join(h).join("proc_name")).ok()?;
-        let s = s.trim();
-        (!s.is_empty()).then(|| s.to_string())
-    });
+    let host_driver =
+        host.and_then(|h| read_attr(&paths.sys.join("class/scsi_host").join(h).join("proc_name")));
     ScsiAttachment {
         host_driver,
         usb: real.contains("/usb"),

@@ -61,7 +61,7 @@ fn read_hint(e: &std::io::Error) -> &'static str {
     match e.kind() {
         std::io::ErrorKind::NotFound => {
             "; give the path of a result document (`driveprobe bench --suite ... --output-format \
-             json > FILE` writes one; the daemon keeps its runs' in STATE_DIR/runs/)"
+             json > FILE` writes one; the daemon keeps each run's in STATE_DIR/runs/)"
         }
         std::io::ErrorKind::PermissionDenied => "; run as a user who may read it",
         _ => "",

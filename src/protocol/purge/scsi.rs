@@ -640,44 +640,44 @@ fn ata_aborted(c: &Completion) -> bool {
         .is_some_and(|(error, status)| status & 0x01 != 0 && error & 0x04 != 0)
 }
 
+/// One command of the erase pair, its failure named `what`.
+fn erase_step(
+    dev: &mut dyn ScsiDevice,
+    cdb: &[u8],
+    data: Data<'_>,
+    timeout_ms: u32,
+    what: &str,
+) -> Result<(), EraseFailure> {
+    match dev.command(cdb, data, timeout_ms) {
+        Ok(c) if c.is_good() => Ok(()),
+        Ok(c) => Err(EraseFailure {
+            why: format!("{what}: {}", describe_as(&c, true)),
+            aborted: ata_aborted(&c),
+        }),
+        Err(e) => Err(EraseFailure {
+            why: format!("{what}: SG_IO failed: {e}"),
+            aborted: false,
+        }),
+    }
+}
+
 /// SECURITY ERASE PREPARE and SECURITY ERASE UNIT, back to back.
 fn erase_pair(dev: &mut dyn ScsiDevice, plan: &AtaErase) -> Result<(), EraseFailure> {
+    erase_step(
+        dev,
+        &ata16(ATA_SECURITY_ERASE_PREPARE, AtaProtocol::NonData as u8),
+        Data::None,
+        SHORT_TIMEOUT_MS,
+        "ATA SECURITY ERASE PREPARE",
+    )?;
     let kind = if plan.enhanced { "enhanced" } else { "normal" };
-    let prepare = ata16(ATA_SECURITY_ERASE_PREPARE, AtaProtocol::NonData as u8);
-    let unit = ata16(ATA_SECURITY_ERASE_UNIT, AtaProtocol::PioDataOut as u8);
-    let block = password_block(plan.enhanced);
-    let steps: [(&[u8], Data<'_>, u32, String); 2] = [
-        (
-            &prepare,
-            Data::None,
-            SHORT_TIMEOUT_MS,
-            "ATA SECURITY ERASE PREPARE".into(),
-        ),
-        (
-            &unit,
-            Data::Out(&block),
-            plan.timeout_ms,
-            format!("ATA SECURITY ERASE UNIT ({kind})"),
-        ),
-    ];
-    for (cdb, data, timeout, what) in steps {
-        match dev.command(cdb, data, timeout) {
-            Ok(c) if c.is_good() => {}
-            Ok(c) => {
-                return Err(EraseFailure {
-                    why: format!("{what}: {}", describe_as(&c, true)),
-                    aborted: ata_aborted(&c),
-                })
-            }
-            Err(e) => {
-                return Err(EraseFailure {
-                    why: format!("{what}: SG_IO failed: {e}"),
-                    aborted: false,
-                })
-            }
-        }
-    }
-    Ok(())
+    erase_step(
+        dev,
+        &ata16(ATA_SECURITY_ERASE_UNIT, AtaProtocol::PioDataOut as u8),
+        Data::Out(&password_block(plan.enhanced)),
+        plan.timeout_ms,
+        &format!("ATA SECURITY ERASE UNIT ({kind})"),
+    )
 }
 
 /// Runs the ATA Security erase on an ATA drive. Ok(None): it does not apply or failed
@@ -1284,10 +1284,18 @@ mod tests {
     }
 
     fn run(dev: &mut dyn ScsiDevice) -> (Result<Option<PurgeMethod>, PurgeError>, Vec<String>) {
+        run_with(dev, &expected())
+    }
+
+    /// [`purge_sd`] on `dev` as the disk `expected`; its outcome and notes.
+    fn run_with(
+        dev: &mut dyn ScsiDevice,
+        expected: &Expected<'_>,
+    ) -> (Result<Option<PurgeMethod>, PurgeError>, Vec<String>) {
         let mut notes = Vec::new();
         let r = purge_sd(
             dev,
-            &expected(),
+            expected,
             &path(),
             &RunControl::new(),
             Duration::ZERO,
@@ -1386,34 +1394,18 @@ mod tests {
         }
         // The disk's own size and serial must be known and agree.
         let mut d = ata_drive();
-        let mut notes = Vec::new();
         let other_size = Expected {
             serial: Some(SERIAL),
             bytes: BYTES / 2,
         };
-        let r = purge_sd(
-            &mut d,
-            &other_size,
-            &path(),
-            &RunControl::new(),
-            Duration::ZERO,
-            &mut notes,
-        );
+        let (r, notes) = run_with(&mut d, &other_size);
         assert_eq!(r.unwrap(), None);
         assert!(notes[0].contains("bytes"), "{notes:?}");
         let no_serial = Expected {
             serial: None,
             bytes: BYTES,
         };
-        notes.clear();
-        let r = purge_sd(
-            &mut d,
-            &no_serial,
-            &path(),
-            &RunControl::new(),
-            Duration::ZERO,
-            &mut notes,
-        );
+        let (r, notes) = run_with(&mut d, &no_serial);
         assert_eq!(r.unwrap(), None);
         assert!(notes[0].contains("serial is not known"), "{notes:?}");
         assert!(d.erased.is_none() && d.password.is_none());
@@ -1427,19 +1419,11 @@ mod tests {
             serial: "AB12 CD34",
             ..ata_drive()
         };
-        let mut notes = Vec::new();
         let udev = Expected {
             serial: Some("AB12_CD34"),
             bytes: BYTES,
         };
-        let r = purge_sd(
-            &mut d,
-            &udev,
-            &path(),
-            &RunControl::new(),
-            Duration::ZERO,
-            &mut notes,
-        );
+        let (r, notes) = run_with(&mut d, &udev);
         assert_eq!(r.unwrap(), Some(PurgeMethod::AtaSecurityErase), "{notes:?}");
     }
 
