@@ -2,12 +2,14 @@
 //! the safety gate's "device with holders" case (the host kernel has no device-mapper).
 //!
 //! Two boots (each about a minute of one core under TCG):
-//! - `vm_faults_io_errors_slow_drive_and_holders`: five drives with canaries: the NVMe
+//! - `vm_faults_io_errors_slow_drive_and_holders`: six drives with canaries: the NVMe
 //!   (destructive, with a dm-linear holder on top), the SATA disk through a file target on
 //!   ext2 over a dm device (linear, then dm-flakey), a dm device over null_blk that becomes
-//!   dm-error, a dm-delay over null_blk whose delay goes from 0 to 400-900 ms, and a plain
-//!   null_blk. Asserts: errors counted and exported on the faulty drives only, the SATA
-//!   drive's verdict turns failing, the others' ops keep their rate with no error; the
+//!   dm-error, a dm-delay over null_blk whose delay goes from 0 to 400-900 ms, a dm device
+//!   over null_blk that is suspended (its I/O hangs), and a plain null_blk. Asserts:
+//!   errors counted and exported on the faulty drives only, the SATA drive's verdict turns
+//!   failing, the suspended drive's canary hangs without error, the others' ops keep their
+//!   rate with no error (their I/O shares one thread with the hung one's); the
 //!   slow drive's p50 is near the delay, the latency-regression alert fires on the scraped
 //!   values (replayed through `promtool test rules`), scrapes and health stay fast; the
 //!   held NVMe is never written (bench refused in one line, write canary and scheduled
@@ -229,7 +231,7 @@ const IO_FAULTS: &str = r#"
 # I/O error messages on the serial console cost the one vCPU a lot under TCG: keep them
 # in dmesg only
 echo 1 > /proc/sys/kernel/printk
-modprobe null_blk nr_devices=3 gb=1 || echo "=== MODULE null_blk failed"
+modprobe null_blk nr_devices=4 gb=1 || echo "=== MODULE null_blk failed"
 modprobe crc32c_generic && modprobe ext4 || echo "=== MODULE ext4 failed"
 mkdir -p /tmp/dp /dev/disk/by-id /mnt/flaky
 link() { ln -sf "../../dm-$(dmsetup info -c --noheadings -o minor "$1" | tr -d ' ')" "/dev/disk/by-id/dm-name-$1"; }
@@ -243,9 +245,11 @@ run dm-setup sh -c "
   dmsetup create errdev --table '0 $NB linear /dev/nullb0 0' &&
   dmsetup create slow --table '0 $NB delay /dev/nullb1 0 0' &&
   dmsetup create hold --table '0 $NV linear /dev/nvme0n1 0' &&
+  dmsetup create frozen --table '0 $NB linear /dev/nullb3 0' &&
   dmsetup ls && ls /sys/block/nvme0n1/holders /sys/block/sda/holders"
 link errdev
 link slow
+link frozen
 ln -sf ../../nullb2 /dev/disk/by-id/null-good
 run mkfs mke2fs -q /dev/mapper/flaky
 run mount mount -t ext2 -o noatime /dev/mapper/flaky /mnt/flaky
@@ -281,9 +285,14 @@ by_id = "/dev/disk/by-id/dm-name-slow"
 name = "good"
 by_id = "/dev/disk/by-id/null-good"
 
+# suspended under its canary: its I/O hangs until resumed
+[[drive]]
+name = "frozen"
+by_id = "/dev/disk/by-id/dm-name-frozen"
+
 [[probe]]
 name = "rd"
-drives = ["nvme", "sata", "errdev", "good"]
+drives = ["nvme", "sata", "errdev", "good", "frozen"]
 window = "10s"
 workload = { rate_iops = 50 }
 
@@ -314,7 +323,7 @@ driveprobe daemon --config /tmp/d.toml >/tmp/out 2>/tmp/err &
 DP=$!
 run_failed() { api runs | grep -q '"failed"'; }
 verdict_is() { num_cmp "$(val "driveprobe_health_verdict{drive=\"$1\",verdict=\"$2\"}")" == 1; }
-for d in nvme sata errdev good; do waitfor "ops-$d" 150 ops_above $d 0; done
+for d in nvme sata errdev good frozen; do waitfor "ops-$d" 150 ops_above $d 0; done
 waitfor ops-slow 150 ops_above slow 0 slowrd
 waitfor sata-verdict 150 verdict_is sata ok
 waitfor run-failed 150 run_failed
@@ -332,7 +341,8 @@ run inject sh -c "
   dmsetup reload errdev --table '0 $NB error' && dmsetup resume errdev &&
   dmsetup reload flaky --table '0 $SA flakey /dev/sda 0 1 1' && dmsetup resume flaky &&
   dmsetup reload slow --table '0 $NB delay /dev/nullb1 0 $DMS' && dmsetup resume slow &&
-  dmsetup table"
+  dmsetup suspend frozen &&
+  dmsetup table && dmsetup info frozen"
 waitfor sata-failing 150 verdict_is sata failing
 # the windows fill with the delayed I/O (20 s for the slow drive)
 sleep 21
@@ -340,6 +350,7 @@ for i in 1 2 3; do timed inj-$i; runout healthz-$i wget -q -O - http://127.0.0.1
 runout drives api drives
 runout runs api runs
 run holders ls /sys/block/nvme0n1/holders
+run thaw dmsetup resume frozen
 kill -TERM $DP
 wait $DP
 echo "=== DAEMON EXIT $?"
@@ -433,6 +444,21 @@ fn vm_faults_io_errors_slow_drive_and_holders() {
         );
         rates.push((d, before, during));
     }
+    // The suspended drive: its canary's I/O hangs (nothing completes, nothing fails), and
+    // it holds no other drive's canary (the rates above; every canary's I/O is issued by
+    // one shared thread, decision 0011).
+    let frozen_before = ops(b_last, "frozen", "rd") - ops(b_first, "frozen", "rd");
+    let frozen_during = ops(i_last, "frozen", "rd") - ops(i_first, "frozen", "rd");
+    assert!(frozen_before > 0.0, "frozen: no I/O before the suspension");
+    assert_eq!(
+        frozen_during, 0.0,
+        "frozen: I/O completed on a suspended device"
+    );
+    for e in &inj {
+        assert_eq!(errors(e, "frozen", "rd"), 0.0, "frozen: hung, not failed");
+        assert_eq!(up(e, "frozen"), 1.0);
+    }
+    run.ok_section("thaw");
     for e in &inj {
         assert_eq!(
             errors(e, "slow", "slowrd"),
@@ -599,6 +625,14 @@ fn vm_faults_io_errors_slow_drive_and_holders() {
                         .iter()
                         .map(|r| (r.0, round1(r.1), round1(r.2)))
                         .collect::<Vec<_>>()
+                ),
+            },
+            Line {
+                fault: "dm device 'frozen' suspended under its canary (I/O hangs)",
+                injected: 1,
+                asserted: format!(
+                    "ops +{frozen_before} over the baseline, +{frozen_during} while suspended; \
+                     0 errors; up; nvme and good kept their rates (above)"
                 ),
             },
             Line {

@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::config::Probe;
@@ -22,6 +22,7 @@ use crate::target::Target;
 
 use super::canary_io;
 use super::condlog::{CondLog, Level};
+use super::reactor;
 use super::standby::StandbyCheck;
 use super::window::OpWindow;
 use super::{now_unix, Ctx, DriveCtl, OpenError};
@@ -46,12 +47,7 @@ pub const COLLECTOR_PREFIX: &str = "canary:";
 /// failure), and every surface renders it. Nothing else decides whether a probe runs.
 pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::Beat>) {
     let window = probe.window.as_secs_f64();
-    let mut win = Windows {
-        r: OpWindow::new(window),
-        w: OpWindow::new(window),
-        stall: OpWindow::new(window),
-        cpu: CpuWaitWindow::new(window),
-    };
+    let mut win = Windows::new(window);
     let clock = Instant::now();
     let mut backoff = Duration::from_secs(1);
     let name = drive.cfg.name.clone();
@@ -132,9 +128,9 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
         state = ProbeState::Running;
         publish(&ctx, &name, &probe, &win, &state);
         let mut interval_start = 0.0;
-        // One interval's figures: its length in seconds per thread, the threads' CPU
-        // wait, the drive's figures per direction and, from the canary's own loop, the
-        // host's stall per I/O.
+        // One interval's figures, from the engine or the canary's own loop: its length in
+        // seconds per thread, the threads' CPU wait, the drive's figures per direction
+        // and, from the canary's own loop, the host's stall per I/O.
         let mut observe = |seconds: f64,
                            run_delay: f64,
                            read: &engine::DirStats,
@@ -142,19 +138,14 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
                            stall: Option<&engine::DirStats>| {
             beat.beat();
             let t = clock.elapsed().as_secs_f64();
-            win.r.add(t, read);
-            win.w.add(t, write);
-            if let Some(stall) = stall {
-                win.stall.add(t, stall);
-            }
-            let wall = seconds.max(0.0) * f64::from(threads);
-            win.cpu
-                .add(t, run_delay, wall, threads, read.ops + write.ops);
-            if write.bytes > 0 {
-                let bytes = write.bytes as u128;
-                ctx.store
-                    .update(|s| s.add_self_written(&name, now_unix() as i64, bytes));
-            }
+            let iv = Figures {
+                seconds,
+                run_delay,
+                read,
+                write,
+                stall,
+            };
+            add_interval(&ctx, &name, &mut win, t, threads, &iv);
             // The transition to a hold happens here, with the status that says so: the
             // probe is never shown running once it has seen it must stop.
             if let Some(hold) = hold_reason(&ctx, &drive, &probe, &mut standby) {
@@ -167,32 +158,42 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
             let errors = read.errors + write.errors > 0;
             if drive.cfg.file_target.is_some() && (errors || last_check.elapsed() >= RECHECK_FILE) {
                 last_check = Instant::now();
-                if identity_of(target.path()) != opened {
-                    tracing::warn!(drive = %name, probe = %probe.name, "the file target was deleted, replaced or truncated; reopening it");
-                    control.stop();
-                } else if probe.writes && read_only_now(target.path()) {
-                    // The kernel lets an open descriptor go on writing; the operator's
-                    // read-only mount is honoured by reopening (which then fails and holds).
-                    tracing::warn!(drive = %name, probe = %probe.name, "the file target's filesystem is read-only now; the writing probe stops until it is writable");
+                if file_target_changed(&name, &probe, &target, opened) {
                     control.stop();
                 }
             }
         };
-        // A rate-limited QD1 probe runs on this thread (see `canary_io`); others, on the
-        // engine's workers.
+        // A rate-limited QD1 probe runs on the reactor shared by every canary (see
+        // `reactor`), or on this thread where the reactor cannot run (see `canary_io`);
+        // others, on the engine's workers.
         let result = if canary_io::can_run(&job) {
-            let mut host = canary_io::HostClock::for_this_thread();
-            canary_io::run_segment(&job, &target, &control, &mut host, &mut |iv| {
-                observe(
-                    iv.seconds,
-                    iv.run_delay_seconds,
-                    iv.read,
-                    iv.write,
-                    Some(iv.stall),
-                )
-            })
-            .map(|()| Segment::default())
-            .map_err(|e| e.to_string())
+            if let Some(reactor) = reactor::global() {
+                let seg = ReactorSegment {
+                    ctx: &ctx,
+                    drive: &drive,
+                    probe: &probe,
+                    beat: &beat,
+                    clock,
+                    job: &job,
+                    target: &target,
+                    control: &control,
+                };
+                seg.run(reactor, &mut win, &mut state, &mut standby)
+                    .map(|()| Segment::default())
+            } else {
+                let mut host = canary_io::HostClock::for_this_thread();
+                canary_io::run_segment(&job, &target, &control, &mut host, &mut |iv| {
+                    observe(
+                        iv.seconds,
+                        iv.run_delay_seconds,
+                        iv.read,
+                        iv.write,
+                        Some(iv.stall),
+                    )
+                })
+                .map(|()| Segment::default())
+                .map_err(|e| e.to_string())
+            }
         } else {
             engine::run_observed(&job, &target, &control, &mut |s, d| {
                 let seconds = s.end_seconds - interval_start;
@@ -309,13 +310,24 @@ fn hold_reason(
     probe: &Probe,
     standby: &mut StandbyCheck,
 ) -> Option<Hold> {
+    if let Some(hold) = quick_hold(ctx, drive, probe) {
+        return Some(hold);
+    }
+    let device = drive.resolved().ok().and_then(|r| r.device);
+    standby
+        .asleep(&drive.cfg.name, device.as_deref())
+        .map(Hold::Paused)
+}
+
+/// The holds that are known without asking a device (nothing here blocks): stopping, the
+/// drive down, a scheduled run, the wear budget.
+fn quick_hold(ctx: &Ctx, drive: &DriveCtl, probe: &Probe) -> Option<Hold> {
     if drive.stopped() {
         return Some(Hold::Stopping);
     }
-    let resolved = match drive.resolved() {
-        Ok(r) => r,
-        Err(e) => return Some(Hold::Down(e.to_string())),
-    };
+    if let Err(e) = drive.resolved() {
+        return Some(Hold::Down(e.to_string()));
+    }
     if let Some(p) = drive.paused() {
         return Some(Hold::Paused(p));
     }
@@ -324,9 +336,176 @@ fn hold_reason(
             "the canaries' wear budget for today is spent".into(),
         ));
     }
-    standby
-        .asleep(&drive.cfg.name, resolved.device.as_deref())
-        .map(Hold::Paused)
+    None
+}
+
+/// One interval's figures, from any of the loops.
+struct Figures<'a> {
+    /// Its length, seconds per thread.
+    seconds: f64,
+    /// Seconds the threads waited, runnable, for a CPU.
+    run_delay: f64,
+    read: &'a engine::DirStats,
+    write: &'a engine::DirStats,
+    /// The host's stall per I/O (the canary's own loop and the reactor time it).
+    stall: Option<&'a engine::DirStats>,
+}
+
+/// One interval into the windows (at `t` seconds on the canary's clock), and the bytes
+/// it wrote into the wear account.
+fn add_interval(ctx: &Ctx, name: &str, win: &mut Windows, t: f64, threads: u32, iv: &Figures) {
+    win.r.add(t, iv.read);
+    win.w.add(t, iv.write);
+    if let Some(stall) = iv.stall {
+        win.stall.add(t, stall);
+    }
+    let wall = iv.seconds.max(0.0) * f64::from(threads);
+    win.cpu
+        .add(t, iv.run_delay, wall, threads, iv.read.ops + iv.write.ops);
+    if iv.write.bytes > 0 {
+        let bytes = iv.write.bytes as u128;
+        ctx.store
+            .update(|s| s.add_self_written(name, now_unix() as i64, bytes));
+    }
+}
+
+/// Whether a file target changed under the canary (said in the log): deleted, replaced
+/// or truncated since it was opened (`opened`), or, for a writing probe, its filesystem
+/// made read-only. The segment then stops, and the target is opened again.
+fn file_target_changed(
+    name: &str,
+    probe: &Probe,
+    target: &Target,
+    opened: Option<(u64, u64, u64)>,
+) -> bool {
+    if identity_of(target.path()) != opened {
+        tracing::warn!(drive = %name, probe = %probe.name, "the file target was deleted, replaced or truncated; reopening it");
+        return true;
+    }
+    if probe.writes && read_only_now(target.path()) {
+        // The kernel lets an open descriptor go on writing; the operator's read-only
+        // mount is honoured by reopening (which then fails and holds).
+        tracing::warn!(drive = %name, probe = %probe.name, "the file target's filesystem is read-only now; the writing probe stops until it is writable");
+        return true;
+    }
+    false
+}
+
+/// How often a canary on the reactor wakes its own thread when it has nothing to check
+/// (a raw device that is not asked whether it sleeps).
+const IDLE_CHECK: Duration = Duration::from_secs(30);
+
+/// A segment on the reactor: what it needs of the canary.
+struct ReactorSegment<'a> {
+    ctx: &'a Arc<Ctx>,
+    drive: &'a Arc<DriveCtl>,
+    probe: &'a Probe,
+    beat: &'a Arc<super::Beat>,
+    clock: Instant,
+    job: &'a engine::Job,
+    target: &'a Target,
+    control: &'a RunControl,
+}
+
+impl ReactorSegment<'_> {
+    /// Runs the segment: its interval work (windows, wear, the holds known without asking
+    /// a device, the status) on the reactor's observer thread, and here, at their own
+    /// period, the checks that may block (whether a rotational disk sleeps, whether a
+    /// file target changed). `win` and `state` are the interval work's while it runs.
+    fn run(
+        &self,
+        reactor: &reactor::Reactor,
+        win: &mut Windows,
+        state: &mut ProbeState,
+        standby: &mut StandbyCheck,
+    ) -> Result<(), String> {
+        let window = self.probe.window.as_secs_f64();
+        let live = Arc::new(Mutex::new((
+            std::mem::replace(win, Windows::new(window)),
+            state.clone(),
+        )));
+        let observer: reactor::Observer = {
+            let ctx = self.ctx.clone();
+            let drive = self.drive.clone();
+            let probe = self.probe.clone();
+            let beat = self.beat.clone();
+            let control = self.control.clone();
+            let live = live.clone();
+            let clock = self.clock;
+            let name = drive.cfg.name.clone();
+            Box::new(move |iv: &canary_io::Interval| {
+                beat.beat();
+                let t = clock.elapsed().as_secs_f64();
+                let mut g = live.lock().unwrap_or_else(|e| e.into_inner());
+                let (win, state) = &mut *g;
+                let figures = Figures {
+                    seconds: iv.seconds,
+                    run_delay: iv.run_delay_seconds,
+                    read: iv.read,
+                    write: iv.write,
+                    stall: Some(iv.stall),
+                };
+                add_interval(&ctx, &name, win, t, 1, &figures);
+                if let Some(hold) = quick_hold(&ctx, &drive, &probe) {
+                    *state = hold.state();
+                    control.stop();
+                }
+                publish(&ctx, &name, &probe, win, state);
+            })
+        };
+        let result = match reactor.start_segment(self.job, self.target, self.control, observer) {
+            Err(e) => Err(e.to_string()),
+            Ok(seg) => self.wait(&seg, &live, standby),
+        };
+        let mut g = live.lock().unwrap_or_else(|e| e.into_inner());
+        let (w, s) = std::mem::replace(&mut *g, (Windows::new(window), ProbeState::Starting));
+        *win = w;
+        *state = s;
+        result
+    }
+
+    /// Waits for the segment's end, doing the checks that may block at their period.
+    fn wait(
+        &self,
+        seg: &reactor::Segment,
+        live: &Mutex<(Windows, ProbeState)>,
+        standby: &mut StandbyCheck,
+    ) -> Result<(), String> {
+        let name = &self.drive.cfg.name;
+        let file = self.drive.cfg.file_target.is_some();
+        let opened = identity_of(self.target.path());
+        let period = if file {
+            RECHECK_FILE
+        } else if standby.asks() {
+            standby.every()
+        } else {
+            IDLE_CHECK
+        };
+        loop {
+            match seg.wait(period) {
+                reactor::Wait::Done => return Ok(()),
+                reactor::Wait::Lost => {
+                    self.control.stop();
+                    return Err(
+                        "the canary reactor's threads ended; the next segment runs on the canary's own thread"
+                            .into(),
+                    );
+                }
+                reactor::Wait::Errors | reactor::Wait::TimedOut => {}
+            }
+            if standby.asks() {
+                let device = self.drive.resolved().ok().and_then(|r| r.device);
+                if let Some(why) = standby.asleep(name, device.as_deref()) {
+                    live.lock().unwrap_or_else(|e| e.into_inner()).1 =
+                        ProbeState::Paused { reason: why };
+                    self.control.stop();
+                }
+            }
+            if file && file_target_changed(name, self.probe, self.target, opened) {
+                self.control.stop();
+            }
+        }
+    }
 }
 
 /// How a segment ended, from either loop.
@@ -347,6 +526,15 @@ struct Windows {
 }
 
 impl Windows {
+    fn new(window_seconds: f64) -> Self {
+        Windows {
+            r: OpWindow::new(window_seconds),
+            w: OpWindow::new(window_seconds),
+            stall: OpWindow::new(window_seconds),
+            cpu: CpuWaitWindow::new(window_seconds),
+        }
+    }
+
     fn expire(&mut self, now: f64) {
         self.r.expire(now);
         self.w.expire(now);

@@ -1,5 +1,8 @@
 //! A canary's own I/O loop: the probe's thread sleeps to each I/O's due time and does
-//! the pread (or pwrite) itself, and times each I/O twice.
+//! the pread (or pwrite) itself, and times each I/O twice. Since decision 0011 the
+//! daemon's canaries run on the shared reactor (`super::reactor`), which times each I/O
+//! the same way ([`IoTimes`]); this loop is where the reactor cannot run (an io_uring
+//! without timed waits, or `DRIVEPROBE_CANARY_REACTOR=0`).
 //!
 //! Why not the engine: the engine hands a run to worker threads and collects their
 //! intervals on the calling thread. For a rate-limited QD1 probe that is a second thread
@@ -85,7 +88,7 @@ pub fn coarse_stall(ns: u64) -> u64 {
 /// Arrivals a canary may issue late, back to back, to catch up after a stall; beyond
 /// that the missed ones are dropped. Bounds the I/Os in any window to the rate's share
 /// plus this many (and one).
-const MAX_BACKLOG: f64 = 4.0;
+pub(super) const MAX_BACKLOG: f64 = 4.0;
 
 /// Time for the loop: the monotonic clock, sleeping to a deadline, and this thread's run
 /// delay. Tests inject their own.

@@ -24,6 +24,7 @@ pub mod health;
 pub mod identity;
 pub mod load;
 pub mod pacing;
+pub mod reactor;
 pub mod scheduler;
 pub mod selftest;
 pub mod standby;

@@ -10,4 +10,5 @@ pub mod buf;
 pub mod nvme;
 pub mod proc;
 pub mod sg;
+pub mod shared_ring;
 pub mod uring;
