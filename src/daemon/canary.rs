@@ -1,5 +1,7 @@
 //! One canary probe on one drive: a dedicated thread that runs the probe's rate-limited
-//! job in segments, for as long as the daemon runs.
+//! job in segments, for as long as the daemon runs. A rate-limited QD1 segment's I/O is
+//! issued by the reactor every canary shares (`super::reactor`), and this thread sleeps
+//! through it, waking only for the checks that may block; other jobs run on the engine.
 //!
 //! Before each segment it checks that the drive is up (its identity resolved), that no
 //! scheduled run holds the drive, and, for a probe that writes, that the drive's wear
@@ -167,7 +169,7 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
         // `reactor`), or on this thread where the reactor cannot run (see `canary_io`);
         // others, on the engine's workers.
         let result = if canary_io::can_run(&job) {
-            if let Some(reactor) = reactor::global() {
+            if let Some(reactor) = reactor::global().filter(|_| reactor::Reactor::takes(&target)) {
                 let seg = ReactorSegment {
                     ctx: &ctx,
                     drive: &drive,
@@ -176,6 +178,7 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
                     clock,
                     job: &job,
                     target: &target,
+                    opened,
                     control: &control,
                 };
                 seg.run(reactor, &mut win, &mut state, &mut standby)
@@ -391,9 +394,10 @@ fn file_target_changed(
     false
 }
 
-/// How often a canary on the reactor wakes its own thread when it has nothing to check
-/// (a raw device that is not asked whether it sleeps).
-const IDLE_CHECK: Duration = Duration::from_secs(30);
+/// How often at most a canary on the reactor wakes its own thread: to check its file
+/// target or ask its disk whether it sleeps, when it has those, and to see the daemon
+/// stopping while its segment's I/O is stuck in a drive that does not answer.
+const IDLE_CHECK: Duration = Duration::from_secs(5);
 
 /// A segment on the reactor: what it needs of the canary.
 struct ReactorSegment<'a> {
@@ -404,6 +408,8 @@ struct ReactorSegment<'a> {
     clock: Instant,
     job: &'a engine::Job,
     target: &'a Target,
+    /// The file target's identity when it was opened.
+    opened: Option<(u64, u64, u64)>,
     control: &'a RunControl,
 }
 
@@ -434,7 +440,12 @@ impl ReactorSegment<'_> {
             let clock = self.clock;
             let name = drive.cfg.name.clone();
             Box::new(move |iv: &canary_io::Interval| {
-                beat.beat();
+                // An I/O out for a second or more: the canary is not beating (the
+                // supervisor says which drives do not answer, as when a canary's own
+                // thread was blocked in the call).
+                if iv.in_flight_seconds < 1.0 {
+                    beat.beat();
+                }
                 let t = clock.elapsed().as_secs_f64();
                 let mut g = live.lock().unwrap_or_else(|e| e.into_inner());
                 let (win, state) = &mut *g;
@@ -473,14 +484,13 @@ impl ReactorSegment<'_> {
     ) -> Result<(), String> {
         let name = &self.drive.cfg.name;
         let file = self.drive.cfg.file_target.is_some();
-        let opened = identity_of(self.target.path());
-        let period = if file {
-            RECHECK_FILE
-        } else if standby.asks() {
-            standby.every()
-        } else {
-            IDLE_CHECK
-        };
+        let mut period = IDLE_CHECK;
+        if file {
+            period = period.min(RECHECK_FILE);
+        }
+        if standby.asks() {
+            period = period.min(standby.every());
+        }
         loop {
             match seg.wait(period) {
                 reactor::Wait::Done => return Ok(()),
@@ -493,6 +503,13 @@ impl ReactorSegment<'_> {
                 }
                 reactor::Wait::Errors | reactor::Wait::TimedOut => {}
             }
+            if self.drive.stopped() {
+                // The daemon stops (or reloads) and the segment has not ended: its I/O is
+                // stuck in a drive that does not answer. The reactor ends the segment when
+                // that I/O completes; the generation does not wait for it.
+                self.control.stop();
+                return Ok(());
+            }
             if standby.asks() {
                 let device = self.drive.resolved().ok().and_then(|r| r.device);
                 if let Some(why) = standby.asleep(name, device.as_deref()) {
@@ -501,7 +518,7 @@ impl ReactorSegment<'_> {
                     self.control.stop();
                 }
             }
-            if file && file_target_changed(name, self.probe, self.target, opened) {
+            if file && file_target_changed(name, self.probe, self.target, self.opened) {
                 self.control.stop();
             }
         }

@@ -163,6 +163,9 @@ pub struct Interval<'a> {
     pub stall: &'a DirStats,
     /// Seconds the thread waited, runnable, for a CPU in the interval.
     pub run_delay_seconds: f64,
+    /// How long an I/O had been in flight at the interval's end (0: none in flight). This
+    /// loop's intervals end between I/Os; the reactor's may end while one is out.
+    pub in_flight_seconds: f64,
 }
 
 /// Whether this loop runs `job` (else the engine does).
@@ -235,6 +238,7 @@ pub fn run_segment(
                 write,
                 stall,
                 run_delay_seconds: delay.saturating_sub(delay_mark) as f64 / 1e9,
+                in_flight_seconds: 0.0,
             });
             last_end = now;
             delay_mark = delay;

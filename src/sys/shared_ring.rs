@@ -206,23 +206,28 @@ impl SharedRing {
             cq.sync();
             reaped.extend(cq.map(|c| (c.user_data() as u32, c.result())));
         }
+        // Every slot idle (or freed) before any callback runs, so a callback that panics
+        // leaves no slot marked in flight with no I/O behind it.
         let mut n = 0;
-        for &(slot, res) in &reaped {
+        reaped.retain(|&(slot, _)| {
             let Some(s) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
-                continue;
+                return false;
             };
             if !s.in_flight {
-                continue;
+                return false;
             }
             s.in_flight = false;
             self.n_in_flight -= 1;
             if s.orphan {
                 self.slots[slot as usize] = None;
                 self.free.push(slot);
-            } else {
-                n += 1;
-                f(slot, res);
+                return false;
             }
+            true
+        });
+        for &(slot, res) in &reaped {
+            n += 1;
+            f(slot, res);
         }
         self.reaped = reaped;
         n
@@ -231,17 +236,18 @@ impl SharedRing {
 
 impl Drop for SharedRing {
     fn drop(&mut self) {
-        // Every I/O in flight must finish before the buffers and files go away.
-        let mut tries = 0u32;
+        // Every I/O in flight must finish before the buffers and files go away. A drive
+        // that never answers is waited for 10 s; then the slots are leaked, which is
+        // sound (the kernel may still write into them, and they are never freed).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while self.n_in_flight > 0 {
-            if self.ring.submit_and_wait(1).is_err() {
-                tries += 1;
-                if tries > 1_000_000 {
-                    // The kernel refuses to wait: leaking is the only sound choice left.
-                    std::mem::forget(std::mem::take(&mut self.slots));
-                    return;
-                }
+            if std::time::Instant::now() >= deadline {
+                std::mem::forget(std::mem::take(&mut self.slots));
+                return;
             }
+            let ts = types::Timespec::new().nsec(100_000_000);
+            let args = types::SubmitArgs::new().timespec(&ts);
+            let _ = self.ring.submitter().submit_with_args(1, &args);
             self.reap(|_, _| {});
         }
     }
