@@ -504,10 +504,18 @@ impl ReactorSegment<'_> {
                 reactor::Wait::Errors | reactor::Wait::TimedOut => {}
             }
             if self.drive.stopped() {
-                // The daemon stops (or reloads) and the segment has not ended: its I/O is
-                // stuck in a drive that does not answer. The reactor ends the segment when
-                // that I/O completes; the generation does not wait for it.
+                // The daemon stops (or reloads): the reactor ends the segment within an
+                // interval or so, unless its I/O is stuck in a drive that does not answer;
+                // then it ends when that I/O completes, and the generation does not wait.
                 self.control.stop();
+                for _ in 0..3 {
+                    if matches!(
+                        seg.wait(Duration::from_secs(1)),
+                        reactor::Wait::Done | reactor::Wait::Lost
+                    ) {
+                        break;
+                    }
+                }
                 return Ok(());
             }
             if standby.asks() {

@@ -78,14 +78,11 @@ impl OpWindow {
         let bounds = bounds_ns();
         let mut pairs = Vec::new();
         if s.ops > 0 {
-            for v in s.histogram().iter_recorded() {
-                let value = v.value_iterated_to();
-                let count = v.count_at_value();
+            for (value, low, count) in s.recorded() {
                 pairs.push((value, count));
                 // `le` buckets: a latency equal to a bound belongs to that bound's bucket
                 // (placed by the lowest value the HDR bucket stands for, so an exact
                 // bound is not pushed up by the histogram's rounding).
-                let low = s.histogram().lowest_equivalent(value);
                 let i = bounds.partition_point(|&b| b < low);
                 self.buckets[i] += count;
                 *self.merged.entry(value).or_default() += count;

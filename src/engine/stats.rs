@@ -85,6 +85,9 @@ pub struct DirStats {
     /// canary's writes) costs no histogram (37 KB at 2 digits, 270 KB at 3), in every
     /// interval buffer the engine keeps.
     hist: Option<Histogram<u64>>,
+    /// A sparse one ([`DirStats::sparse`]) keeps its latencies here instead of in a
+    /// histogram.
+    values: Option<Vec<u64>>,
     digits: u8,
 }
 
@@ -127,7 +130,20 @@ impl DirStats {
             lat_min: u64::MAX,
             lat_max: 0,
             hist: None,
+            values: None,
             digits,
+        }
+    }
+
+    /// A DirStats for a few latencies at a time (a canary's interval: about five), kept
+    /// as a list instead of a histogram: a histogram of `digits` digits is 37 KB that a
+    /// reset clears and a walk over its values visits whole, for each interval. Its
+    /// [`DirStats::recorded`] and percentiles are a histogram's of the same digits; it has
+    /// no [`DirStats::histogram`] (the empty one is returned).
+    pub fn sparse(digits: u8) -> Self {
+        DirStats {
+            values: Some(Vec::new()),
+            ..Self::with_digits(digits)
         }
     }
 
@@ -142,10 +158,42 @@ impl DirStats {
         self.lat_sq_sum += (lat as u128) * (lat as u128);
         self.lat_min = self.lat_min.min(lat);
         self.lat_max = self.lat_max.max(lat);
+        if let Some(values) = &mut self.values {
+            values.push(lat.min(MAX_TRACKED_NS));
+            return;
+        }
         let digits = self.digits;
         self.hist
             .get_or_insert_with(|| new_histogram(digits))
             .saturating_record(lat.min(MAX_TRACKED_NS));
+    }
+
+    /// The recorded latencies as a histogram of this DirStats' digits holds them:
+    /// (the highest value of each bucket, its lowest, the count), ascending.
+    pub fn recorded(&self) -> Vec<(u64, u64, u64)> {
+        let mut out: Vec<(u64, u64, u64)> = Vec::new();
+        if self.ops == 0 {
+            return out;
+        }
+        if let Some(values) = &self.values {
+            let h = empty_histogram(self.digits);
+            let mut sorted = values.clone();
+            sorted.sort_unstable();
+            for v in sorted {
+                let high = h.highest_equivalent(v);
+                match out.last_mut() {
+                    Some(last) if last.0 == high => last.2 += 1,
+                    _ => out.push((high, h.lowest_equivalent(v), 1)),
+                }
+            }
+            return out;
+        }
+        let h = self.histogram();
+        for v in h.iter_recorded() {
+            let value = v.value_iterated_to();
+            out.push((value, h.lowest_equivalent(value), v.count_at_value()));
+        }
+        out
     }
 
     /// Counts one failed I/O; `errno` 0 is a short transfer.
@@ -160,6 +208,21 @@ impl DirStats {
     }
 
     pub fn merge(&mut self, other: &DirStats) {
+        if let Some(values) = &other.values {
+            // Each latency recorded again, into a histogram or a list as `self` keeps them.
+            let (errors, device_errors, errno) =
+                (other.errors, other.device_errors, other.other_errno);
+            let bytes_each = other.bytes.checked_div(other.ops).unwrap_or(0) as u32;
+            let extra = other.bytes - u64::from(bytes_each) * other.ops;
+            for &v in values {
+                self.record(v, bytes_each);
+            }
+            self.bytes += extra;
+            self.errors += errors;
+            self.device_errors += device_errors;
+            self.other_errno = errno.or(self.other_errno);
+            return;
+        }
         self.merge_counts(other);
         if other.ops == 0 {
             // Nothing recorded: skip the walk over the histogram's counts.
@@ -203,6 +266,9 @@ impl DirStats {
         if let Some(h) = self.hist.as_mut().filter(|h| !h.is_empty()) {
             h.reset();
         }
+        if let Some(values) = &mut self.values {
+            values.clear();
+        }
     }
 
     /// The exact sum of the recorded latencies, in nanoseconds.
@@ -245,6 +311,21 @@ impl DirStats {
     pub fn percentile_ns(&self, p: f64) -> u64 {
         if self.ops == 0 {
             return 0;
+        }
+        if self.values.is_some() {
+            // As a histogram's: the highest value of the bucket holding rank ceil(p * n).
+            let pairs = self.recorded();
+            let n: u64 = pairs.iter().map(|x| x.2).sum();
+            let rank = ((p / 100.0 * n as f64).ceil() as u64).clamp(1, n);
+            let mut seen = 0;
+            let at = pairs
+                .iter()
+                .find(|x| {
+                    seen += x.2;
+                    seen >= rank
+                })
+                .map_or(0, |x| x.0);
+            return at.min(self.lat_max).max(self.min_ns());
         }
         self.histogram()
             .value_at_percentile(p)
@@ -402,6 +483,52 @@ pub struct IntervalSummary {
 mod tests {
     use super::*;
     use crate::engine::errno_name;
+
+    /// A sparse DirStats (a list of latencies) reads as a histogram of the same digits:
+    /// the same recorded buckets, percentiles, counts and sums; merged into a histogram
+    /// one, the same as recording its latencies there; and a reset empties it.
+    #[test]
+    fn a_sparse_one_reads_as_a_histogram() {
+        let lats = [
+            1u64, 7, 999, 1_000, 1_001, 64_123, 64_999, 5_220_000, 5_220_001, 77, 1_000,
+        ];
+        let mut hist = DirStats::with_digits(2);
+        let mut sparse = DirStats::sparse(2);
+        for (i, &l) in lats.iter().enumerate() {
+            hist.record(l, 4096 + i as u32);
+            sparse.record(l, 4096 + i as u32);
+        }
+        sparse.error(5);
+        hist.error(5);
+        assert!(sparse.hist.is_none(), "no histogram made");
+        assert_eq!(sparse.recorded(), hist.recorded());
+        for p in [0.0, 1.0, 25.0, 50.0, 90.0, 99.0, 99.9, 100.0] {
+            assert_eq!(sparse.percentile_ns(p), hist.percentile_ns(p), "p{p}");
+        }
+        assert_eq!(
+            (
+                sparse.ops,
+                sparse.bytes,
+                sparse.errors,
+                sparse.device_errors
+            ),
+            (hist.ops, hist.bytes, hist.errors, hist.device_errors)
+        );
+        assert_eq!(
+            (sparse.sum_ns(), sparse.min_ns(), sparse.max_ns()),
+            (hist.sum_ns(), hist.min_ns(), hist.max_ns())
+        );
+        let mut into = DirStats::with_digits(2);
+        into.merge(&sparse);
+        assert_eq!(into.recorded(), hist.recorded());
+        assert_eq!(
+            (into.ops, into.bytes, into.errors, into.sum_ns()),
+            (hist.ops, hist.bytes, hist.errors, hist.sum_ns())
+        );
+        sparse.reset();
+        assert_eq!((sparse.ops, sparse.recorded().len()), (0, 0));
+        assert_eq!(sparse.percentile_ns(50.0), 0);
+    }
 
     /// Issue 18: a direction nothing is recorded in holds no histogram (a read-only
     /// canary's write side, in each of its buffers), and reads as an empty one; the first

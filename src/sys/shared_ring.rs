@@ -174,6 +174,18 @@ impl SharedRing {
         self.n_in_flight += 1;
     }
 
+    /// Hands what is queued to the kernel, without waiting. An I/O that completes in the
+    /// call (a page-cache hit) can be reaped at once.
+    pub fn submit(&mut self) -> io::Result<()> {
+        match self.ring.submit() {
+            Ok(_) => Ok(()),
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EINTR | libc::EBUSY | libc::EAGAIN) => Ok(()),
+                _ => Err(e),
+            },
+        }
+    }
+
     /// Submits what is queued and waits up to `timeout` for a completion (none waited for
     /// when nothing is in flight).
     pub fn submit_and_wait(&mut self, timeout: Duration) -> io::Result<()> {
