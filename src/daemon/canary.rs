@@ -313,33 +313,36 @@ fn hold_reason(
     probe: &Probe,
     standby: &mut StandbyCheck,
 ) -> Option<Hold> {
-    if let Some(hold) = quick_hold(ctx, drive, probe) {
-        return Some(hold);
-    }
-    let device = drive.resolved().ok().and_then(|r| r.device);
+    let resolved = match unheld(ctx, drive, probe) {
+        Ok(r) => r,
+        Err(hold) => return Some(hold),
+    };
     standby
-        .asleep(&drive.cfg.name, device.as_deref())
+        .asleep(&drive.cfg.name, resolved.device.as_deref())
         .map(Hold::Paused)
 }
 
 /// The holds that are known without asking a device (nothing here blocks): stopping, the
 /// drive down, a scheduled run, the wear budget.
 fn quick_hold(ctx: &Ctx, drive: &DriveCtl, probe: &Probe) -> Option<Hold> {
+    unheld(ctx, drive, probe).err()
+}
+
+/// Where the drive is when none of [`quick_hold`]'s holds applies, else that hold.
+fn unheld(ctx: &Ctx, drive: &DriveCtl, probe: &Probe) -> Result<super::Resolved, Hold> {
     if drive.stopped() {
-        return Some(Hold::Stopping);
+        return Err(Hold::Stopping);
     }
-    if let Err(e) = drive.resolved() {
-        return Some(Hold::Down(e.to_string()));
-    }
+    let resolved = drive.resolved().map_err(|e| Hold::Down(e.to_string()))?;
     if let Some(p) = drive.paused() {
-        return Some(Hold::Paused(p));
+        return Err(Hold::Paused(p));
     }
     if probe.writes && ctx.over_budget(drive) {
-        return Some(Hold::Paused(
+        return Err(Hold::Paused(
             "the canaries' wear budget for today is spent".into(),
         ));
     }
-    None
+    Ok(resolved)
 }
 
 /// One interval's figures, from any of the loops.

@@ -318,7 +318,7 @@ pub fn run_segment(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -411,29 +411,46 @@ mod tests {
     }
 
     fn canary_job(iops: f64, seconds: u64) -> Job {
-        crate::engine::JobSpec {
-            rate: Some(crate::engine::RateLimit {
-                iops,
-                arrival: Arrival::Linear,
-            }),
-            stop: Stop::Time(std::time::Duration::from_secs(seconds)),
+        canary_job_with(iops, seconds as f64, None, Arrival::Linear)
+    }
+
+    /// A canary's job (rate limited, QD1, psync, 2-digit histograms) for `seconds`, with
+    /// an interval other than the default when given (the reactor's tests too).
+    pub(crate) fn canary_job_with(
+        iops: f64,
+        seconds: f64,
+        interval: Option<std::time::Duration>,
+        arrival: Arrival,
+    ) -> Job {
+        let mut spec = crate::engine::JobSpec {
+            rate: Some(crate::engine::RateLimit { iops, arrival }),
+            stop: Stop::Time(std::time::Duration::from_secs_f64(seconds)),
             direct: false,
             backend: crate::engine::BackendChoice::Psync,
             latency_digits: 2,
             ..Default::default()
+        };
+        if let Some(interval) = interval {
+            spec.interval = interval;
         }
-        .validate()
-        .unwrap()
+        spec.validate().unwrap()
+    }
+
+    /// A file of `bytes` zeros on tmpfs, named after `prefix` (the folder goes with the
+    /// first value).
+    pub(crate) fn shm_file(prefix: &str, bytes: usize) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir_in("/dev/shm")
+            .unwrap();
+        let path = dir.path().join("t.dat");
+        std::fs::write(&path, vec![0u8; bytes]).unwrap();
+        (dir, path)
     }
 
     /// A 1 MiB file target on tmpfs (the folder goes with the first value).
     fn shm_target() -> (tempfile::TempDir, Target) {
-        let dir = tempfile::Builder::new()
-            .prefix("dp-canary-io-")
-            .tempdir_in("/dev/shm")
-            .unwrap();
-        let path = dir.path().join("t.dat");
-        std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+        let (dir, path) = shm_file("dp-canary-io-", 1 << 20);
         let target = Target::open(&path, false, None).unwrap();
         (dir, target)
     }
@@ -550,16 +567,44 @@ mod tests {
         );
     }
 
-    /// One 3 s canary at 200 IOPS (the real loop) pinned to `cpu` beside `hogs` busy
-    /// threads on it.
-    struct Pinned {
-        service_p50: u64,
-        stall_p50: u64,
+    /// What one 3 s canary at 200 IOPS pinned beside busy threads measured (this loop's
+    /// and the reactor's CPU-hog tests).
+    pub(crate) struct Pinned {
+        pub(crate) service_p50: u64,
+        pub(crate) stall_p50: u64,
         /// Sums over the run, ns.
-        service_sum: u128,
-        stall_sum: u128,
-        /// The thread's wait for a CPU over the run, from the kernel (schedstat).
-        run_delay: u64,
+        pub(crate) service_sum: u128,
+        pub(crate) stall_sum: u128,
+        /// The I/O thread's wait for a CPU over the run, from the kernel (schedstat),
+        /// where the test can read it (its own thread).
+        pub(crate) run_delay: Option<u64>,
+    }
+
+    impl Pinned {
+        /// The figures of a run's merged service times and stalls.
+        pub(crate) fn of(service: &DirStats, stall: &DirStats, run_delay: Option<u64>) -> Self {
+            assert!(service.ops > 300, "{} I/Os in 3 s at 200 IOPS", service.ops);
+            Pinned {
+                service_p50: service.percentile_ns(50.0),
+                stall_p50: stall.percentile_ns(50.0),
+                service_sum: service.sum_ns(),
+                stall_sum: stall.sum_ns(),
+                run_delay,
+            }
+        }
+
+        pub(crate) fn describe(&self) -> String {
+            let waited = self.run_delay.map_or(String::new(), |d| {
+                format!(", waited for a CPU (schedstat) {} us", d / 1000)
+            });
+            format!(
+                "service p50 {} ns, host stall p50 {} ns; sums: service {} us, host stall {} us{waited}",
+                self.service_p50,
+                self.stall_p50,
+                self.service_sum / 1000,
+                self.stall_sum / 1000,
+            )
+        }
     }
 
     fn pinned_run(path: &std::path::Path, cpu: usize, hogs: usize) -> Pinned {
@@ -577,14 +622,7 @@ mod tests {
             })
             .unwrap();
             let run_delay = clock.run_delay_ns().saturating_sub(d0);
-            assert!(service.ops > 300, "{} I/Os in 3 s at 200 IOPS", service.ops);
-            Pinned {
-                service_p50: service.percentile_ns(50.0),
-                stall_p50: stall.percentile_ns(50.0),
-                service_sum: service.sum_ns(),
-                stall_sum: stall.sum_ns(),
-                run_delay,
-            }
+            Pinned::of(&service, &stall, Some(run_delay))
         })
     }
 
@@ -593,36 +631,21 @@ mod tests {
     /// below it: the wait is the host's.
     #[test]
     fn cpu_hogs_raise_the_host_stall_not_the_service_time() {
-        let dir = tempfile::Builder::new()
-            .prefix("dp-canary-io-hog-")
-            .tempdir_in("/dev/shm")
-            .unwrap();
-        let path = dir.path().join("t.dat");
-        std::fs::write(&path, vec![0u8; 4 << 20]).unwrap();
+        let (_dir, path) = shm_file("dp-canary-io-hog-", 4 << 20);
         let cpu = crate::daemon::canary::tests::first_allowed_cpu();
         // Within one run, not against a run "alone": on a shared machine the run alone
         // may wait for a CPU as much as the crowded one (issue 22). The kernel's count of
         // the thread's wait for a CPU is the reference the figures are checked against.
         let alone = pinned_run(&path, cpu, 0);
         let crowded = pinned_run(&path, cpu, 3);
-        let figures = |p: &Pinned| {
-            format!(
-                "service p50 {} ns, host stall p50 {} ns; sums: service {} us, host stall {} us, \
-                 waited for a CPU (schedstat) {} us",
-                p.service_p50,
-                p.stall_p50,
-                p.service_sum / 1000,
-                p.stall_sum / 1000,
-                p.run_delay / 1000
-            )
-        };
+        let figures = Pinned::describe;
         eprintln!(
             "alone: {}\nbeside three hogs: {}",
             figures(&alone),
             figures(&crowded)
         );
         assert!(
-            crowded.run_delay > 0,
+            crowded.run_delay.unwrap_or(0) > 0,
             "three hogs on its CPU and the canary never waited: {}",
             figures(&crowded)
         );
@@ -630,7 +653,7 @@ mod tests {
         // rounded down to an eighth, and a little waiting happens between I/Os), and not
         // in the drive's service time.
         assert!(
-            crowded.stall_sum * 2 >= crowded.run_delay as u128,
+            crowded.stall_sum * 2 >= crowded.run_delay.unwrap_or(0) as u128,
             "the host stall misses the CPU wait: {}",
             figures(&crowded)
         );

@@ -820,32 +820,18 @@ fn observe(shared: &Shared, flushes: mpsc::Receiver<Vec<Flush>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::canary_io::tests::Pinned;
     use std::io::Write;
     use std::time::Instant;
 
     fn canary_job(iops: f64, seconds: f64, interval_ms: u64, arrival: Arrival) -> Job {
-        crate::engine::JobSpec {
-            rate: Some(crate::engine::RateLimit { iops, arrival }),
-            stop: Stop::Time(Duration::from_secs_f64(seconds)),
-            interval: Duration::from_millis(interval_ms),
-            direct: false,
-            backend: crate::engine::BackendChoice::Psync,
-            latency_digits: 2,
-            ..Default::default()
-        }
-        .validate()
-        .unwrap()
+        let interval = Some(Duration::from_millis(interval_ms));
+        crate::daemon::canary_io::tests::canary_job_with(iops, seconds, interval, arrival)
     }
 
-    /// A 1 MiB file target on tmpfs (the folder goes with the first value).
+    /// A 1 MiB file on tmpfs (the folder goes with the first value).
     fn shm_file() -> (tempfile::TempDir, std::path::PathBuf) {
-        let dir = tempfile::Builder::new()
-            .prefix("dp-reactor-")
-            .tempdir_in("/dev/shm")
-            .unwrap();
-        let path = dir.path().join("t.dat");
-        std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
-        (dir, path)
+        crate::daemon::canary_io::tests::shm_file("dp-reactor-", 1 << 20)
     }
 
     /// What an observer saw of one interval.
@@ -1083,13 +1069,6 @@ mod tests {
         );
     }
 
-    struct Pinned {
-        service_p50: u64,
-        stall_p50: u64,
-        service_sum: u128,
-        stall_sum: u128,
-    }
-
     /// A canary at 200 IOPS for 3 s on the reactor, every thread of it pinned to `cpu`
     /// (threads inherit the affinity of the thread that starts them), beside `hogs`.
     fn pinned_run(path: &std::path::Path, cpu: usize, hogs: usize) -> Pinned {
@@ -1117,14 +1096,8 @@ mod tests {
                 .unwrap();
             wait_done(&seg);
             let f = figures.lock().unwrap();
-            let (service, stall) = (&f.0, &f.1);
-            assert!(service.ops > 300, "{} I/Os in 3 s at 200 IOPS", service.ops);
-            Pinned {
-                service_p50: service.percentile_ns(50.0),
-                stall_p50: stall.percentile_ns(50.0),
-                service_sum: service.sum_ns(),
-                stall_sum: stall.sum_ns(),
-            }
+            // The reactor's thread is not this one: its run delay is not read here.
+            Pinned::of(&f.0, &f.1, None)
         })
     }
 
@@ -1136,13 +1109,7 @@ mod tests {
         let (_dir, path) = shm_file();
         let cpu = crate::daemon::canary::tests::first_allowed_cpu();
         let crowded = pinned_run(&path, cpu, 3);
-        let figures = format!(
-            "service p50 {} ns, host stall p50 {} ns; sums: service {} us, host stall {} us",
-            crowded.service_p50,
-            crowded.stall_p50,
-            crowded.service_sum / 1000,
-            crowded.stall_sum / 1000,
-        );
+        let figures = crowded.describe();
         eprintln!("beside three hogs: {figures}");
         // Sums, not medians: an I/O issued within its slack before its due time has no
         // stall, so half of them may show none even beside the hogs.

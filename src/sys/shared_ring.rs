@@ -16,6 +16,7 @@ use std::time::Duration;
 use io_uring::{opcode, squeue, types, IoUring};
 
 use super::buf::SlotBuffers;
+use super::uring::transient_ok;
 
 struct RingSlot {
     file: Arc<File>,
@@ -177,13 +178,7 @@ impl SharedRing {
     /// Hands what is queued to the kernel, without waiting. An I/O that completes in the
     /// call (a page-cache hit) can be reaped at once.
     pub fn submit(&mut self) -> io::Result<()> {
-        match self.ring.submit() {
-            Ok(_) => Ok(()),
-            Err(e) => match e.raw_os_error() {
-                Some(libc::EINTR | libc::EBUSY | libc::EAGAIN) => Ok(()),
-                _ => Err(e),
-            },
-        }
+        transient_ok(self.ring.submit())
     }
 
     /// Submits what is queued and waits up to `timeout` for a completion (none waited for
@@ -198,13 +193,7 @@ impl SharedRing {
             let args = types::SubmitArgs::new().timespec(&ts);
             self.ring.submitter().submit_with_args(1, &args)
         };
-        match res {
-            Ok(_) => Ok(()),
-            Err(e) => match e.raw_os_error() {
-                Some(libc::ETIME | libc::EINTR | libc::EBUSY | libc::EAGAIN) => Ok(()),
-                _ => Err(e),
-            },
-        }
+        transient_ok(res)
     }
 
     /// Takes every ready completion, calling `f(slot, result)` for each (the byte count,

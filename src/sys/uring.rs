@@ -288,7 +288,7 @@ impl Uring {
 /// timed wait that timed out (ETIME), a signal (EINTR), a full completion queue or no
 /// memory for the moment (EBUSY, EAGAIN). Queued entries stay queued and go with the
 /// next call.
-fn transient_ok(res: io::Result<usize>) -> io::Result<()> {
+pub(super) fn transient_ok(res: io::Result<usize>) -> io::Result<()> {
     match res {
         Ok(_) => Ok(()),
         Err(e) => match e.raw_os_error() {
