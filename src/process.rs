@@ -308,7 +308,7 @@ fn signal_group(pgid: i32, sig: Signal) {
     {
         let leader = std::fs::read_to_string(format!("/proc/{pgid}/stat"))
             .ok()
-            .and_then(|t| crate::app::parse_proc_stat(&t))
+            .and_then(|t| parse_proc_stat(&t))
             .filter(|s| s.pgrp == pgid)
             .map(|s| s.state);
         SIGNALLED
@@ -337,7 +337,7 @@ pub fn running_members(pgid: i32) -> Vec<i32> {
         .filter(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/stat"))
                 .ok()
-                .and_then(|t| crate::app::parse_proc_stat(&t))
+                .and_then(|t| parse_proc_stat(&t))
                 .is_some_and(|s| s.pgrp == pgid && s.state != 'Z' && s.state != 'X')
         })
         .collect()
@@ -665,6 +665,30 @@ pub fn read_file_capped(path: &std::path::Path, cap: usize) -> std::io::Result<S
     Ok(c.text())
 }
 
+/// The fields of `/proc/PID/stat` the meter needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    pub state: char,
+    pub ppid: i32,
+    pub pgrp: i32,
+    /// Field 22, `starttime`, in clock ticks after boot.
+    pub start_ticks: u64,
+}
+
+/// Parses `/proc/PID/stat`. The command name (field 2) is in parentheses and may hold
+/// spaces and parentheses itself, so the fields are counted from the last `)`.
+pub fn parse_proc_stat(text: &str) -> Option<ProcStat> {
+    let (_, rest) = text.rsplit_once(')')?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state (3), ppid (4), pgrp (5), ..., starttime (22).
+    Some(ProcStat {
+        state: f.first()?.chars().next()?,
+        ppid: f.get(1)?.parse().ok()?,
+        pgrp: f.get(2)?.parse().ok()?,
+        start_ticks: f.get(19)?.parse().ok()?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -673,7 +697,7 @@ mod tests {
     fn running(pid: i32) -> bool {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
-            .and_then(|t| crate::app::parse_proc_stat(&t))
+            .and_then(|t| parse_proc_stat(&t))
             .is_some_and(|s| s.state != 'Z')
     }
 

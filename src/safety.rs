@@ -15,12 +15,12 @@
 //! - the file has more than one hard link: its data is also another name's data.
 //! - a folder on the path is a symbolic link: whoever can rename a folder on the way
 //!   could steer root's writes elsewhere. The file is opened with
-//!   `openat2(RESOLVE_NO_SYMLINKS)` ([`crate::target::open_no_symlinks`]).
+//!   `openat2(RESOLVE_NO_SYMLINKS)` ([`crate::ownmark::open_no_symlinks`]).
 //! - the file backs a loop device, or is a swap area ([`check_file_aliases`]).
 //!
 //! And one way a write could destroy what driveprobe did not make: the file exists and
 //! driveprobe did not create it. Files driveprobe creates carry a mark
-//! ([`crate::target::OWNER_XATTR`], naming the file's device and inode); a file without
+//! ([`crate::ownmark::OWNER_XATTR`], naming the file's device and inode); a file without
 //! it is refused unless the user allowed it (`bench --allow-destructive`, as for a
 //! device). The daemon never allows it.
 //!
@@ -218,13 +218,13 @@ pub fn authorize_file_writes(path: &Path, allow_foreign: bool) -> Result<WritePe
         use std::os::unix::fs::MetadataExt;
         return Err(SafetyError::NotRegularFile {
             path: path.to_path_buf(),
-            kind: crate::target::kind_name(meta.mode()),
+            kind: crate::ownmark::kind_name(meta.mode()),
         });
     }
     // The file itself, reached without a link on any folder of the path: its mark and
     // identity are read from the descriptor, not from whatever the path names later.
     use rustix::fs::{Mode, OFlags};
-    let fd = crate::target::open_no_symlinks(
+    let fd = crate::ownmark::open_no_symlinks(
         path,
         OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY,
         Mode::empty(),
@@ -252,7 +252,7 @@ pub fn authorize_file_writes(path: &Path, allow_foreign: bool) -> Result<WritePe
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
         return Err(SafetyError::NotRegularFile {
             path: path.to_path_buf(),
-            kind: crate::target::kind_name(st.st_mode),
+            kind: crate::ownmark::kind_name(st.st_mode),
         });
     }
     if st.st_nlink > 1 {
@@ -264,7 +264,7 @@ pub fn authorize_file_writes(path: &Path, allow_foreign: bool) -> Result<WritePe
     // Aliases first: no flag allows writing a file another name of which is in use (a
     // loop device's image), so that is the refusal to name.
     check_file_aliases(path, st.st_dev, st.st_ino)?;
-    if !allow_foreign && !crate::target::is_own_file(&fd) {
+    if !allow_foreign && !crate::ownmark::is_own_file(&fd) {
         return Err(SafetyError::NotOwnFile {
             path: path.to_path_buf(),
         });

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::device::{self, BlockDeviceInfo};
-use crate::engine::job::{Job, RegionSpec};
+pub use crate::ownmark::{is_own_file, open_no_symlinks, OWNER_XATTR};
+use crate::ownmark::{kind_name, mark_own, open_parent};
 use crate::safety::{PermittedObject, WritePermit};
 use crate::units::format_size;
 
@@ -75,6 +76,18 @@ pub enum TargetError {
     Device(#[from] device::DeviceError),
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
+}
+
+/// The part of the target the job touches, before it is resolved against the target size.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum RegionSpec {
+    /// The whole target.
+    Whole,
+    /// `len` bytes from `offset` (to the end of the target when `len` is None).
+    Bytes { offset: u64, len: Option<u64> },
+    /// A share of the target, as fractions 0..=1: `start..end`.
+    Percent { start: f64, end: f64 },
 }
 
 /// A resolved region: bytes `[start, start + len)` of the target.
@@ -360,11 +373,12 @@ impl Target {
         }
     }
 
-    /// Resolves the job's region against this target and checks the job's block sizes
-    /// against the alignment O_DIRECT needs.
-    pub fn resolve(&self, job: &Job) -> Result<Region, TargetError> {
+    /// Resolves a job's region against this target and checks its block sizes
+    /// (`block_sizes`, bytes) against the alignment O_DIRECT needs.
+    pub fn resolve(&self, region: RegionSpec, block_sizes: &[u32]) -> Result<Region, TargetError> {
         let align = self.align.max(1);
-        for &(bs, _) in job.sizes().entries() {
+        let max_bs = block_sizes.iter().copied().max().unwrap_or(512) as u64;
+        for &bs in block_sizes {
             if bs as u64 % align != 0 {
                 return Err(TargetError::Misaligned {
                     path: self.path.clone(),
@@ -374,7 +388,7 @@ impl Target {
                 });
             }
         }
-        let (start, len) = match job.region() {
+        let (start, len) = match region {
             RegionSpec::Whole => (0, self.size),
             RegionSpec::Bytes { offset, len } => {
                 let len = match len {
@@ -407,10 +421,10 @@ impl Target {
         }
         // Whole multiples of the alignment (a partial trailing block cannot be O_DIRECTed).
         let len = len / align * align;
-        if len == 0 || len < job.sizes().max() as u64 {
+        if len == 0 || len < max_bs {
             return Err(TargetError::TooSmall {
                 path: self.path.clone(),
-                need: start + job.sizes().max() as u64,
+                need: start + max_bs,
                 have: self.size,
             });
         }
@@ -452,154 +466,6 @@ fn dio_align(file: &File, path: &Path) -> Result<u64, TargetError> {
         }
         _ => Ok(512),
     }
-}
-
-/// The extended attribute that marks a file as driveprobe's own: it holds
-/// [`owner_value`], naming the file's inode and birth time when driveprobe created it, so
-/// a copy (`cp -a` keeps xattrs), a restore from a backup or another file renamed into its
-/// place does not pass for it. Not the device number: that can change at a reboot (NVMe
-/// and dm minors follow probe order), and the daemon's own files must stay its own.
-///
-/// A filesystem that keeps no user xattrs (vfat, some network filesystems, tmpfs before
-/// Linux 6.6) cannot hold the mark: driveprobe then refuses to create a file target there
-/// ([`TargetError::NoOwnerMark`]) rather than make a file it could not tell from someone
-/// else's later. Refusing is the safe side: the alternative, trusting any file at the
-/// configured path, is what destroyed users' files.
-pub const OWNER_XATTR: &str = "user.driveprobe.owner";
-
-/// The mark's value for the file open at `fd`: its inode number and, where the filesystem
-/// keeps one, its birth time (a copy on another filesystem may get the same inode number,
-/// not the same birth to the nanosecond).
-fn owner_value(fd: impl rustix::fd::AsFd) -> io::Result<String> {
-    use rustix::fs::{statx, AtFlags, StatxFlags};
-    let st = statx(
-        fd,
-        "",
-        AtFlags::EMPTY_PATH,
-        StatxFlags::INO | StatxFlags::BTIME,
-    )?;
-    let born = if st.stx_mask & StatxFlags::BTIME.bits() != 0 {
-        format!("{}.{:09}", st.stx_btime.tv_sec, st.stx_btime.tv_nsec)
-    } else {
-        "-".to_string()
-    };
-    Ok(format!(
-        "driveprobe-file-target v2 ino={} born={born}",
-        st.stx_ino
-    ))
-}
-
-/// Whether the file open at `fd` is a regular file that driveprobe created: it carries
-/// the [`OWNER_XATTR`] mark, and the mark names this very file.
-pub fn is_own_file(fd: impl rustix::fd::AsFd) -> bool {
-    let Ok(st) = rustix::fs::fstat(&fd) else {
-        return false;
-    };
-    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
-        return false;
-    }
-    let mut buf = [0u8; 128];
-    match (
-        rustix::fs::fgetxattr(&fd, OWNER_XATTR, &mut buf[..]),
-        owner_value(&fd),
-    ) {
-        (Ok(n), Ok(want)) => buf[..n] == *want.as_bytes(),
-        _ => false,
-    }
-}
-
-/// Marks the file open at `fd` as driveprobe's own (see [`OWNER_XATTR`]).
-fn mark_own(fd: impl rustix::fd::AsFd) -> io::Result<()> {
-    let value = owner_value(&fd)?;
-    rustix::fs::fsetxattr(
-        &fd,
-        OWNER_XATTR,
-        value.as_bytes(),
-        rustix::fs::XattrFlags::empty(),
-    )?;
-    Ok(())
-}
-
-/// Opens `path` without following a symbolic link on any component of it, the last one
-/// included (`ELOOP` when there is one): `openat2(RESOLVE_NO_SYMLINKS)`, or, on kernels
-/// without it (before 5.6) or where a sandbox refuses it, a walk from `/` (or the working
-/// directory) one component at a time with `O_NOFOLLOW`. Whoever can rename a folder on
-/// the path cannot steer the open elsewhere with a link. `O_CLOEXEC` is always added.
-pub fn open_no_symlinks(
-    path: &Path,
-    flags: rustix::fs::OFlags,
-    mode: rustix::fs::Mode,
-) -> io::Result<rustix::fd::OwnedFd> {
-    use rustix::fs::{openat2, OFlags, ResolveFlags, CWD};
-    let flags = flags | OFlags::CLOEXEC;
-    match openat2(CWD, path, flags, mode, ResolveFlags::NO_SYMLINKS) {
-        Err(e) if e == rustix::io::Errno::NOSYS || e == rustix::io::Errno::PERM => {
-            walk_no_symlinks(path, flags, mode)
-        }
-        r => r.map_err(io::Error::from),
-    }
-}
-
-/// [`open_no_symlinks`] without openat2: each folder opened with `O_PATH | O_DIRECTORY |
-/// O_NOFOLLOW` from the one before, the last component with `O_NOFOLLOW`.
-fn walk_no_symlinks(
-    path: &Path,
-    flags: rustix::fs::OFlags,
-    mode: rustix::fs::Mode,
-) -> io::Result<rustix::fd::OwnedFd> {
-    use rustix::fs::OFlags;
-    let (dir, name) = walk_to_parent(path)?;
-    rustix::fs::openat(&dir, name.as_os_str(), flags | OFlags::NOFOLLOW, mode)
-        .map_err(io::Error::from)
-}
-
-/// The folder holding `path`'s last component, opened (`O_PATH`) without following a
-/// link on the way, and that component.
-fn walk_to_parent(path: &Path) -> io::Result<(rustix::fd::OwnedFd, std::ffi::OsString)> {
-    use rustix::fs::{openat, statat, AtFlags, FileType, Mode, OFlags, CWD};
-    use std::path::Component;
-    let dir_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let start = if path.is_absolute() { "/" } else { "." };
-    let mut dir = openat(CWD, start, dir_flags, Mode::empty())?;
-    let comps: Vec<Component> = path.components().collect();
-    let Some((Component::Normal(last), parents)) = comps.split_last() else {
-        return Err(io::Error::from_raw_os_error(libc::EISDIR));
-    };
-    for c in parents {
-        let name = match c {
-            Component::Normal(n) => *n,
-            Component::ParentDir => std::ffi::OsStr::new(".."),
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => continue,
-        };
-        dir = match openat(&dir, name, dir_flags, Mode::empty()) {
-            Ok(d) => d,
-            Err(e) if e == rustix::io::Errno::NOTDIR => {
-                let st = statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
-                if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
-                    return Err(io::Error::from_raw_os_error(libc::ELOOP));
-                }
-                return Err(e.into());
-            }
-            Err(e) => return Err(e.into()),
-        };
-    }
-    Ok((dir, last.to_os_string()))
-}
-
-/// The folder holding `path`'s last component, opened without following a link on any
-/// component of its path, and that component.
-fn open_parent(path: &Path) -> io::Result<(rustix::fd::OwnedFd, std::ffi::OsString)> {
-    use rustix::fs::{Mode, OFlags};
-    let name = match path.file_name() {
-        Some(n) => n.to_os_string(),
-        None => return Err(io::Error::from_raw_os_error(libc::EISDIR)),
-    };
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let dir = open_no_symlinks(parent, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())?;
-    Ok((dir, name))
 }
 
 /// Creates a file target of `size` bytes when `path` does not exist, and fills it with
@@ -668,7 +534,7 @@ pub fn create_file_if_missing(path: &Path, size: u64) -> Result<bool, TargetErro
             Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => {}
             Err(e) => return Err(e.into()),
         }
-        let mut rng = crate::engine::gen::Rng::new(size ^ 0x5eed);
+        let mut rng = crate::rng::Rng::new(size ^ 0x5eed);
         // 64 KiB at a time: the daemon makes many file targets at once at its first
         // start (one per canary thread), and a megabyte each, freed at once, left the
         // heap that much larger for good (glibc's mmap threshold rises after the first
@@ -775,21 +641,6 @@ pub fn ensure_own_file(path: &Path, size: u64) -> Result<Ensured, TargetError> {
     Ok(Ensured::Recreated {
         was: st.st_size as u64,
     })
-}
-
-/// What a file is, in words, from its `st_mode` (for errors about special files).
-pub(crate) fn kind_name(mode: rustix::fs::RawMode) -> &'static str {
-    use rustix::fs::FileType;
-    match FileType::from_raw_mode(mode) {
-        FileType::RegularFile => "regular file",
-        FileType::Directory => "directory",
-        FileType::Symlink => "symbolic link",
-        FileType::Fifo => "FIFO (named pipe)",
-        FileType::CharacterDevice => "character device",
-        FileType::BlockDevice => "block device",
-        FileType::Socket => "socket",
-        FileType::Unknown => "special file",
-    }
 }
 
 /// The error for a daemon file target that names something other than a regular file.
@@ -998,7 +849,7 @@ mod tests {
         std::os::unix::fs::symlink(&real, dir.path().join("via")).unwrap();
         std::os::unix::fs::symlink(real.join("sub/f"), real.join("sub/last")).unwrap();
         let ok = real.join("sub/../sub/f");
-        for open in [open_no_symlinks, walk_no_symlinks] {
+        for open in [open_no_symlinks, crate::ownmark::walk_no_symlinks] {
             assert!(open(&ok, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).is_ok());
             for bad in [dir.path().join("via/sub/f"), real.join("sub/last")] {
                 let e = open(&bad, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).unwrap_err();

@@ -6,8 +6,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use driveprobe::app::fio_job::{self, FioJobError};
 use driveprobe::engine::RunControl;
+use driveprobe::protocol::fio_job::{self, FioJobError};
 use driveprobe::protocol::result::DirFigures;
 use serde_json::Value;
 

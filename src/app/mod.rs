@@ -16,7 +16,7 @@
 //! stop a run that spends it. See [`IoMeter`] for what is counted and what is not.
 
 pub mod dbbench;
-pub mod fio_job;
+
 pub mod kv;
 pub mod oltp;
 pub mod sysbench;
@@ -502,29 +502,7 @@ pub fn parse_proc_io(text: &str) -> Option<u64> {
     Some(written.saturating_sub(cancelled))
 }
 
-/// The fields of `/proc/PID/stat` the meter needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcStat {
-    pub state: char,
-    pub ppid: i32,
-    pub pgrp: i32,
-    /// Field 22, `starttime`, in clock ticks after boot.
-    pub start_ticks: u64,
-}
-
-/// Parses `/proc/PID/stat`. The command name (field 2) is in parentheses and may hold
-/// spaces and parentheses itself, so the fields are counted from the last `)`.
-pub fn parse_proc_stat(text: &str) -> Option<ProcStat> {
-    let (_, rest) = text.rsplit_once(')')?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state (3), ppid (4), pgrp (5), ..., starttime (22).
-    Some(ProcStat {
-        state: f.first()?.chars().next()?,
-        ppid: f.get(1)?.parse().ok()?,
-        pgrp: f.get(2)?.parse().ok()?,
-        start_ticks: f.get(19)?.parse().ok()?,
-    })
-}
+pub use crate::process::{parse_proc_stat, ProcStat};
 
 /// Removes what a driveprobe that was killed outright left in `dir`: entries named
 /// `<prefix><pid>` (optionally followed by `-...` or `.`...) whose pid is not running

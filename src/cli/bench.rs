@@ -1077,7 +1077,7 @@ pub fn run(a: BenchArgs) -> Result<u8, Failure> {
     // Without time_based or --io-size: one pass over the region per worker (as fio
     // does), or --runtime if that comes first.
     let job = if a.time_based != Some(1) && a.io_size.is_none() {
-        let region = target.resolve(&job).map_err(Failure::runtime)?;
+        let region = job.resolve_on(&target).map_err(Failure::runtime)?;
         let bytes = region.len * job.workers() as u64;
         let mut spec = job.to_spec();
         spec.stop = match job.stop() {

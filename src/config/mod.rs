@@ -4,7 +4,7 @@
 //! schedule to drive and suite) resolved. Every error carries `FILE:LINE:COLUMN`, what is
 //! wrong and what to do, on one line.
 
-pub mod file;
+pub use crate::file;
 pub mod raw;
 mod validate;
 pub use validate::{smartctl_type as check_smartctl_type, BadSmartctlType};
@@ -339,7 +339,7 @@ pub struct Schedule {
     /// the run gauges): a suite name that [`crate::protocol::suite::find`] knows, or
     /// `fio-job:STEM` for a fio job file (see [`Schedule::fio_job`]).
     pub suite: String,
-    /// A user's fio job file (absolute; checked by `app::fio_job::prepare` when the
+    /// A user's fio job file (absolute; checked by `protocol::fio_job::prepare` when the
     /// config was loaded, and again before each run). When set, the run is
     /// `suite::fio_job_suite(path, max_duration)` and `suite` is its label.
     pub fio_job: Option<PathBuf>,

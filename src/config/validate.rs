@@ -979,7 +979,7 @@ impl Cx<'_> {
     }
 
     /// A fio job file: found (absolute, or relative to the config file's folder),
-    /// readable, and through `app::fio_job`'s own check with each drive's target put in
+    /// readable, and through `protocol::fio_job`'s own check with each drive's target put in
     /// (the same check runs again before every run, on the file as it is then).
     fn fio_job(&self, f: &S<String>, drives: &[&Drive]) -> R<PathBuf> {
         let given = f.get_ref().trim();
@@ -1010,7 +1010,7 @@ impl Cx<'_> {
                 .map(|t| t.path.clone())
                 .or_else(|| d.path.clone())
                 .unwrap_or_else(|| PathBuf::from("/dev/driveprobe-target"));
-            crate::app::fio_job::prepare(&text, &label, &target).map_err(|e| {
+            crate::protocol::fio_job::prepare(&text, &label, &target).map_err(|e| {
                 let e = e.to_string();
                 let advice = if e.contains(';') {
                     ""

@@ -203,7 +203,7 @@ pub fn run_segment(
     on_interval: &mut dyn FnMut(&Interval),
 ) -> Result<(), SegmentError> {
     let rate = job.rate.ok_or(SegmentError::NoRate)?;
-    let region = target.resolve(job)?;
+    let region = job.resolve_on(target)?;
     let align = target.align().max(job.sizes.min() as u64);
     // The seed the engine gives its first worker: the same offsets as before.
     let seed = job.seed ^ 0x9e37_79b9_7f4a_7c15;

@@ -185,7 +185,7 @@ impl OpWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::gen::Rng;
+    use crate::rng::Rng;
 
     fn stats(values: &[u64]) -> DirStats {
         let mut s = DirStats::new();

@@ -5,6 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
+pub use crate::target::RegionSpec;
 use serde::Serialize;
 
 use crate::units::{self, format_size};
@@ -263,18 +264,6 @@ pub struct RateLimit {
     /// Total IOPS over all workers.
     pub iops: f64,
     pub arrival: Arrival,
-}
-
-/// The part of the target the job touches, before it is resolved against the target size.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum RegionSpec {
-    /// The whole target.
-    Whole,
-    /// `len` bytes from `offset` (to the end of the target when `len` is None).
-    Bytes { offset: u64, len: Option<u64> },
-    /// A share of the target, as fractions 0..=1: `start..end`.
-    Percent { start: f64, end: f64 },
 }
 
 /// When the measured part of a run ends.
@@ -581,6 +570,15 @@ impl Job {
     }
     pub fn verify(&self) -> bool {
         self.verify
+    }
+    /// Resolves this job's region on `target` and checks its block sizes against the
+    /// target's O_DIRECT alignment ([`crate::target::Target::resolve`]).
+    pub fn resolve_on(
+        &self,
+        target: &crate::target::Target,
+    ) -> Result<crate::target::Region, crate::target::TargetError> {
+        let sizes: Vec<u32> = self.sizes.entries().iter().map(|e| e.0).collect();
+        target.resolve(self.region, &sizes)
     }
     pub fn region(&self) -> RegionSpec {
         self.region

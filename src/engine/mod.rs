@@ -267,7 +267,7 @@ pub fn run_observed(
     if job.writes() && !target.writable() {
         return Err(EngineError::ReadOnlyTarget(target.path().to_path_buf()));
     }
-    let region = target.resolve(job)?;
+    let region = job.resolve_on(target)?;
     let (backend, mut note) = match job.backend {
         // Trims are synchronous calls (`job::Trim`): the psync backend makes them.
         _ if !job.trim.is_off() => (

@@ -609,7 +609,7 @@ mod tests {
     /// Percentiles from the histogram are within 1% (in fact 0.1%) of the exact ones.
     #[test]
     fn percentiles_match_exact_within_one_percent() {
-        let mut rng = crate::engine::gen::Rng::new(42);
+        let mut rng = crate::rng::Rng::new(42);
         let mut s = DirStats::new();
         let mut all = Vec::new();
         for _ in 0..500_000 {

@@ -3,6 +3,7 @@
 //! document.
 
 pub mod bound;
+pub mod fio_job;
 pub mod hist;
 pub mod merge;
 pub mod pts;

@@ -1344,7 +1344,7 @@ mod tests {
 
     fn random_file(path: &std::path::Path, len: usize, seed: u64) {
         let mut data = vec![0u8; len];
-        crate::engine::gen::Rng::new(seed).fill(&mut data);
+        crate::rng::Rng::new(seed).fill(&mut data);
         let mut f = std::fs::File::create(path).unwrap();
         f.write_all(&data).unwrap();
         f.sync_all().unwrap();

@@ -75,7 +75,7 @@ pub enum SuiteError {
     #[error("suite {suite}: fio job file: {source}")]
     FioJob {
         suite: String,
-        source: crate::app::fio_job::FioJobError,
+        source: crate::protocol::fio_job::FioJobError,
     },
 }
 
@@ -620,7 +620,7 @@ impl Runner<'_> {
         }
         .validate()
         .expect("a probe job is valid");
-        self.target.resolve(&probe).unwrap_or(Region {
+        probe.resolve_on(self.target).unwrap_or(Region {
             start: 0,
             len: self.target.size(),
         })
@@ -946,7 +946,7 @@ impl Runner<'_> {
         // holds open, never by its path again (a folder on the path swapped for a link
         // meanwhile must not steer fio's writes).
         let via = self.target.opened_path();
-        let run = crate::app::fio_job::run_detailed(job, &via, limit, self.control).map_err(
+        let run = crate::protocol::fio_job::run_detailed(job, &via, limit, self.control).map_err(
             |source| SuiteError::FioJob {
                 suite: self.suite.name.to_string(),
                 source,

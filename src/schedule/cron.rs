@@ -547,7 +547,7 @@ mod tests {
 
     #[test]
     fn next_and_prev_agree_with_matches() {
-        let mut rng = crate::engine::gen::Rng::new(7);
+        let mut rng = crate::rng::Rng::new(7);
         for expr in [
             "*/15 9-17 * * 1-5",
             "0 3 * * SUN",

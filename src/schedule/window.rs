@@ -188,7 +188,7 @@ mod tests {
 
     #[test]
     fn next_open_is_open_and_earliest() {
-        let mut rng = crate::engine::gen::Rng::new(3);
+        let mut rng = crate::rng::Rng::new(3);
         for spec in [
             "MON-FRI 22:00-04:00",
             "SUN 03:00-03:30",

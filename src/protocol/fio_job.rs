@@ -53,10 +53,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{ChildGuard, Waited};
+use super::result::{DirFigures, Round, WorkloadDesc};
+use crate::app::{self, ChildGuard, Waited};
 use crate::engine::RunControl;
 use crate::process::capture;
-use crate::protocol::result::{DirFigures, Round, WorkloadDesc};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FioJobError {
@@ -162,17 +162,18 @@ pub fn run_detailed(
     time_limit: Duration,
     control: &RunControl,
 ) -> Result<FioJobRun, FioJobError> {
-    let text = crate::config::file::read_regular(job_file, crate::config::file::MAX_CONFIG_BYTES)
-        .map_err(|e| FioJobError::Read {
-        file: job_file.to_path_buf(),
-        source: match e {
-            crate::config::file::FileError::Io(e) => e,
-            other => std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()),
-        },
+    let text = crate::file::read_regular(job_file, crate::file::MAX_CONFIG_BYTES).map_err(|e| {
+        FioJobError::Read {
+            file: job_file.to_path_buf(),
+            source: match e {
+                crate::file::FileError::Io(e) => e,
+                other => std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()),
+            },
+        }
     })?;
     let label = job_file.display().to_string();
     let prepared = prepare(&text, &label, target)?;
-    let fio = super::find_program(&["fio"], None).ok_or(FioJobError::Missing)?;
+    let fio = app::find_program(&["fio"], None).ok_or(FioJobError::Missing)?;
     // Metered: what fio writes is counted under `control` while it runs, for a wear
     // budget (the suite adds the rest of what fio reports at its end).
     let mut guard = ChildGuard::spawn_metered(
@@ -196,15 +197,15 @@ pub fn run_detailed(
     // Through a cap: fio's JSON is on stdout; of stderr only an excerpt is ever used.
     let out_reader = capture(
         guard.child_mut().stdout.take(),
-        super::OUTPUT_HEAD,
-        super::OUTPUT_TAIL,
+        app::OUTPUT_HEAD,
+        app::OUTPUT_TAIL,
     );
     let err_reader = capture(
         guard.child_mut().stderr.take(),
-        super::OUTPUT_TAIL,
-        super::OUTPUT_TAIL,
+        app::OUTPUT_TAIL,
+        app::OUTPUT_TAIL,
     );
-    let status = match super::wait(&mut guard, control, time_limit).map_err(FioJobError::Spawn)? {
+    let status = match app::wait(&mut guard, control, time_limit).map_err(FioJobError::Spawn)? {
         Waited::Exited(s) => s,
         Waited::Stopped => {
             let _ = guard.stop(Duration::from_secs(5));
@@ -232,7 +233,7 @@ pub fn run_detailed(
         return Err(e);
     }
     let (Some(json), Some(parsed), true) = (json, parsed, status.success()) else {
-        let line = super::failure_excerpt(&err, &out);
+        let line = app::failure_excerpt(&err, &out);
         return Err(FioJobError::Fio {
             file: label,
             status: status.to_string(),
