@@ -1,34 +1,22 @@
 //! driveprobe: an I/O engine, a drive test protocol, drive health, and a daemon that exports
 //! all of it as Prometheus metrics. See ARCHITECTURE.md for the map.
 //!
-//! `unsafe` lives only in [`sys`] (io_uring submission and ioctls); everything else is
-//! compiled with `unsafe_code` denied.
-#![deny(unsafe_code)]
+//! This crate is the command line ([`cli`]) over the workspace's crates; it re-exports each
+//! of their modules at its path here (`driveprobe::engine`, `driveprobe::daemon`, ...), so
+//! the tests and the fuzz targets name one crate. `unsafe` lives only in
+//! `driveprobe-sys` ([`sys`]).
+#![forbid(unsafe_code)]
 
-pub mod app;
-pub mod calendar;
 pub mod cli;
-pub mod config;
-pub mod daemon;
-pub mod device;
-pub mod discovery;
-pub mod engine;
-pub mod file;
-pub mod fmt;
-pub mod health;
-pub mod http;
-pub mod logging;
-pub mod metrics;
-pub mod ownmark;
-pub mod process;
-pub mod protocol;
-pub mod report;
-pub mod rng;
-pub mod safety;
-pub mod schedule;
-pub mod status;
-#[allow(unsafe_code)]
-pub mod sys;
-pub mod target;
-pub mod units;
-pub mod version;
+
+pub use driveprobe_core::{
+    calendar, device, engine, file, fmt, ownmark, process, rng, safety, target, units,
+};
+pub use driveprobe_daemon::{
+    config, daemon, discovery, http, logging, metrics, schedule, status, version,
+};
+pub use driveprobe_health as health;
+pub use driveprobe_protocol as protocol;
+pub use driveprobe_protocol::app;
+pub use driveprobe_report as report;
+pub use driveprobe_sys as sys;

@@ -3,7 +3,7 @@
 //! and an include filter on the serial (`loop:` + the backing file) that names only the
 //! test's own files, so no other device is ever opened. The classification, every skip
 //! reason, the filters and max_drives on fake sysfs trees are unit tests in
-//! src/discovery/tests.rs.
+//! crates/daemon/src/discovery/tests.rs.
 
 mod common;
 

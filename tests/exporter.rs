@@ -696,7 +696,7 @@ fn assert_revision_of_this_tree(revision: &str) {
                 "--untracked-files=no",
                 "--",
                 "src",
-                "build.rs",
+                "crates",
                 "Cargo.toml",
                 "Cargo.lock",
             ])

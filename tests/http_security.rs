@@ -1100,7 +1100,7 @@ fn oversized_headers_and_bodies_are_refused() {
     assert_eq!(c.get(&d.addr, "/healthz", auth()).unwrap().status, 200);
 }
 
-/// Every method but GET and HEAD, with bodies, on every route of `src/http/routes.rs`
+/// Every method but GET and HEAD, with bodies, on every route of `crates/daemon/src/http/routes.rs`
 /// (and on paths outside the API): 405 or 404, and nothing about the runs changes.
 #[test]
 fn nothing_on_the_http_side_changes_a_run() {

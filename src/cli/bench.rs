@@ -740,8 +740,8 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
     let job = spec.validate().map_err(usage)?;
     // fio's verify phase reads back what a write-only job wrote: that needs every block
     // written, which a time-based run or independent random offsets do not promise.
-    if job.verify && !job.reads() {
-        let unmapped = job.random_pct > 0 && !job.random_map_applies();
+    if job.verify() && !job.reads() {
+        let unmapped = job.random_pct() > 0 && !job.random_map_applies();
         if time_based || unmapped {
             return Err(Failure::usage(format!(
                 "--verify with --rw={} and {}: the read-back after the writes needs each block written once, which {}; \
@@ -945,7 +945,7 @@ fn substitutions(a: &BenchArgs, r: &RunResult, job: &Job) -> Vec<Substitution> {
         });
     }
     if a.norandommap != Some(1)
-        && job.random_pct > 0
+        && job.random_pct() > 0
         && !job.random_map_applies()
         && !matches!(job.stop(), Stop::Time(_))
     {
