@@ -8,7 +8,7 @@ grafana/driveprobe-drive.json.
 The JSON files are committed so that they can be imported or provisioned as they are;
 this script is their source. Edit the panels here, run it, commit both. A dashboard
 changed in Grafana's editor is ported back here by hand (copy the query or option over).
-tests/dashboards_lint.rs runs `--check`, so the two cannot drift apart.
+tests/cli/dashboards_lint.rs runs `--check`, so the two cannot drift apart.
 
 Why a script and not hand-written JSON: every panel and every target repeats the same
 datasource object, every panel needs a gridPos that does not overlap its neighbours and a

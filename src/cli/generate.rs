@@ -4,7 +4,7 @@
 //!
 //! - `man`: `driveprobe.1` and one page per subcommand (`driveprobe-daemon.1`, ...) from
 //!   the clap definition (clap_mangen), and `driveprobe.toml.5` from the config reference,
-//!   `config/driveprobe.example.toml`, which `tests/config.rs` keeps equal to what the
+//!   `config/driveprobe.example.toml`, which `tests/cli/config.rs` keeps equal to what the
 //!   parser takes (`config::raw::KEYS`): each key with its comment and example value.
 //! - `completions`: `driveprobe.bash`, `_driveprobe` (zsh) and `driveprobe.fish`.
 //!
@@ -383,7 +383,7 @@ pub fn config_page(example: &str, date: &str) -> String {
                     first_text = false;
                     // The example's header, less its last sentence (about its own test).
                     let header = lines.join("\n");
-                    let header = match header.find("`tests/config.rs`") {
+                    let header = match header.find("`tests/cli/config.rs`") {
                         Some(at) => header[..at].trim_end().to_string(),
                         None => header,
                     };

@@ -2,7 +2,7 @@
 //! every panel query, with Grafana's template variables replaced so that the queries run
 //! as they are against a real Prometheus (`/api/v1/query`).
 //!
-//! `panel_queries` is what an end-to-end test runs; `tests/dashboards_lint.rs` checks the
+//! `panel_queries` is what an end-to-end test runs; `tests/cli/dashboards_lint.rs` checks the
 //! dashboards themselves (and uses the same walk over the panels).
 
 // Each test crate compiles this module on its own and uses only part of it.

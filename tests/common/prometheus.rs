@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::daemon::http_get;
+use crate::common::daemon::http_get;
 
 /// Where the Debian package puts the server.
 pub const PROMETHEUS: &str = "/usr/bin/prometheus";

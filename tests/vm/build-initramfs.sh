@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Kernel and initramfs for the VM tests (tests/vm_health.rs, through tests/vm/harness.rs).
+# Kernel and initramfs for the VM tests (tests/vm/health.rs, through tests/vm/harness.rs).
 #
 #   build-initramfs.sh base
 #       Makes sure the cached kernel and base initramfs are built, and prints
@@ -36,7 +36,7 @@ MODS="nvme ahci sd_mod dm_mod dm_delay dm_flakey virtio_pci virtio_blk null_blk 
 # virtio_pci and virtio_blk: the virtio disk of VmBuilder::virtio and hot-added ones.
 AUTOLOAD="nvme ahci sd_mod dm_mod dm_delay dm_flakey virtio_pci virtio_blk"
 # Host tools packed with their shared libraries (ldd lists them). dmsetup makes the
-# device-mapper fault targets (error, flakey, delay) and holders in tests/vm_faults.rs; in
+# device-mapper fault targets (error, flakey, delay) and holders in tests/vm/faults.rs; in
 # the guest it runs without udev (payloads export DM_DISABLE_UDEV=1).
 TOOLS="/usr/sbin/nvme /usr/sbin/smartctl /usr/sbin/dmsetup"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A Debian guest whose PID 1 is systemd, for the tests that install the driveprobe package
-# under a real systemd (tests/vm_systemd.rs, through tests/vm/systemd.rs).
+# under a real systemd (tests/vm/systemd.rs, through tests/vm/systemd_guest.rs).
 #
 #   build-systemd-guest.sh
 #       Makes sure the cached guest is built, and prints

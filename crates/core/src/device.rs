@@ -1551,6 +1551,10 @@ mod tests {
     /// The cached mount table is the same until a mount or an unmount, then the new one
     /// (needs root: it mounts a tmpfs on a temporary directory).
     #[test]
+    #[cfg_attr(
+        not(feature = "system-tests"),
+        ignore = "needs root (mounts a tmpfs): scripts/test runs it"
+    )]
     fn the_mount_table_is_read_again_when_and_only_when_it_changes() {
         let paths = SystemPaths::default();
         // Unchanged: the same table, not read again (another process's mount may come

@@ -15,7 +15,7 @@ use super::suite::{Scale, Step, Suite};
 /// The transfer rate (reads and writes together) assumed when the drive's rated
 /// sequential bandwidth is not in the config: 16 GiB/s, above what a PCIe 5.0 x4 drive
 /// (about 14 GB/s) moves, and above tmpfs on a small host (measured: 11.3 GiB/s of
-/// 128 KiB reads on 2 CPUs, `tests/wear_bound.rs`). A faster target should state
+/// 128 KiB reads on 2 CPUs, `tests/engine/wear_bound.rs`). A faster target should state
 /// `rated_seq_read_bw`/`rated_seq_write_bw`.
 pub const ASSUMED_BYTES_PER_SECOND: f64 = (16u64 << 30) as f64;
 

@@ -34,7 +34,7 @@ pub fn split(
 ) -> Vec<Option<Vec<usize>>> {
     // More workers than CPUs must share CPUs: confined, a worker waiting behind another
     // on its CPU could not move to an idle one, and its slots would sit empty between a
-    // completion and the next submission (tests/suites.rs: jesd219's Little's law check,
+    // completion and the next submission (tests/engine/suites.rs: jesd219's Little's law check,
     // 28.3 in flight of 32 with 4+ workers confined on 2 CPUs).
     if policy == CpuPolicy::Shared
         || allowed.len() <= 1

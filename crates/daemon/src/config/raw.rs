@@ -6,7 +6,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 /// Every key the config accepts, as a dotted path (`[[drive]]` tables are `drive.`).
-/// `config/driveprobe.example.toml` documents exactly these; `tests/config.rs` checks it.
+/// `config/driveprobe.example.toml` documents exactly these; `tests/cli/config.rs` checks it.
 pub const KEYS: &[&str] = &[
     "state_dir",
     "health_interval",

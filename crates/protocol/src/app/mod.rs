@@ -345,7 +345,7 @@ impl Drop for ChildGuard {
 ///   after a sample saw them (an old write-ahead log), as the total only grows (below).
 ///   kv at quick scale on ext4 on a loop device counted 1.1 to 1.6 times the device's
 ///   sectors written, and 0.99 to 1.11 times without the runner's dropped pages; on a
-///   host busy with builds, where writeback lags, 1.8 and 1.53 (`tests/app_kv.rs`).
+///   host busy with builds, where writeback lags, 1.8 and 1.53 (`tests/apps/kv.rs`).
 /// - On tmpfs (and ramfs) `write_bytes` stays 0: there is no block device behind it, so
 ///   nothing wears and nothing is counted.
 /// - A process's count includes the children it reaped (the kernel adds them to the

@@ -638,6 +638,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(feature = "system-tests"),
+        ignore = "needs sysbench and MariaDB: scripts/test runs it"
+    )]
     fn a_server_that_will_not_start_shows_its_error_log_and_leaves_nothing() {
         need_programs();
         let dir = disk_dir();
@@ -652,6 +656,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(feature = "system-tests"),
+        ignore = "needs sysbench and MariaDB: scripts/test runs it"
+    )]
     fn a_stop_before_the_run_starts_nothing_and_leaves_nothing() {
         need_programs();
         let dir = disk_dir();
@@ -663,6 +671,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(feature = "system-tests"),
+        ignore = "needs sysbench and MariaDB: scripts/test runs it"
+    )]
     fn a_directory_without_room_is_refused_before_anything_starts() {
         need_programs();
         let dir = tempfile::tempdir().unwrap();
@@ -677,6 +689,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(feature = "system-tests"),
+        ignore = "needs sysbench and MariaDB: scripts/test runs it"
+    )]
     fn a_file_is_not_a_directory() {
         need_programs();
         let f = tempfile::NamedTempFile::new().unwrap();
