@@ -541,33 +541,9 @@ pub(super) fn duration(flag: &str, text: &str) -> Result<Duration, Failure> {
 /// Turns the arguments into a validated job (no I/O, no filesystem access).
 fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Failure> {
     let usage = |e: engine::JobError| Failure::usage(e);
-    let (pattern, default_read) = match a.rw {
-        Rw::Read => (Pattern::Sequential, 100),
-        Rw::Write => (Pattern::Sequential, 0),
-        Rw::Randread => (Pattern::Random, 100),
-        Rw::Randwrite => (Pattern::Random, 0),
-        Rw::Rw => (Pattern::Sequential, 50),
-        Rw::Randrw => (Pattern::Random, 50),
-        Rw::Trim | Rw::Trimwrite => (Pattern::Sequential, 0),
-        Rw::Randtrim => (Pattern::Random, 0),
-    };
-    let trim = match a.rw {
-        Rw::Trim | Rw::Randtrim => engine::Trim::Only,
-        Rw::Trimwrite => engine::Trim::ThenWrite,
-        _ => engine::Trim::Off,
-    };
-    let mixed = matches!(a.rw, Rw::Rw | Rw::Randrw);
-    let read_pct = match (a.rwmixread, a.rwmixwrite) {
-        (Some(_), _) | (_, Some(_)) if !mixed => {
-            return Err(Failure::usage(
-                "--rwmixread/--rwmixwrite only apply to --rw=rw or --rw=randrw",
-            ))
-        }
-        (Some(r), _) => r,
-        (None, Some(w)) if w <= 100 => 100 - w,
-        (None, Some(w)) => return Err(usage(engine::JobError::ReadShare(w))),
-        (None, None) => default_read,
-    };
+    let (pattern, default_read) = pattern_and_default_read(a.rw);
+    let trim = trim_mode(a.rw);
+    let read_pct = read_share(a, default_read)?;
     let sizes = match &a.bssplit {
         Some(s) => SizeMix::parse(s),
         None => SizeMix::parse(&a.bs),
@@ -581,6 +557,97 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
         .as_deref()
         .map(|s| amount("offset", s))
         .transpose()?;
+    let region = region_spec(offset, size)?;
+    check_switches(a)?;
+    let time_based = a.time_based == Some(1);
+    let (runtime, stop) = stop_rule(a, time_based)?;
+    let direct = direct_io(a)?;
+    let verify = match a.verify.as_deref() {
+        None | Some("0") | Some("none") => false,
+        Some(_) => true,
+    };
+    let mut spec = JobSpec {
+        region,
+        pattern,
+        random_pct: a.percentage_random,
+        sizes,
+        read_pct,
+        distribution,
+        depth: a.iodepth,
+        workers: a.numjobs,
+        // A placeholder when the stop depends on the region (replaced in `run`).
+        stop: stop.unwrap_or(match runtime {
+            Some(time) => Stop::TimeOrBytes { time, bytes: 1 },
+            None => Stop::Bytes(1),
+        }),
+        // fio's random map, unless --norandommap.
+        random_map: a.norandommap != Some(1),
+        trim,
+        ramp: a
+            .ramp_time
+            .as_deref()
+            .map(|r| duration("ramp-time", r))
+            .transpose()?
+            .unwrap_or(Duration::ZERO),
+        rate: rate_limit(a),
+        direct,
+        verify,
+        interval: duration("interval", &a.interval)?,
+        error_limit: a.error_limit,
+        backend: backend_choice(a.ioengine),
+        cpu_policy: cpu_policy(a.cpus_allowed_policy),
+        ..JobSpec::default()
+    };
+    if let Some(seed) = seed_override(a)? {
+        spec.seed = seed;
+    }
+    let job = spec.validate().map_err(usage)?;
+    refuse_unverifiable_writes(&job, time_based)?;
+    Ok((job, size, offset))
+}
+
+/// The access pattern of a --rw value, and its read share when --rwmix* are not given.
+fn pattern_and_default_read(rw: Rw) -> (Pattern, u32) {
+    match rw {
+        Rw::Read => (Pattern::Sequential, 100),
+        Rw::Write => (Pattern::Sequential, 0),
+        Rw::Randread => (Pattern::Random, 100),
+        Rw::Randwrite => (Pattern::Random, 0),
+        Rw::Rw => (Pattern::Sequential, 50),
+        Rw::Randrw => (Pattern::Random, 50),
+        Rw::Trim | Rw::Trimwrite => (Pattern::Sequential, 0),
+        Rw::Randtrim => (Pattern::Random, 0),
+    }
+}
+
+/// Whether a --rw value trims, and whether it writes each trimmed block afterwards.
+fn trim_mode(rw: Rw) -> engine::Trim {
+    match rw {
+        Rw::Trim | Rw::Randtrim => engine::Trim::Only,
+        Rw::Trimwrite => engine::Trim::ThenWrite,
+        _ => engine::Trim::Off,
+    }
+}
+
+/// The read percentage, from --rwmixread or --rwmixwrite (mixed workloads only).
+fn read_share(a: &BenchArgs, default_read: u32) -> Result<u32, Failure> {
+    let mixed = matches!(a.rw, Rw::Rw | Rw::Randrw);
+    Ok(match (a.rwmixread, a.rwmixwrite) {
+        (Some(_), _) | (_, Some(_)) if !mixed => {
+            return Err(Failure::usage(
+                "--rwmixread/--rwmixwrite only apply to --rw=rw or --rw=randrw",
+            ))
+        }
+        (Some(r), _) => r,
+        (None, Some(w)) if w <= 100 => 100 - w,
+        (None, Some(w)) => return Err(Failure::usage(engine::JobError::ReadShare(w))),
+        (None, None) => default_read,
+    })
+}
+
+/// The region to run over, from --offset and --size, refusing a mix of bytes and
+/// percentages and an empty region.
+fn region_spec(offset: Option<Amount>, size: Option<Amount>) -> Result<RegionSpec, Failure> {
     let region = match (offset, size) {
         (None, None) => RegionSpec::Whole,
         (o, s) => match (o.unwrap_or(Amount::Bytes(0)), s) {
@@ -621,6 +688,11 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
             "--size: the region must be more than 0 bytes",
         ));
     }
+    Ok(region)
+}
+
+/// Refuses fio's on/off switches given anything but 1 or 0.
+fn check_switches(a: &BenchArgs) -> Result<(), Failure> {
     for (flag, v) in [
         ("time_based", a.time_based),
         ("group_reporting", a.group_reporting),
@@ -630,7 +702,11 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
             return Err(Failure::usage(format!("--{flag}={v}: give 1 or 0")));
         }
     }
-    let time_based = a.time_based == Some(1);
+    Ok(())
+}
+
+/// The --runtime, and when the run stops (None when that depends on the region).
+fn stop_rule(a: &BenchArgs, time_based: bool) -> Result<(Option<Duration>, Option<Stop>), Failure> {
     if time_based && a.runtime.is_none() {
         return Err(Failure::usage(
             "--time_based needs --runtime: give how long to run, such as --runtime=60",
@@ -641,17 +717,7 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
         .as_deref()
         .map(|r| duration("runtime", r))
         .transpose()?;
-    let io_bytes = match &a.io_size {
-        Some(b) => {
-            let per_worker =
-                units::parse_size(b).map_err(|e| Failure::usage(format!("--io-size: {e}")))?;
-            if per_worker == 0 {
-                return Err(Failure::usage("--io-size: must be more than 0 bytes"));
-            }
-            Some(per_worker.saturating_mul(a.numjobs.max(1) as u64))
-        }
-        None => None,
-    };
+    let io_bytes = io_bytes(a)?;
     // As fio: time_based runs for --runtime, going over the region as often as needed;
     // otherwise the run stops after --io_size bytes (or one pass over the region per
     // worker, resolved once the region is), or at --runtime, whichever comes first.
@@ -661,7 +727,27 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
         (None, Some(bytes)) => Some(Stop::Bytes(bytes)),
         (_, None) => None,
     };
-    let direct = match (a.buffered, a.direct) {
+    Ok((runtime, stop))
+}
+
+/// The bytes all workers together move before stopping, from --io-size per worker.
+fn io_bytes(a: &BenchArgs) -> Result<Option<u64>, Failure> {
+    Ok(match &a.io_size {
+        Some(b) => {
+            let per_worker =
+                units::parse_size(b).map_err(|e| Failure::usage(format!("--io-size: {e}")))?;
+            if per_worker == 0 {
+                return Err(Failure::usage("--io-size: must be more than 0 bytes"));
+            }
+            Some(per_worker.saturating_mul(a.numjobs.max(1) as u64))
+        }
+        None => None,
+    })
+}
+
+/// Whether the I/O bypasses the page cache, from --direct and --buffered.
+fn direct_io(a: &BenchArgs) -> Result<bool, Failure> {
+    Ok(match (a.buffered, a.direct) {
         (true, _) => false,
         (false, Some(0)) => false,
         (false, Some(1)) | (false, None) => true,
@@ -670,74 +756,60 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
                 "--direct={v}: give 1 (O_DIRECT) or 0 (buffered)"
             )))
         }
-    };
-    let verify = match a.verify.as_deref() {
-        None | Some("0") | Some("none") => false,
-        Some(_) => true,
-    };
-    let mut spec = JobSpec {
-        region,
-        pattern,
-        random_pct: a.percentage_random,
-        sizes,
-        read_pct,
-        distribution,
-        depth: a.iodepth,
-        workers: a.numjobs,
-        // A placeholder when the stop depends on the region (replaced in `run`).
-        stop: stop.unwrap_or(match runtime {
-            Some(time) => Stop::TimeOrBytes { time, bytes: 1 },
-            None => Stop::Bytes(1),
-        }),
-        // fio's random map, unless --norandommap.
-        random_map: a.norandommap != Some(1),
-        trim,
-        ramp: a
-            .ramp_time
-            .as_deref()
-            .map(|r| duration("ramp-time", r))
-            .transpose()?
-            .unwrap_or(Duration::ZERO),
-        rate: a.rate_iops.map(|iops| RateLimit {
-            iops,
-            arrival: match a.rate_process {
-                RateProcess::Linear => Arrival::Linear,
-                RateProcess::Poisson => Arrival::Poisson,
-            },
-        }),
-        direct,
-        verify,
-        interval: duration("interval", &a.interval)?,
-        error_limit: a.error_limit,
-        backend: match a.ioengine {
-            IoEngine::Auto | IoEngine::Libaio => BackendChoice::Auto,
-            IoEngine::IoUring => BackendChoice::IoUring,
-            IoEngine::Psync => BackendChoice::Psync,
+    })
+}
+
+/// The IOPS cap and how I/Os arrive under it, from --rate_iops and --rate_process.
+fn rate_limit(a: &BenchArgs) -> Option<RateLimit> {
+    a.rate_iops.map(|iops| RateLimit {
+        iops,
+        arrival: match a.rate_process {
+            RateProcess::Linear => Arrival::Linear,
+            RateProcess::Poisson => Arrival::Poisson,
         },
-        cpu_policy: match a.cpus_allowed_policy {
-            CpusAllowedPolicy::Shared => CpuPolicy::Shared,
-            CpusAllowedPolicy::Split => CpuPolicy::Split,
-        },
-        ..JobSpec::default()
-    };
+    })
+}
+
+/// The engine's I/O backend for an --ioengine value.
+fn backend_choice(ioengine: IoEngine) -> BackendChoice {
+    match ioengine {
+        IoEngine::Auto | IoEngine::Libaio => BackendChoice::Auto,
+        IoEngine::IoUring => BackendChoice::IoUring,
+        IoEngine::Psync => BackendChoice::Psync,
+    }
+}
+
+/// The engine's CPU placement for a --cpus_allowed_policy value.
+fn cpu_policy(policy: CpusAllowedPolicy) -> CpuPolicy {
+    match policy {
+        CpusAllowedPolicy::Shared => CpuPolicy::Shared,
+        CpusAllowedPolicy::Split => CpuPolicy::Split,
+    }
+}
+
+/// The seed to use instead of the default one, from --seed or --randrepeat=0.
+fn seed_override(a: &BenchArgs) -> Result<Option<u64>, Failure> {
     match (a.seed, a.randrepeat) {
-        (Some(seed), _) => spec.seed = seed,
+        (Some(seed), _) => Ok(Some(seed)),
         (None, Some(0)) => {
             // fio's randrepeat=0: a different sequence each run.
-            spec.seed = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0)
-                ^ u64::from(std::process::id()) << 32;
+            Ok(Some(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(0)
+                    ^ u64::from(std::process::id()) << 32,
+            ))
         }
-        (None, Some(1)) | (None, None) => {}
-        (None, Some(v)) => {
-            return Err(Failure::usage(format!(
-                "--randrepeat={v}: give 1 (repeat the same offsets) or 0 (a new seed each run)"
-            )))
-        }
+        (None, Some(1)) | (None, None) => Ok(None),
+        (None, Some(v)) => Err(Failure::usage(format!(
+            "--randrepeat={v}: give 1 (repeat the same offsets) or 0 (a new seed each run)"
+        ))),
     }
-    let job = spec.validate().map_err(usage)?;
+}
+
+/// Refuses a write-only --verify job whose read-back could find blocks never written.
+fn refuse_unverifiable_writes(job: &Job, time_based: bool) -> Result<(), Failure> {
     // fio's verify phase reads back what a write-only job wrote: that needs every block
     // written, which a time-based run or independent random offsets do not promise.
     if job.verify() && !job.reads() {
@@ -756,7 +828,7 @@ fn build_job(a: &BenchArgs) -> Result<(Job, Option<Amount>, Option<Amount>), Fai
             )));
         }
     }
-    Ok((job, size, offset))
+    Ok(())
 }
 
 /// Where the workers ran, in a line: "0,1 allowed; worker 0 on 0, worker 1 on 1".

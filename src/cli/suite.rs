@@ -1,12 +1,14 @@
 //! `driveprobe bench --suite NAME`: a whole suite of the drive test protocol, with a
 //! progress bar per phase, a summary table at the end, and the result document.
 
+use std::fmt::Write as _;
 use std::io::IsTerminal;
 
 use super::bench::{self, Amount, BenchArgs, OutputFormat};
 use super::Failure;
+use crate::app::AppPoint;
 use crate::health::model::{Identity, Transport};
-use crate::protocol::result::{Phase, Rated, Round, SuiteResult};
+use crate::protocol::result::{CurvePoint, Phase, Rated, Round, SuiteResult, SweepPoint};
 use crate::protocol::steady::Check;
 use crate::protocol::suite::{self, Observer, Scale, SuiteOptions};
 use crate::target::{Target, TargetKind};
@@ -251,7 +253,6 @@ pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
 
 /// The summary table printed at the end.
 pub fn summary(r: &SuiteResult) -> String {
-    use std::fmt::Write as _;
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -265,161 +266,199 @@ pub fn summary(r: &SuiteResult) -> String {
     );
     let mut steady_rows = Vec::new();
     for p in &r.phases {
-        match p {
-            Phase::Purge { method, seconds } => {
-                let _ = writeln!(o, "  purge: {method} ({seconds:.1} s)");
-            }
-            Phase::Precondition {
-                passes,
-                bytes,
-                seconds,
-            } => {
-                let _ = writeln!(
-                    o,
-                    "  precondition: {}, {} written ({seconds:.1} s)",
-                    units::count(u64::from(*passes), "pass", "passes"),
-                    units::format_size(*bytes)
-                );
-            }
-            Phase::Fill { bytes, seconds } => {
-                let _ = writeln!(
-                    o,
-                    "  fill: {} written ({seconds:.1} s)",
-                    units::format_size(*bytes)
-                );
-            }
-            Phase::SteadyState {
-                workload,
-                steady,
-                rounds,
-                burst,
-                steady_figures,
-            } => steady_rows.push(format!(
-                "  {:<14} {:>10.0} {:>10.0} {:>10} {:>10} {:>10} {:>10}  {}",
-                workload.name,
-                burst.iops,
-                steady_figures.iops,
-                ms(steady_figures.lat_mean_ns),
-                ms(steady_figures.lat_max_ns as f64),
-                ms(steady_figures.lat_stddev_ns),
-                rounds.len(),
-                match steady.steady_round {
-                    Some(s) if steady.left.is_some() => format!(
-                        "steady at round {}, LEFT it at round {}",
-                        s + 1,
-                        s as usize + 2 + steady.left.map_or(0, |l| l.after)
-                    ),
-                    Some(s) => format!("steady at round {}", s + 1),
-                    None => "NOT steady".to_string(),
-                }
-            )),
-            Phase::Sweep { workload, points } => {
-                let _ = writeln!(o, "  sweep of {}:", workload.name);
-                for pt in points {
-                    let _ = writeln!(
-                        o,
-                        "    {:>6} {:>10.0} IOPS  avg {:>10}  max {:>10}",
-                        format!("{}T{}Q", pt.workers, pt.depth),
-                        pt.round.iops,
-                        ms(pt.round.lat_mean_ns),
-                        ms(pt.round.lat_max_ns as f64)
-                    );
-                }
-            }
-            Phase::RateCurve {
-                workload,
-                max_iops,
-                points,
-            } => {
-                let at = |f: f64| {
-                    points
-                        .iter()
-                        .find(|p| (p.fraction - f).abs() < 1e-9)
-                        .map(|p| ms(p.round.lat_mean_ns))
-                        .unwrap_or_else(|| "-".into())
-                };
-                let _ = writeln!(
-                    o,
-                    "  curve {:<26} max {:>10.0} IOPS; avg latency at 10% {}, 50% {}, 100% {}, 120% {}",
-                    workload.name,
-                    max_iops,
-                    at(0.1),
-                    at(0.5),
-                    at(1.0),
-                    at(1.2)
-                );
-            }
-            Phase::Qos { workload, qos } => {
-                let _ = writeln!(o, "  {}", crate::report::qos_line(&workload.name, qos));
-            }
-            Phase::WriteSaturation {
-                workload,
-                rounds,
-                bytes_written,
-            } => {
-                let _ = writeln!(
-                    o,
-                    "  write saturation {}: {}, {} written, first {:.0} IOPS, last {:.0} IOPS",
-                    workload.name,
-                    units::count(rounds.len() as u64, "round", "rounds"),
-                    units::format_size(bytes_written.last().copied().unwrap_or(0)),
-                    rounds.first().map_or(0.0, |r| r.iops),
-                    rounds.last().map_or(0.0, |r| r.iops)
-                );
-            }
-            Phase::Point { workload, round } => {
-                let _ = writeln!(
-                    o,
-                    "  {:<22} {:>10.0} IOPS  avg {:>10}  p99 {:>10}  max {:>10}",
-                    workload.name,
-                    round.iops,
-                    ms(round.lat_mean_ns),
-                    ms(round.read.lat_p99_ns.max(round.write.lat_p99_ns) as f64),
-                    ms(round.lat_max_ns as f64)
-                );
-            }
-            Phase::Pts(t) => {
-                let _ = writeln!(o, "  {}", t.summary_line());
-            }
-            Phase::App { app, points } => {
-                let unit = if app == "oltp" { "TPS" } else { "ops/s" };
-                let _ = writeln!(o, "  {app}:");
-                for p in points {
-                    let _ = writeln!(
-                        o,
-                        "    {:<18} {:>3} threads {:>10.0} {unit}  avg {:>10}  p99 {:>10}  avg p99 {:>10}{}",
-                        p.workload,
-                        p.threads,
-                        p.ops_per_second,
-                        ms(p.lat_mean_ns),
-                        ms(p.lat_p99_ns),
-                        p.lat_p99_avg_ns.map_or_else(|| "-".to_string(), ms),
-                        if p.errors + p.reconnects > 0 {
-                            format!(
-                                "  ({}, {})",
-                                units::count(p.errors, "error", "errors"),
-                                units::count(p.reconnects, "reconnect", "reconnects")
-                            )
-                        } else {
-                            String::new()
-                        }
-                    );
-                }
-            }
+        match steady_row(p) {
+            Some(row) => steady_rows.push(row),
+            None => phase_lines(&mut o, p),
         }
     }
-    if !steady_rows.is_empty() {
+    steady_table(&mut o, &steady_rows);
+    if let Some(why) = &r.incomplete_reason {
+        let _ = writeln!(o, "  incomplete: {why}");
+    }
+    o
+}
+
+/// Writes the summary lines of one phase (steady-state phases go in `steady_table`).
+fn phase_lines(o: &mut String, p: &Phase) {
+    match p {
+        Phase::Purge { method, seconds } => {
+            let _ = writeln!(o, "  purge: {method} ({seconds:.1} s)");
+        }
+        Phase::Precondition {
+            passes,
+            bytes,
+            seconds,
+        } => {
+            let _ = writeln!(
+                o,
+                "  precondition: {}, {} written ({seconds:.1} s)",
+                units::count(u64::from(*passes), "pass", "passes"),
+                units::format_size(*bytes)
+            );
+        }
+        Phase::Fill { bytes, seconds } => {
+            let _ = writeln!(
+                o,
+                "  fill: {} written ({seconds:.1} s)",
+                units::format_size(*bytes)
+            );
+        }
+        // A row of the table at the end: see `steady_row`.
+        Phase::SteadyState { .. } => {}
+        Phase::Sweep { workload, points } => sweep_lines(o, &workload.name, points),
+        Phase::RateCurve {
+            workload,
+            max_iops,
+            points,
+        } => rate_curve_line(o, &workload.name, *max_iops, points),
+        Phase::Qos { workload, qos } => {
+            let _ = writeln!(o, "  {}", crate::report::qos_line(&workload.name, qos));
+        }
+        Phase::WriteSaturation {
+            workload,
+            rounds,
+            bytes_written,
+        } => write_saturation_line(o, &workload.name, rounds, bytes_written),
+        Phase::Point { workload, round } => point_line(o, &workload.name, round),
+        Phase::Pts(t) => {
+            let _ = writeln!(o, "  {}", t.summary_line());
+        }
+        Phase::App { app, points } => app_lines(o, app, points),
+    }
+}
+
+/// The row of the steady-state table for a steady-state phase; None for other phases.
+fn steady_row(p: &Phase) -> Option<String> {
+    let Phase::SteadyState {
+        workload,
+        steady,
+        rounds,
+        burst,
+        steady_figures,
+    } = p
+    else {
+        return None;
+    };
+    Some(format!(
+        "  {:<14} {:>10.0} {:>10.0} {:>10} {:>10} {:>10} {:>10}  {}",
+        workload.name,
+        burst.iops,
+        steady_figures.iops,
+        ms(steady_figures.lat_mean_ns),
+        ms(steady_figures.lat_max_ns as f64),
+        ms(steady_figures.lat_stddev_ns),
+        rounds.len(),
+        match steady.steady_round {
+            Some(s) if steady.left.is_some() => format!(
+                "steady at round {}, LEFT it at round {}",
+                s + 1,
+                s as usize + 2 + steady.left.map_or(0, |l| l.after)
+            ),
+            Some(s) => format!("steady at round {}", s + 1),
+            None => "NOT steady".to_string(),
+        }
+    ))
+}
+
+/// Writes the steady-state table: a heading, then the rows (nothing when there are none).
+fn steady_table(o: &mut String, rows: &[String]) {
+    if !rows.is_empty() {
         let _ = writeln!(
             o,
             "  {:<14} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
             "workload", "burst IOPS", "steady", "avg lat", "max lat", "stddev", "rounds"
         );
-        for row in steady_rows {
+        for row in rows {
             let _ = writeln!(o, "{row}");
         }
     }
-    if let Some(why) = &r.incomplete_reason {
-        let _ = writeln!(o, "  incomplete: {why}");
+}
+
+/// Writes a sweep: a heading, then a line per thread/queue point.
+fn sweep_lines(o: &mut String, workload: &str, points: &[SweepPoint]) {
+    let _ = writeln!(o, "  sweep of {workload}:");
+    for pt in points {
+        let _ = writeln!(
+            o,
+            "    {:>6} {:>10.0} IOPS  avg {:>10}  max {:>10}",
+            format!("{}T{}Q", pt.workers, pt.depth),
+            pt.round.iops,
+            ms(pt.round.lat_mean_ns),
+            ms(pt.round.lat_max_ns as f64)
+        );
     }
-    o
+}
+
+/// Writes a rate curve's line: its maximum and the latency at 10, 50, 100 and 120% of it.
+fn rate_curve_line(o: &mut String, workload: &str, max_iops: f64, points: &[CurvePoint]) {
+    let at = |f: f64| {
+        points
+            .iter()
+            .find(|p| (p.fraction - f).abs() < 1e-9)
+            .map(|p| ms(p.round.lat_mean_ns))
+            .unwrap_or_else(|| "-".into())
+    };
+    let _ = writeln!(
+        o,
+        "  curve {:<26} max {:>10.0} IOPS; avg latency at 10% {}, 50% {}, 100% {}, 120% {}",
+        workload,
+        max_iops,
+        at(0.1),
+        at(0.5),
+        at(1.0),
+        at(1.2)
+    );
+}
+
+/// Writes a write-saturation line: rounds, bytes written, first and last IOPS.
+fn write_saturation_line(o: &mut String, workload: &str, rounds: &[Round], bytes_written: &[u64]) {
+    let _ = writeln!(
+        o,
+        "  write saturation {}: {}, {} written, first {:.0} IOPS, last {:.0} IOPS",
+        workload,
+        units::count(rounds.len() as u64, "round", "rounds"),
+        units::format_size(bytes_written.last().copied().unwrap_or(0)),
+        rounds.first().map_or(0.0, |r| r.iops),
+        rounds.last().map_or(0.0, |r| r.iops)
+    );
+}
+
+/// Writes a fixed workload's line: IOPS and latencies.
+fn point_line(o: &mut String, workload: &str, round: &Round) {
+    let _ = writeln!(
+        o,
+        "  {:<22} {:>10.0} IOPS  avg {:>10}  p99 {:>10}  max {:>10}",
+        workload,
+        round.iops,
+        ms(round.lat_mean_ns),
+        ms(round.read.lat_p99_ns.max(round.write.lat_p99_ns) as f64),
+        ms(round.lat_max_ns as f64)
+    );
+}
+
+/// Writes an application run: a heading, then a line per thread count or phase.
+fn app_lines(o: &mut String, app: &str, points: &[AppPoint]) {
+    let unit = if app == "oltp" { "TPS" } else { "ops/s" };
+    let _ = writeln!(o, "  {app}:");
+    for p in points {
+        let _ = writeln!(
+            o,
+            "    {:<18} {:>3} threads {:>10.0} {unit}  avg {:>10}  p99 {:>10}  avg p99 {:>10}{}",
+            p.workload,
+            p.threads,
+            p.ops_per_second,
+            ms(p.lat_mean_ns),
+            ms(p.lat_p99_ns),
+            p.lat_p99_avg_ns.map_or_else(|| "-".to_string(), ms),
+            if p.errors + p.reconnects > 0 {
+                format!(
+                    "  ({}, {})",
+                    units::count(p.errors, "error", "errors"),
+                    units::count(p.reconnects, "reconnect", "reconnects")
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
 }

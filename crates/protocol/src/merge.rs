@@ -5,7 +5,9 @@
 //! document describes one typical drive of the set; its `ops` count every I/O).
 
 use super::hist::{HistError, LatencyHist};
-use super::result::{CurvePoint, DirFigures, Phase, Round, SuiteResult, SweepPoint};
+use super::result::{
+    CurvePoint, DirFigures, Phase, Round, SteadyState, SuiteResult, SweepPoint, WorkloadDesc,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
@@ -95,42 +97,10 @@ fn mismatch(doc: &str, phase: usize, what: String) -> MergeError {
     }
 }
 
+/// Merges phase `i` of every run (name, phase) into one phase.
 fn merge_phase(i: usize, all: &[(&str, &Phase)]) -> Result<Phase, MergeError> {
+    check_same_phase(i, all)?;
     let (_, first) = all[0];
-    let kind = |p: &Phase| std::mem::discriminant(p);
-    for &(n, p) in &all[1..] {
-        if kind(p) != kind(first) {
-            return Err(mismatch(n, i, "a different kind of phase".into()));
-        }
-    }
-    // The workload must be the same one.
-    let workload = |p: &Phase| match p {
-        Phase::SteadyState { workload, .. }
-        | Phase::Sweep { workload, .. }
-        | Phase::RateCurve { workload, .. }
-        | Phase::WriteSaturation { workload, .. }
-        | Phase::Point { workload, .. } => Some(workload.clone()),
-        _ => None,
-    };
-    for &(n, p) in &all[1..] {
-        if workload(p) != workload(first) {
-            return Err(mismatch(n, i, "a different workload".into()));
-        }
-    }
-    // Rounds by position over the runs' common length (a steady state reached sooner
-    // in one run has fewer rounds).
-    let rounds_of = |f: &dyn Fn(&Phase) -> Vec<Round>| -> Result<Vec<Round>, MergeError> {
-        let per: Vec<(&str, Vec<Round>)> = all.iter().map(|&(n, p)| (n, f(p))).collect();
-        let len = per.iter().map(|(_, r)| r.len()).min().unwrap_or(0);
-        (0..len)
-            .map(|k| {
-                let rs: Vec<(&str, &Round)> = per.iter().map(|(n, r)| (*n, &r[k])).collect();
-                merge_rounds(i, &rs)
-            })
-            .collect()
-    };
-    let mean =
-        |f: &dyn Fn(&Phase) -> f64| all.iter().map(|&(_, p)| f(p)).sum::<f64>() / all.len() as f64;
     Ok(match first {
         Phase::Purge { .. } | Phase::Precondition { .. } | Phase::Fill { .. } => first.clone(),
         Phase::Qos { .. } => {
@@ -153,142 +123,235 @@ fn merge_phase(i: usize, all: &[(&str, &Phase)]) -> Result<Phase, MergeError> {
                 phase: i,
             })
         }
-        Phase::Point { workload, .. } => Phase::Point {
-            workload: workload.clone(),
-            round: rounds_of(&|p| match p {
-                Phase::Point { round, .. } => vec![round.clone()],
-                _ => vec![],
-            })?
-            .remove(0),
-        },
-        Phase::SteadyState { workload, steady, .. } => {
-            let pick = |f: fn(&Phase) -> Option<Round>| {
-                rounds_of(&move |p| f(p).into_iter().collect())
+        Phase::Point { workload, .. } => merge_point(i, all, workload)?,
+        Phase::SteadyState {
+            workload, steady, ..
+        } => merge_steady_state(i, all, workload, steady)?,
+        Phase::Sweep { workload, points } => merge_sweep(i, all, workload, points)?,
+        Phase::RateCurve {
+            workload, points, ..
+        } => merge_rate_curve(i, all, workload, points)?,
+        Phase::WriteSaturation { workload, .. } => merge_write_saturation(i, all, workload)?,
+    })
+}
+
+/// Checks that every run's phase `i` is of the same kind and has the same workload as
+/// the first's.
+fn check_same_phase(i: usize, all: &[(&str, &Phase)]) -> Result<(), MergeError> {
+    let (_, first) = all[0];
+    let kind = |p: &Phase| std::mem::discriminant(p);
+    for &(n, p) in &all[1..] {
+        if kind(p) != kind(first) {
+            return Err(mismatch(n, i, "a different kind of phase".into()));
+        }
+    }
+    // The workload must be the same one.
+    let workload = |p: &Phase| match p {
+        Phase::SteadyState { workload, .. }
+        | Phase::Sweep { workload, .. }
+        | Phase::RateCurve { workload, .. }
+        | Phase::WriteSaturation { workload, .. }
+        | Phase::Point { workload, .. } => Some(workload.clone()),
+        _ => None,
+    };
+    for &(n, p) in &all[1..] {
+        if workload(p) != workload(first) {
+            return Err(mismatch(n, i, "a different workload".into()));
+        }
+    }
+    Ok(())
+}
+
+/// Merges the rounds that `f` takes from each run's phase, by position over the runs'
+/// common length.
+fn rounds_by_position(
+    i: usize,
+    all: &[(&str, &Phase)],
+    f: &dyn Fn(&Phase) -> Vec<Round>,
+) -> Result<Vec<Round>, MergeError> {
+    // Rounds by position over the runs' common length (a steady state reached sooner
+    // in one run has fewer rounds).
+    let per: Vec<(&str, Vec<Round>)> = all.iter().map(|&(n, p)| (n, f(p))).collect();
+    let len = per.iter().map(|(_, r)| r.len()).min().unwrap_or(0);
+    (0..len)
+        .map(|k| {
+            let rs: Vec<(&str, &Round)> = per.iter().map(|(n, r)| (*n, &r[k])).collect();
+            merge_rounds(i, &rs)
+        })
+        .collect()
+}
+
+/// Merges the runs' single measured round of a fixed workload.
+fn merge_point(
+    i: usize,
+    all: &[(&str, &Phase)],
+    workload: &WorkloadDesc,
+) -> Result<Phase, MergeError> {
+    Ok(Phase::Point {
+        workload: workload.clone(),
+        round: rounds_by_position(i, all, &|p| match p {
+            Phase::Point { round, .. } => vec![round.clone()],
+            _ => vec![],
+        })?
+        .remove(0),
+    })
+}
+
+/// Merges the runs' preconditioning to steady state: rounds, burst and steady figures,
+/// and the steady-state verdict (attained only when attained in every run).
+fn merge_steady_state(
+    i: usize,
+    all: &[(&str, &Phase)],
+    workload: &WorkloadDesc,
+    steady: &SteadyState,
+) -> Result<Phase, MergeError> {
+    let pick = |f: fn(&Phase) -> Option<Round>| {
+        rounds_by_position(i, all, &move |p| f(p).into_iter().collect())
+    };
+    let rounds = rounds_by_position(i, all, &|p| match p {
+        Phase::SteadyState { rounds, .. } => rounds.clone(),
+        _ => vec![],
+    })?;
+    let burst = pick(|p| match p {
+        Phase::SteadyState { burst, .. } => Some(burst.clone()),
+        _ => None,
+    })?
+    .remove(0);
+    let steady_figures = pick(|p| match p {
+        Phase::SteadyState { steady_figures, .. } => Some(steady_figures.clone()),
+        _ => None,
+    })?
+    .remove(0);
+    let mut steady = steady.clone();
+    let attained = all
+        .iter()
+        .all(|&(_, p)| matches!(p, Phase::SteadyState { steady, .. } if steady.attained));
+    steady.attained = attained;
+    steady.window_mean_iops = steady_figures.iops;
+    // A drive that left steady state in any run is flagged in the merge (the
+    // largest departure), whichever document comes first.
+    steady.left = all
+        .iter()
+        .filter_map(|&(_, p)| match p {
+            Phase::SteadyState { steady, .. } => steady.left,
+            _ => None,
+        })
+        .max_by(|a, b| a.departure_ratio.abs().total_cmp(&b.departure_ratio.abs()));
+    Ok(Phase::SteadyState {
+        workload: workload.clone(),
+        steady,
+        rounds,
+        burst,
+        steady_figures,
+    })
+}
+
+/// Merges the runs' thread/queue matrices point by point, matched by workers and depth.
+fn merge_sweep(
+    i: usize,
+    all: &[(&str, &Phase)],
+    workload: &WorkloadDesc,
+    points: &[SweepPoint],
+) -> Result<Phase, MergeError> {
+    let mut out = Vec::new();
+    for pt in points {
+        let mut rs = Vec::new();
+        for &(n, p) in all {
+            let Phase::Sweep { points, .. } = p else {
+                unreachable!("kinds checked")
             };
-            let rounds = rounds_of(&|p| match p {
-                Phase::SteadyState { rounds, .. } => rounds.clone(),
-                _ => vec![],
-            })?;
-            let burst = pick(|p| match p {
-                Phase::SteadyState { burst, .. } => Some(burst.clone()),
-                _ => None,
-            })?
-            .remove(0);
-            let steady_figures = pick(|p| match p {
-                Phase::SteadyState { steady_figures, .. } => Some(steady_figures.clone()),
-                _ => None,
-            })?
-            .remove(0);
-            let mut steady = steady.clone();
-            let attained = all
+            let found = points
                 .iter()
-                .all(|&(_, p)| matches!(p, Phase::SteadyState { steady, .. } if steady.attained));
-            steady.attained = attained;
-            steady.window_mean_iops = steady_figures.iops;
-            // A drive that left steady state in any run is flagged in the merge (the
-            // largest departure), whichever document comes first.
-            steady.left = all
-                .iter()
-                .filter_map(|&(_, p)| match p {
-                    Phase::SteadyState { steady, .. } => steady.left,
-                    _ => None,
-                })
-                .max_by(|a, b| {
-                    a.departure_ratio
-                        .abs()
-                        .total_cmp(&b.departure_ratio.abs())
-                });
-            Phase::SteadyState {
-                workload: workload.clone(),
-                steady,
-                rounds,
-                burst,
-                steady_figures,
-            }
+                .find(|q| q.workers == pt.workers && q.depth == pt.depth)
+                .ok_or_else(|| mismatch(n, i, format!("no {}x{} point", pt.workers, pt.depth)))?;
+            rs.push((n, &found.round));
         }
-        Phase::Sweep { workload, points } => {
-            let mut out = Vec::new();
-            for pt in points {
-                let mut rs = Vec::new();
-                for &(n, p) in all {
-                    let Phase::Sweep { points, .. } = p else { unreachable!("kinds checked") };
-                    let found = points
-                        .iter()
-                        .find(|q| q.workers == pt.workers && q.depth == pt.depth)
-                        .ok_or_else(|| {
-                            mismatch(n, i, format!("no {}x{} point", pt.workers, pt.depth))
-                        })?;
-                    rs.push((n, &found.round));
-                }
-                out.push(SweepPoint {
-                    workers: pt.workers,
-                    depth: pt.depth,
-                    round: merge_rounds(i, &rs)?,
-                });
-            }
-            Phase::Sweep {
-                workload: workload.clone(),
-                points: out,
-            }
+        out.push(SweepPoint {
+            workers: pt.workers,
+            depth: pt.depth,
+            round: merge_rounds(i, &rs)?,
+        });
+    }
+    Ok(Phase::Sweep {
+        workload: workload.clone(),
+        points: out,
+    })
+}
+
+/// Merges the runs' latency-against-load curves point by point over their common
+/// length; target and maximum rates become the means.
+fn merge_rate_curve(
+    i: usize,
+    all: &[(&str, &Phase)],
+    workload: &WorkloadDesc,
+    points: &[CurvePoint],
+) -> Result<Phase, MergeError> {
+    let mean =
+        |f: &dyn Fn(&Phase) -> f64| all.iter().map(|&(_, p)| f(p)).sum::<f64>() / all.len() as f64;
+    let len = all
+        .iter()
+        .map(|&(_, p)| match p {
+            Phase::RateCurve { points, .. } => points.len(),
+            _ => 0,
+        })
+        .min()
+        .unwrap_or(0);
+    let mut out = Vec::new();
+    for (k, pt) in points.iter().take(len).enumerate() {
+        let mut rs = Vec::new();
+        let mut target = 0.0;
+        for &(n, p) in all {
+            let Phase::RateCurve { points, .. } = p else {
+                unreachable!("kinds checked")
+            };
+            rs.push((n, &points[k].round));
+            target += points[k].target_iops;
         }
-        Phase::RateCurve { workload, points, .. } => {
-            let len = all
+        out.push(CurvePoint {
+            fraction: pt.fraction,
+            target_iops: target / all.len() as f64,
+            round: merge_rounds(i, &rs)?,
+        });
+    }
+    Ok(Phase::RateCurve {
+        workload: workload.clone(),
+        max_iops: mean(&|p| match p {
+            Phase::RateCurve { max_iops, .. } => *max_iops,
+            _ => 0.0,
+        }),
+        points: out,
+    })
+}
+
+/// Merges the runs' write saturation rounds by position; bytes written per round become
+/// the mean.
+fn merge_write_saturation(
+    i: usize,
+    all: &[(&str, &Phase)],
+    workload: &WorkloadDesc,
+) -> Result<Phase, MergeError> {
+    let rounds = rounds_by_position(i, all, &|p| match p {
+        Phase::WriteSaturation { rounds, .. } => rounds.clone(),
+        _ => vec![],
+    })?;
+    let bytes_written = (0..rounds.len())
+        .map(|k| {
+            let sum: u128 = all
                 .iter()
                 .map(|&(_, p)| match p {
-                    Phase::RateCurve { points, .. } => points.len(),
+                    Phase::WriteSaturation { bytes_written, .. } => {
+                        bytes_written.get(k).copied().unwrap_or(0) as u128
+                    }
                     _ => 0,
                 })
-                .min()
-                .unwrap_or(0);
-            let mut out = Vec::new();
-            for (k, pt) in points.iter().take(len).enumerate() {
-                let mut rs = Vec::new();
-                let mut target = 0.0;
-                for &(n, p) in all {
-                    let Phase::RateCurve { points, .. } = p else { unreachable!("kinds checked") };
-                    rs.push((n, &points[k].round));
-                    target += points[k].target_iops;
-                }
-                out.push(CurvePoint {
-                    fraction: pt.fraction,
-                    target_iops: target / all.len() as f64,
-                    round: merge_rounds(i, &rs)?,
-                });
-            }
-            Phase::RateCurve {
-                workload: workload.clone(),
-                max_iops: mean(&|p| match p {
-                    Phase::RateCurve { max_iops, .. } => *max_iops,
-                    _ => 0.0,
-                }),
-                points: out,
-            }
-        }
-        Phase::WriteSaturation { workload, .. } => {
-            let rounds = rounds_of(&|p| match p {
-                Phase::WriteSaturation { rounds, .. } => rounds.clone(),
-                _ => vec![],
-            })?;
-            let bytes_written = (0..rounds.len())
-                .map(|k| {
-                    let sum: u128 = all
-                        .iter()
-                        .map(|&(_, p)| match p {
-                            Phase::WriteSaturation { bytes_written, .. } => {
-                                bytes_written.get(k).copied().unwrap_or(0) as u128
-                            }
-                            _ => 0,
-                        })
-                        .sum();
-                    (sum / all.len() as u128) as u64
-                })
-                .collect();
-            Phase::WriteSaturation {
-                workload: workload.clone(),
-                rounds,
-                bytes_written,
-            }
-        }
+                .sum();
+            (sum / all.len() as u128) as u64
+        })
+        .collect();
+    Ok(Phase::WriteSaturation {
+        workload: workload.clone(),
+        rounds,
+        bytes_written,
     })
 }
 

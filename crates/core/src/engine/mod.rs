@@ -11,7 +11,7 @@ mod worker;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::sync_channel;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -268,6 +268,57 @@ pub fn run_observed(
         return Err(EngineError::ReadOnlyTarget(target.path().to_path_buf()));
     }
     let region = job.resolve_on(target)?;
+    let (backend, note) = choose_backend(job)?;
+    let layout = Layout::of(job, target, region, backend)?;
+    let shared = Shared {
+        stop: control.stop.clone(),
+        parent_stop: control.parent.clone(),
+        errors: AtomicU64::new(0),
+        error_limit: job.error_limit,
+    };
+    let (tx, rx) = sync_channel::<Msg>(job.workers as usize * 4 + 4);
+    let (setups, spare_txs) = worker_setups(job, target, control, &layout, tx)?;
+    let mut collector = Collector::new(
+        job.workers as usize,
+        job.interval.as_nanos() as u64,
+        control,
+        job.latency_digits,
+    );
+    let cpus_allowed = cpu::allowed();
+    let placement = cpu::split(
+        &cpus_allowed,
+        setups.len(),
+        job.depth,
+        job.cpu_policy,
+        cpu::next_start(),
+    );
+    let outcomes = run_workers(
+        Workers {
+            job,
+            backend,
+            shared: &shared,
+            setups,
+            placement,
+            rx,
+            spare_txs,
+        },
+        &mut collector,
+        on_interval,
+    )?;
+    finish(
+        job,
+        control,
+        (backend, note),
+        region,
+        cpus_allowed,
+        collector,
+        outcomes,
+    )
+}
+
+/// The backend the run uses, and a note for the result when it is not the one asked for
+/// or when it changes what the job does (psync runs at queue depth 1).
+fn choose_backend(job: &Job) -> Result<(Backend, Option<String>), EngineError> {
     let (backend, mut note) = match job.backend {
         // Trims are synchronous calls (`job::Trim`): the psync backend makes them.
         _ if !job.trim.is_off() => (
@@ -291,55 +342,89 @@ pub fn run_observed(
             job.depth
         ));
     }
+    Ok((backend, note))
+}
 
-    let workers = job.workers as u64;
-    let buffers = workers * job.depth as u64 * job.sizes.max() as u64;
-    if buffers > MAX_BUFFER_BYTES {
-        return Err(EngineError::BufferMemory(buffers));
-    }
-    let min_bs = job.sizes.min() as u64;
-    let max_bs = job.sizes.max() as u64;
-    let align = target.align().max(min_bs);
-    if job.verify
-        && job
-            .sizes
-            .entries()
-            .iter()
-            .any(|&(s, _)| s as u64 % min_bs != 0)
-    {
-        return Err(EngineError::VerifySizes(min_bs as u32));
-    }
-    // In verify mode workers own disjoint parts of the region (so no two workers race on
-    // a block); otherwise every worker roams the whole region.
-    let part = if job.verify {
-        region.len / workers / align * align
-    } else {
-        region.len
-    };
-    if job.verify {
-        let depth = if backend == Backend::Psync {
-            1
+/// How the region is shared among the workers, checked against the buffer memory cap
+/// and, in verify mode, against what verification needs.
+struct Layout {
+    region: Region,
+    /// Each worker's part of the region (verify), or the whole region.
+    part: u64,
+    align: u64,
+    min_bs: u64,
+    max_bs: u64,
+}
+
+impl Layout {
+    fn of(
+        job: &Job,
+        target: &Target,
+        region: Region,
+        backend: Backend,
+    ) -> Result<Layout, EngineError> {
+        let workers = job.workers as u64;
+        let buffers = workers * job.depth as u64 * job.sizes.max() as u64;
+        if buffers > MAX_BUFFER_BYTES {
+            return Err(EngineError::BufferMemory(buffers));
+        }
+        let min_bs = job.sizes.min() as u64;
+        let max_bs = job.sizes.max() as u64;
+        let align = target.align().max(min_bs);
+        if job.verify
+            && job
+                .sizes
+                .entries()
+                .iter()
+                .any(|&(s, _)| s as u64 % min_bs != 0)
+        {
+            return Err(EngineError::VerifySizes(min_bs as u32));
+        }
+        // In verify mode workers own disjoint parts of the region (so no two workers race
+        // on a block); otherwise every worker roams the whole region.
+        let part = if job.verify {
+            region.len / workers / align * align
         } else {
-            job.depth as u64
+            region.len
         };
-        let need = 2 * depth * max_bs;
-        if part < need {
-            return Err(EngineError::VerifyRegion { part, need });
+        if job.verify {
+            let depth = if backend == Backend::Psync {
+                1
+            } else {
+                job.depth as u64
+            };
+            let need = 2 * depth * max_bs;
+            if part < need {
+                return Err(EngineError::VerifyRegion { part, need });
+            }
+            if part / min_bs > (1 << 31) {
+                return Err(EngineError::VerifyTooLarge(part / min_bs));
+            }
         }
-        if part / min_bs > (1 << 31) {
-            return Err(EngineError::VerifyTooLarge(part / min_bs));
-        }
+        Ok(Layout {
+            region,
+            part,
+            align,
+            min_bs,
+            max_bs,
+        })
     }
+}
 
-    let shared = Shared {
-        stop: control.stop.clone(),
-        parent_stop: control.parent.clone(),
-        errors: AtomicU64::new(0),
-        error_limit: job.error_limit,
-    };
-    let gate = StartGate::new(job.workers as usize);
-    let (tx, rx) = sync_channel::<Msg>(job.workers as usize * 4 + 4);
-    let interval_ns = job.interval.as_nanos() as u64;
+/// Where the collector returns a worker's used interval buffer.
+type SpareSender = SyncSender<Box<IntervalStats>>;
+
+/// Each worker's setup (its part of the region, generator, byte budget, rate share and
+/// spare interval buffers), and the senders that return used buffers to each.
+fn worker_setups(
+    job: &Job,
+    target: &Target,
+    control: &RunControl,
+    layout: &Layout,
+    tx: SyncSender<Msg>,
+) -> Result<(Vec<WorkerSetup>, Vec<SpareSender>), EngineError> {
+    let workers = job.workers as u64;
+    let region = layout.region;
     let (byte_budget, runtime) = match job.stop {
         Stop::Time(d) => (u64::MAX, Some(d.as_nanos() as u64)),
         Stop::Bytes(b) => (b, None),
@@ -350,7 +435,7 @@ pub fn run_observed(
     let mut spare_txs = Vec::new();
     for i in 0..workers {
         let (start, len, first) = if job.verify {
-            (region.start + i * part, part, 0)
+            (region.start + i * layout.part, layout.part, 0)
         } else {
             // Sequential workers start staggered across the region: separate streams.
             (region.start, region.len, (region.len / workers) * i)
@@ -359,13 +444,13 @@ pub fn run_observed(
             job,
             start,
             len,
-            align,
+            layout.align,
             first,
             job.seed ^ (i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
         )?;
         let verify = job
             .verify
-            .then(|| VerifyState::new(min_bs, start, len, !job.writes()));
+            .then(|| VerifyState::new(layout.min_bs, start, len, !job.writes()));
         let (spare_tx, spare_rx) = sync_channel(4);
         // A run that keeps no interval list (a daemon's canary, for hours, at a few I/Os
         // an interval) gets one spare: its buffer comes back long before the next
@@ -389,38 +474,46 @@ pub fn run_observed(
             },
             rate: job.rate.map(|r| (r.iops / workers as f64, r.arrival)),
             depth: job.depth,
-            max_bs: max_bs as u32,
+            max_bs: layout.max_bs as u32,
             verify,
             ramp: job.ramp.as_nanos() as u64,
             runtime,
-            interval: interval_ns,
+            interval: job.interval.as_nanos() as u64,
             tx: tx.clone(),
             spare_rx,
             digits: job.latency_digits,
             block_device: matches!(target.kind(), crate::target::TargetKind::BlockDevice { .. }),
         });
     }
-    drop(tx);
+    Ok((setups, spare_txs))
+}
 
-    let mut collector = Collector::new(
-        job.workers as usize,
-        interval_ns,
-        control,
-        job.latency_digits,
-    );
-    let cpus_allowed = cpu::allowed();
-    let mut placement = cpu::split(
-        &cpus_allowed,
-        setups.len(),
-        job.depth,
-        job.cpu_policy,
-        cpu::next_start(),
-    )
-    .into_iter();
-    let outcomes: Vec<WorkerOutcome> = std::thread::scope(|scope| {
+/// What [`run_workers`] starts and feeds.
+struct Workers<'a> {
+    job: &'a Job,
+    backend: Backend,
+    shared: &'a Shared,
+    setups: Vec<WorkerSetup>,
+    /// The CPUs of each worker, in setup order (None: not confined).
+    placement: Vec<Option<Vec<usize>>>,
+    rx: Receiver<Msg>,
+    spare_txs: Vec<SpareSender>,
+}
+
+/// Runs one thread per worker, opens the start gate, and collects intervals until every
+/// worker is done; each worker's outcome, in setup order.
+fn run_workers(
+    w: Workers<'_>,
+    collector: &mut Collector,
+    on_interval: &mut dyn FnMut(&IntervalSummary, &IntervalDetail),
+) -> Result<Vec<WorkerOutcome>, EngineError> {
+    let gate = StartGate::new(w.job.workers as usize);
+    let mut placement = w.placement.into_iter();
+    let backend = w.backend;
+    std::thread::scope(|scope| {
         let mut handles = Vec::new();
-        for setup in setups {
-            let shared = &shared;
+        for setup in w.setups {
+            let shared = w.shared;
             let gate = &gate;
             let cpus = placement.next().flatten();
             let h = std::thread::Builder::new()
@@ -446,18 +539,18 @@ pub fn run_observed(
             }
         }
         let t0 = gate.open();
-        collector.measure_start = t0 + job.ramp.as_nanos() as u64;
-        for msg in rx.iter() {
+        collector.measure_start = t0 + w.job.ramp.as_nanos() as u64;
+        for msg in w.rx.iter() {
             match msg {
-                Msg::Interval(w, mut b) => {
-                    collector.add(w, &b, on_interval);
+                Msg::Interval(i, mut b) => {
+                    collector.add(i, &b, on_interval);
                     b.read.reset();
                     b.write.reset();
                     b.trim.reset();
                     b.slots = SlotTime::default();
-                    let _ = spare_txs[w].try_send(b);
+                    let _ = w.spare_txs[i].try_send(b);
                 }
-                Msg::Done(w) => collector.done(w, on_interval),
+                Msg::Done(i) => collector.done(i, on_interval),
             }
         }
         Ok(handles
@@ -469,8 +562,20 @@ pub fn run_observed(
                 })
             })
             .collect())
-    })?;
+    })
+}
 
+/// The run's result from the workers' outcomes and the collector's totals: errors and
+/// verification merged, why it stopped early, if it did.
+fn finish(
+    job: &Job,
+    control: &RunControl,
+    (backend, note): (Backend, Option<String>),
+    region: Region,
+    cpus_allowed: Vec<usize>,
+    collector: Collector,
+    outcomes: Vec<WorkerOutcome>,
+) -> Result<RunResult, EngineError> {
     let fatal: Vec<String> = outcomes.iter().filter_map(|o| o.fatal.clone()).collect();
     if fatal.len() == outcomes.len() {
         return Err(EngineError::Failed(fatal[0].clone()));

@@ -590,7 +590,7 @@ pub fn errno_name(errno: i32) -> &'static str {
 pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> WorkerOutcome {
     let depth = setup.depth;
     let ring = Uring::new(setup.file.clone(), depth, setup.max_bs as usize);
-    let mut ring = match ring {
+    let ring = match ring {
         Ok(mut r) => {
             for s in 0..depth {
                 setup.gen.rng().fill(r.buf_mut(s));
@@ -612,128 +612,34 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
     let first_early = setup.first_early;
     let mut core = Core::new(setup, t0);
     core.outcome.uring = Some(ring.features());
-    let mut slots = vec![Slot::default(); depth as usize];
-    let mut free: Vec<u32> = (0..depth).rev().collect();
-    let mut queued: Vec<u32> = Vec::with_capacity(depth as usize);
-    // When each slot's last I/O completed, for its idle time. A slot is idle from the
-    // start of measurement until its first I/O (a worker thread that started late).
-    let mut done_at = vec![core.tl.measure_start; depth as usize];
-    let closed = core.arrival.is_none();
-    // At an interval boundary: the slots' time since `from` not accounted yet, as (in
-    // flight, idle). A slot is in flight from its submission until its completion is
-    // reaped; closed loop, a free slot is idle since its last completion.
-    // `pending`: slots queued for their next I/O but not stamped yet, still idle.
-    let carry =
-        |ring: &Uring, slots: &[Slot], done_at: &[u64], pending: &[u32], from: u64, to: u64| {
-            let (mut busy, mut idle) = (0, 0);
-            for (i, s) in slots.iter().enumerate() {
-                if ring.is_busy(i as u32) && !pending.contains(&(i as u32)) {
-                    busy += to.saturating_sub(s.start.max(from));
-                } else if closed {
-                    idle += to.saturating_sub(done_at[i].max(from));
-                }
-            }
-            (busy, idle)
-        };
+    let mut w = UringLoop {
+        slots: vec![Slot::default(); depth as usize],
+        free: (0..depth).rev().collect(),
+        queued: Vec::with_capacity(depth as usize),
+        // A slot is idle from the start of measurement until its first I/O (a worker
+        // thread that started late).
+        done_at: vec![core.tl.measure_start; depth as usize],
+        closed: core.arrival.is_none(),
+        first_early,
+        core,
+        ring,
+    };
     let mut now = now_ns();
     loop {
-        core.flush_intervals(now, &|a, b| carry(&ring, &slots, &done_at, &[], a, b));
-        core.check_stop(now, shared);
-        if !core.stopping {
-            // Issue: closed loop keeps every slot busy; open loop issues what is due.
-            queued.clear();
-            // How many of `queued` were handed to the kernel already (stamped then).
-            let mut early = 0;
-            let mut submit_error = None;
-            while let Some(&slot) = free.last() {
-                let start = if core.arrival.is_some() {
-                    if core.next_due > now as f64 {
-                        break;
-                    }
-                    let due = core.next_due as u64;
-                    core.issued_late(due, now);
-                    due
-                } else {
-                    now
-                };
-                let op = core.next_op(&slots, |i| ring.is_busy(i as u32));
-                free.pop();
-                let seq = if op.read {
-                    0
-                } else {
-                    Core::fill_write(core.gen.rng(), &mut core.verify, ring.buf_mut(slot), op)
-                };
-                slots[slot as usize] = Slot {
-                    start,
-                    offset: op.offset,
-                    len: op.len,
-                    read: op.read,
-                    trim: op.trim,
-                    seq,
-                };
-                ring.queue(slot, op.read, op.offset, op.len);
-                queued.push(slot);
-                if start >= core.tl.measure_start {
-                    core.issued_bytes += op.len as u64;
-                }
-                if core.arrival.is_some() {
-                    core.advance_due();
-                }
-                if core.issued_bytes >= core.byte_budget {
-                    break;
-                }
-                // The first I/O of each refill goes to the kernel at once, so a device
-                // that has run dry starts on it while the rest are prepared; the rest
-                // follow in one call. One call for the whole refill holds the first back
-                // until the last is built, and behind the block layer's plug: on a loop
-                // device, whose single worker thread then idles, that cost about a tenth
-                // of the IOPS (BENCHMARKS.md, job 7). Measured, a refill of one I/O gains
-                // from it too (paired runs), so no exception is made for it.
-                // On a memory-backed file there is neither a device to keep busy nor a
-                // plug: the early call gained nothing there (paired runs), and the rest of
-                // the refill waited through it outside any I/O's latency, which took up to
-                // 5% off the queue depth Little's law sees on tmpfs (BENCHMARKS.md).
-                if queued.len() == 1 && first_early {
-                    if core.arrival.is_none() {
-                        // A boundary passed while the refill was built is cut first, so
-                        // the slot's gap is split at it.
-                        let t = now_ns();
-                        core.flush_intervals(t, &|a, b| {
-                            carry(&ring, &slots, &done_at, &queued, a, b)
-                        });
-                        slots[slot as usize].start = t;
-                        core.slot_refilled(done_at[slot as usize], t);
-                    }
-                    if let Err(e) = ring.submit() {
-                        submit_error = Some(e);
-                        break;
-                    }
-                    early = 1;
-                }
-            }
-            if let Some(e) = submit_error {
-                core.enter_failed(e, shared);
+        w.flush(now, None);
+        w.core.check_stop(now, shared);
+        if !w.core.stopping {
+            if let Err(e) = w.refill(now) {
+                w.core.enter_failed(e, shared);
                 break;
             }
-            // Closed loop: an I/O's latency starts when it is handed to the kernel, not
-            // when the previous one completed (the time spent preparing it is ours).
-            if core.arrival.is_none() && queued.len() > early {
-                let t = now_ns();
-                core.flush_intervals(t, &|a, b| {
-                    carry(&ring, &slots, &done_at, &queued[early..], a, b)
-                });
-                for &q in &queued[early..] {
-                    slots[q as usize].start = t;
-                    core.slot_refilled(done_at[q as usize], t);
-                }
-            }
         }
-        if ring.in_flight() == 0 {
-            if core.stopping {
+        if w.ring.in_flight() == 0 {
+            if w.core.stopping {
                 break;
             }
             // Open loop, nothing in flight: sleep until the next I/O is due.
-            let wake = (core.next_due as u64).min(core.next_boundary);
+            let wake = (w.core.next_due as u64).min(w.core.next_boundary);
             let now2 = now_ns();
             if wake > now2 {
                 std::thread::sleep(Duration::from_nanos(wake - now2));
@@ -741,25 +647,212 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
             now = now_ns();
             continue;
         }
-        // Wait for a completion, but never past the next interval boundary or (open loop,
-        // with a free slot) the next due time. Past the end of a timed run the last
-        // boundary waits for the I/Os in flight: wake once an interval meanwhile.
+        if let Err(e) = w.ring.wait_until(w.wake(now), now) {
+            w.core.enter_failed(e, shared);
+            break;
+        }
+        now = now_ns();
+        w.flush(now, None);
+        w.reap(now, shared);
+    }
+    let UringLoop {
+        core,
+        ring,
+        slots,
+        done_at,
+        closed,
+        ..
+    } = w;
+    let outcome = core.finish(&|a, b| carry(&ring, &slots, &done_at, &[], closed, a, b));
+    drop(ring);
+    outcome
+}
+
+/// An io_uring worker's state between its loop's steps: the ring, its slots and which are
+/// free, queued for submission, and when each last completed.
+struct UringLoop {
+    core: Core,
+    ring: Uring,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    queued: Vec<u32>,
+    /// When each slot's last I/O completed, for its idle time.
+    done_at: Vec<u64>,
+    /// Closed loop (no arrival process): every free slot is refilled at once.
+    closed: bool,
+    /// The first I/O of each refill goes to the kernel before the rest are built.
+    first_early: bool,
+}
+
+/// At an interval boundary: the slots' time since `from` not accounted yet, as (in flight,
+/// idle). A slot is in flight from its submission until its completion is reaped; closed
+/// loop, a free slot is idle since its last completion. `pending`: slots queued for their
+/// next I/O but not stamped yet, still idle.
+#[inline]
+fn carry(
+    ring: &Uring,
+    slots: &[Slot],
+    done_at: &[u64],
+    pending: &[u32],
+    closed: bool,
+    from: u64,
+    to: u64,
+) -> (u64, u64) {
+    let (mut busy, mut idle) = (0, 0);
+    for (i, s) in slots.iter().enumerate() {
+        if ring.is_busy(i as u32) && !pending.contains(&(i as u32)) {
+            busy += to.saturating_sub(s.start.max(from));
+        } else if closed {
+            idle += to.saturating_sub(done_at[i].max(from));
+        }
+    }
+    (busy, idle)
+}
+
+impl UringLoop {
+    /// Cuts the intervals whose boundary `now` has passed; with `pending` (Some(k)), the
+    /// slots queued from `k` on are not stamped yet and count as idle.
+    #[inline]
+    fn flush(&mut self, now: u64, pending: Option<usize>) {
+        let UringLoop {
+            core,
+            ring,
+            slots,
+            done_at,
+            queued,
+            closed,
+            ..
+        } = self;
+        let pending: &[u32] = pending.map_or(&[], |k| &queued[k..]);
+        core.flush_intervals(now, &|a, b| {
+            carry(ring, slots, done_at, pending, *closed, a, b)
+        });
+    }
+
+    /// Issues: closed loop keeps every slot busy; open loop issues what is due.
+    #[inline]
+    fn refill(&mut self, now: u64) -> std::io::Result<()> {
+        self.queued.clear();
+        // How many of `queued` were handed to the kernel already (stamped then).
+        let mut early = 0;
+        while let Some(&slot) = self.free.last() {
+            let start = if self.core.arrival.is_some() {
+                if self.core.next_due > now as f64 {
+                    break;
+                }
+                let due = self.core.next_due as u64;
+                self.core.issued_late(due, now);
+                due
+            } else {
+                now
+            };
+            self.queue_next(slot, start);
+            if self.core.issued_bytes >= self.core.byte_budget {
+                break;
+            }
+            // The first I/O of each refill goes to the kernel at once, so a device that
+            // has run dry starts on it while the rest are prepared; the rest follow in one
+            // call. One call for the whole refill holds the first back until the last is
+            // built, and behind the block layer's plug: on a loop device, whose single
+            // worker thread then idles, that cost about a tenth of the IOPS
+            // (BENCHMARKS.md, job 7). Measured, a refill of one I/O gains from it too
+            // (paired runs), so no exception is made for it.
+            // On a memory-backed file there is neither a device to keep busy nor a plug:
+            // the early call gained nothing there (paired runs), and the rest of the
+            // refill waited through it outside any I/O's latency, which took up to 5% off
+            // the queue depth Little's law sees on tmpfs (BENCHMARKS.md).
+            if self.queued.len() == 1 && self.first_early {
+                if self.closed {
+                    // A boundary passed while the refill was built is cut first, so the
+                    // slot's gap is split at it.
+                    let t = now_ns();
+                    self.flush(t, Some(0));
+                    self.stamp(slot, t);
+                }
+                self.ring.submit()?;
+                early = 1;
+            }
+        }
+        // Closed loop: an I/O's latency starts when it is handed to the kernel, not when
+        // the previous one completed (the time spent preparing it is ours).
+        if self.closed && self.queued.len() > early {
+            let t = now_ns();
+            self.flush(t, Some(early));
+            for i in early..self.queued.len() {
+                let q = self.queued[i];
+                self.stamp(q, t);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the free slot `slot` for the next op, meant to start at `start`, and queues it.
+    #[inline]
+    fn queue_next(&mut self, slot: u32, start: u64) {
+        let core = &mut self.core;
+        let ring = &mut self.ring;
+        let op = core.next_op(&self.slots, |i| ring.is_busy(i as u32));
+        self.free.pop();
+        let seq = if op.read {
+            0
+        } else {
+            Core::fill_write(core.gen.rng(), &mut core.verify, ring.buf_mut(slot), op)
+        };
+        self.slots[slot as usize] = Slot {
+            start,
+            offset: op.offset,
+            len: op.len,
+            read: op.read,
+            trim: op.trim,
+            seq,
+        };
+        ring.queue(slot, op.read, op.offset, op.len);
+        self.queued.push(slot);
+        if start >= core.tl.measure_start {
+            core.issued_bytes += op.len as u64;
+        }
+        if core.arrival.is_some() {
+            core.advance_due();
+        }
+    }
+
+    /// Closed loop: `slot`'s I/O starts at `t`, when it is handed to the kernel.
+    #[inline]
+    fn stamp(&mut self, slot: u32, t: u64) {
+        self.slots[slot as usize].start = t;
+        self.core.slot_refilled(self.done_at[slot as usize], t);
+    }
+
+    /// When to stop waiting for a completion: never past the next interval boundary or
+    /// (open loop, with a free slot) the next due time. Past the end of a timed run the
+    /// last boundary waits for the I/Os in flight: wake once an interval meanwhile.
+    #[inline]
+    fn wake(&self, now: u64) -> u64 {
+        let core = &self.core;
         let mut wake = core.next_boundary;
         if wake <= now {
             wake = now + core.tl.interval;
         }
-        if core.arrival.is_some() && !free.is_empty() && !core.stopping {
+        if core.arrival.is_some() && !self.free.is_empty() && !core.stopping {
             wake = wake.min(core.next_due as u64);
         }
         if !core.stopping && core.tl.end < wake {
             wake = core.tl.end;
         }
-        if let Err(e) = ring.wait_until(wake, now) {
-            core.enter_failed(e, shared);
-            break;
-        }
-        now = now_ns();
-        core.flush_intervals(now, &|a, b| carry(&ring, &slots, &done_at, &[], a, b));
+        wake
+    }
+
+    /// Takes every completion: counted, its slot free again.
+    #[inline]
+    fn reap(&mut self, now: u64, shared: &Shared) {
+        let UringLoop {
+            core,
+            ring,
+            slots,
+            free,
+            done_at,
+            ..
+        } = self;
         ring.reap(|ring, slot, res| {
             let s = slots[slot as usize];
             core.complete(&s, res as i64, now, ring.buf(slot), shared);
@@ -767,9 +860,26 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
             free.push(slot);
         });
     }
-    let outcome = core.finish(&|a, b| carry(&ring, &slots, &done_at, &[], a, b));
-    drop(ring);
-    outcome
+}
+
+/// One synchronous I/O (a trim, a pread or a pwrite of `buf`): bytes done, or -errno.
+#[inline]
+fn psync_io(file: &File, block_device: bool, op: Op, buf: &mut [u8]) -> i64 {
+    if op.trim {
+        return match crate::sys::blk::trim(file, block_device, op.offset, op.len as u64) {
+            Ok(()) => op.len as i64,
+            Err(e) => -(e.raw_os_error().unwrap_or(libc::EIO) as i64),
+        };
+    }
+    let res = if op.read {
+        rustix::io::pread(file, &mut *buf, op.offset)
+    } else {
+        rustix::io::pwrite(file, buf, op.offset)
+    };
+    match res {
+        Ok(n) => n as i64,
+        Err(e) => -(e.raw_os_error() as i64),
+    }
 }
 
 /// Runs the psync worker loop: one pread/pwrite at a time (depth 1 per worker).
@@ -824,22 +934,7 @@ pub fn run_psync(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
         } else {
             Core::fill_write(core.gen.rng(), &mut core.verify, buf, op)
         };
-        let res = if op.trim {
-            match crate::sys::blk::trim(&file, block_device, op.offset, op.len as u64) {
-                Ok(()) => op.len as i64,
-                Err(e) => -(e.raw_os_error().unwrap_or(libc::EIO) as i64),
-            }
-        } else {
-            let res = if op.read {
-                rustix::io::pread(&*file, &mut *buf, op.offset)
-            } else {
-                rustix::io::pwrite(&*file, buf, op.offset)
-            };
-            match res {
-                Ok(n) => n as i64,
-                Err(e) => -(e.raw_os_error() as i64),
-            }
-        };
+        let res = psync_io(&file, block_device, op, buf);
         if start >= core.tl.measure_start && (!op.trim || core.gen.trims_counted()) {
             core.issued_bytes += op.len as u64;
         }

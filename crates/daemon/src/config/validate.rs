@@ -432,6 +432,50 @@ impl Cx<'_> {
 
     /// One drive; `span` is where to point when the problem is the table as a whole.
     fn drive(&self, d: raw::RawDrive, span: Range<usize>) -> R<Drive> {
+        let identity = self.drive_identity(&d)?;
+        let name = self.drive_name(&d, span.clone())?;
+        let path = d
+            .path
+            .as_ref()
+            .map(|p| self.abs_path(p, "path"))
+            .transpose()?;
+        let file_target = self.file_target(&d.file_target)?;
+        let destructive = d.destructive.as_ref().is_some_and(|s| *s.get_ref());
+        let smartctl_type = match &d.smartctl_type {
+            None => None,
+            Some(t) => Some(
+                smartctl_type(t.get_ref())
+                    .map_err(|e| self.err(t.span(), format!("smartctl_type {e}")))?,
+            ),
+        };
+        if identity.is_none() && file_target.is_none() {
+            return Err(self.err(
+                span,
+                format!("drive '{name}' has no stable identity; add serial, wwn or by_id (device paths move between boots), or a file_target"),
+            ));
+        }
+        if destructive && !matches!(identity, Some(Identity::Serial(_) | Identity::Wwn(_))) {
+            let at = d.destructive.as_ref().map_or(span, |s| s.span());
+            return Err(self.err(
+                at,
+                format!("drive '{name}' is destructive but has no serial or wwn to check the device against before writing; add serial = \"...\" or wwn = \"...\""),
+            ));
+        }
+        let (rating, rated) = self.drive_ratings(&d)?;
+        Ok(Drive {
+            name,
+            identity,
+            path,
+            destructive,
+            file_target,
+            rating,
+            rated,
+            smartctl_type,
+        })
+    }
+
+    /// A drive's identity: at most one of serial, wwn and by_id, each a single word.
+    fn drive_identity(&self, d: &raw::RawDrive) -> R<Option<Identity>> {
         const BY_ID: &str = "/dev/disk/by-id/";
         type Make = fn(String) -> Identity;
         let ids: [(&str, &Option<S<String>>, Make); 3] = [
@@ -474,7 +518,11 @@ impl Cx<'_> {
                 Some(make(v.to_string()))
             }
         };
+        Ok(identity)
+    }
 
+    /// A drive's label: its `name`, or else its serial; `span` is the table, for neither.
+    fn drive_name(&self, d: &raw::RawDrive, span: Range<usize>) -> R<String> {
         let name = match (&d.name, &d.serial) {
             (Some(n), _) => self.name(n, "drive")?,
             (None, Some(s)) => self.name(s, "drive").map_err(|_| {
@@ -490,15 +538,15 @@ impl Cx<'_> {
                 ))
             }
         };
-        let path = d
-            .path
-            .as_ref()
-            .map(|p| self.abs_path(p, "path"))
-            .transpose()?;
-        let file_target = match d.file_target {
+        Ok(name)
+    }
+
+    /// A drive's `file_target`: an absolute path driveprobe may own, and a whole-block size.
+    fn file_target(&self, t: &Option<S<raw::RawFileTarget>>) -> R<Option<FileTarget>> {
+        let file_target = match t {
             None => None,
             Some(t) => {
-                let t = t.into_inner();
+                let t = t.get_ref();
                 let size = self.size_at_most(&t.size, "file_target size", MAX_TARGET_BYTES)?;
                 if size % 4096 != 0 {
                     return Err(self.err(
@@ -515,63 +563,20 @@ impl Cx<'_> {
                 Some(FileTarget { path, size })
             }
         };
-        let destructive = d.destructive.as_ref().is_some_and(|s| *s.get_ref());
-        let smartctl_type = match &d.smartctl_type {
-            None => None,
-            Some(t) => Some(
-                smartctl_type(t.get_ref())
-                    .map_err(|e| self.err(t.span(), format!("smartctl_type {e}")))?,
-            ),
-        };
-        if identity.is_none() && file_target.is_none() {
-            return Err(self.err(
-                span,
-                format!("drive '{name}' has no stable identity; add serial, wwn or by_id (device paths move between boots), or a file_target"),
-            ));
-        }
-        if destructive && !matches!(identity, Some(Identity::Serial(_) | Identity::Wwn(_))) {
-            let at = d.destructive.as_ref().map_or(span, |s| s.span());
-            return Err(self.err(
-                at,
-                format!("drive '{name}' is destructive but has no serial or wwn to check the device against before writing; add serial = \"...\" or wwn = \"...\""),
-            ));
-        }
+        Ok(file_target)
+    }
 
-        let positive = |s: &Option<S<f64>>, key: &str, max: f64| -> R<Option<f64>> {
-            match s {
-                None => Ok(None),
-                Some(s) if s.get_ref().is_finite() && *s.get_ref() > 0.0 && *s.get_ref() <= max => {
-                    Ok(Some(*s.get_ref()))
-                }
-                Some(s) => Err(self.err(
-                    s.span(),
-                    format!(
-                        "{key} {} must be a number more than 0 and at most {max}; give the datasheet figure",
-                        s.get_ref()
-                    ),
-                )),
-            }
-        };
-        // A rating needs its unit: a bare "600" would be 600 bytes.
-        let size_f = |s: &Option<S<String>>, key: &str, kind: units::Rating| -> R<Option<f64>> {
-            s.as_ref()
-                .map(|s| {
-                    if let Err(e) = units::parse_rated_size(s.get_ref(), kind) {
-                        return Err(self.err(s.span(), format!("{key}: {e}")));
-                    }
-                    self.size_at_most(s, key, MAX_RATED_BYTES).map(|v| v as f64)
-                })
-                .transpose()
-        };
+    /// A drive's datasheet figures: its endurance rating and its rated performance.
+    fn drive_ratings(&self, d: &raw::RawDrive) -> R<(Rating, Rated)> {
         let rating = Rating {
-            tbw_bytes: size_f(
+            tbw_bytes: self.rated_size(
                 &d.rated_tbw_bytes,
                 "rated_tbw_bytes",
                 units::Rating::Written,
             )?,
-            dwpd: positive(&d.rated_dwpd, "rated_dwpd", 1_000.0)?,
-            warranty_years: positive(&d.warranty_years, "warranty_years", 100.0)?,
-            mtbf_hours: positive(&d.rated_mtbf_hours, "rated_mtbf_hours", 1e9)?,
+            dwpd: self.rated_positive(&d.rated_dwpd, "rated_dwpd", 1_000.0)?,
+            warranty_years: self.rated_positive(&d.warranty_years, "warranty_years", 100.0)?,
+            mtbf_hours: self.rated_positive(&d.rated_mtbf_hours, "rated_mtbf_hours", 1e9)?,
         };
         if let (Some(s), None) = (&d.rated_dwpd, rating.warranty_years) {
             return Err(self.err(
@@ -580,29 +585,54 @@ impl Cx<'_> {
             ));
         }
         let rated = Rated {
-            read_iops_4k: positive(&d.rated_read_iops_4k, "rated_read_iops_4k", 1e9)?,
-            write_iops_4k: positive(&d.rated_write_iops_4k, "rated_write_iops_4k", 1e9)?,
-            seq_read_bytes_per_second: size_f(
+            read_iops_4k: self.rated_positive(&d.rated_read_iops_4k, "rated_read_iops_4k", 1e9)?,
+            write_iops_4k: self.rated_positive(
+                &d.rated_write_iops_4k,
+                "rated_write_iops_4k",
+                1e9,
+            )?,
+            seq_read_bytes_per_second: self.rated_size(
                 &d.rated_seq_read_bw,
                 "rated_seq_read_bw",
                 units::Rating::PerSecond,
             )?,
-            seq_write_bytes_per_second: size_f(
+            seq_write_bytes_per_second: self.rated_size(
                 &d.rated_seq_write_bw,
                 "rated_seq_write_bw",
                 units::Rating::PerSecond,
             )?,
         };
-        Ok(Drive {
-            name,
-            identity,
-            path,
-            destructive,
-            file_target,
-            rating,
-            rated,
-            smartctl_type,
-        })
+        Ok((rating, rated))
+    }
+
+    /// A datasheet number, if given: more than 0 and at most `max`.
+    fn rated_positive(&self, s: &Option<S<f64>>, key: &str, max: f64) -> R<Option<f64>> {
+        match s {
+            None => Ok(None),
+            Some(s) if s.get_ref().is_finite() && *s.get_ref() > 0.0 && *s.get_ref() <= max => {
+                Ok(Some(*s.get_ref()))
+            }
+            Some(s) => Err(self.err(
+                s.span(),
+                format!(
+                    "{key} {} must be a number more than 0 and at most {max}; give the datasheet figure",
+                    s.get_ref()
+                ),
+            )),
+        }
+    }
+
+    /// A datasheet size, if given, in bytes: with its unit, and at most 1 EiB.
+    fn rated_size(&self, s: &Option<S<String>>, key: &str, kind: units::Rating) -> R<Option<f64>> {
+        // A rating needs its unit: a bare "600" would be 600 bytes.
+        s.as_ref()
+            .map(|s| {
+                if let Err(e) = units::parse_rated_size(s.get_ref(), kind) {
+                    return Err(self.err(s.span(), format!("{key}: {e}")));
+                }
+                self.size_at_most(s, key, MAX_RATED_BYTES).map(|v| v as f64)
+            })
+            .transpose()
     }
 
     fn probe(&self, p: raw::RawProbe, span: Range<usize>, drives: &[Drive]) -> R<Probe> {
@@ -755,48 +785,8 @@ impl Cx<'_> {
         let name = self.name(&s.name, "schedule")?;
         let drive_names = self.drive_list(&s.drives, drives, "schedule", &name)?;
         let selected: HashSet<&str> = drive_names.iter().map(String::as_str).collect();
-        // What it runs: a fio job file (`Ok`) or a built-in suite (`Err`).
-        let runs = match (&s.suite, &s.fio_job) {
-            (Some(_), Some(f)) => {
-                return Err(self.err(
-                    f.span(),
-                    format!("schedule '{name}' gives both suite and fio_job; give one of them: a built-in suite, or a fio job file"),
-                ))
-            }
-            (None, None) => {
-                return Err(self.err(
-                    s.name.span(),
-                    format!("schedule '{name}' says nothing to run; add suite = \"NAME\" (a built-in suite) or fio_job = \"FILE\" (a fio job file)"),
-                ))
-            }
-            (None, Some(f)) => Ok(f),
-            (Some(suite), None) => Err(suite),
-        };
-        // Every suite writes. A fio job file is gated the same way, even one whose jobs
-        // all say `rw=read`: fio itself lays out (writes) a file target smaller than a
-        // job's `size`, and what a job does (trims, verify phases, `readwrite=`,
-        // `rw_sequencer`, options added in later fio versions) is fio's to interpret,
-        // not ours. So the target is opened through the write gate (which also makes the
-        // run refuse a mounted or held raw device), the canaries pause and fio's writes
-        // count against the wear budget, whatever the file says. On a raw device that
-        // takes `destructive = true`, which itself needs a serial or wwn to check the
-        // device against before writing (see `drive`).
-        if let Some(d) = drives
-            .iter()
-            .find(|d| selected.contains(d.name.as_str()) && !d.writable())
-        {
-            let what = match runs {
-                Ok(_) => "a fio job file, which may write,",
-                Err(_) => "a suite, which writes,",
-            };
-            return Err(self.err(
-                s.drives.span(),
-                format!(
-                    "schedule '{name}' runs {what} on drive '{}', which has no file_target and is not destructive; give the drive a file_target or set destructive = true on it",
-                    d.name
-                ),
-            ));
-        }
+        let runs = self.schedule_runs(&s, &name)?;
+        self.schedule_writable(&s, &name, runs, drives, &selected)?;
         let (suite, fio_job) = match runs {
             Ok(f) => {
                 if let Some(sc) = &s.scale {
@@ -826,26 +816,9 @@ impl Cx<'_> {
             let at = s.scale.as_ref().map_or(0..0, |sc| sc.span());
             self.err(at, format!("scale: {e}"))
         })?;
-        // A QoS table the scale cannot support fails at every firing: refused here, as
-        // the command line refuses it before the target is touched.
         let fio_job = match fio_job {
             Err(suite_span) => {
-                if let Ok(found) = crate::protocol::suite::find(&suite) {
-                    for step in &found.steps {
-                        if let crate::protocol::suite::Step::Qos(row) = step {
-                            crate::protocol::qos::ios_per_probe(row, scale.name).map_err(|e| {
-                                let at = s.scale.as_ref().map_or(suite_span.clone(), |sc| sc.span());
-                                self.err(
-                                    at,
-                                    format!(
-                                        "schedule '{name}' runs suite '{suite}' at {} scale, too short for its QoS table ({e}); give scale = \"full\"",
-                                        scale.name
-                                    ),
-                                )
-                            })?;
-                        }
-                    }
-                }
+                self.suite_qos_fits(&s, &name, &suite, &scale, suite_span)?;
                 None
             }
             Ok(f) => f,
@@ -855,7 +828,117 @@ impl Cx<'_> {
             .map_err(|e| self.err(s.cron.span(), e.to_string()))?;
         let max_duration = self.duration(&s.max_duration, "max_duration", MAX_DURATION_RANGE)?;
         let window = s.window.map(|w| self.window(w.into_inner())).transpose()?;
-        let wear_budget = match &s.wear_budget {
+        let wear_budget = self.schedule_wear_budget(&s.wear_budget)?;
+        let hist_digits = self.hist_digits(&s.hist_digits)?;
+        Ok(Schedule {
+            name,
+            drives: drive_names,
+            suite,
+            fio_job,
+            scale,
+            cron,
+            window,
+            max_duration,
+            wear_budget,
+            hist_digits,
+        })
+    }
+
+    /// What a schedule runs: a fio job file (`Ok`) or a built-in suite (`Err`), exactly one.
+    fn schedule_runs<'s>(
+        &self,
+        s: &'s raw::RawSchedule,
+        name: &str,
+    ) -> R<Result<&'s S<String>, &'s S<String>>> {
+        let runs = match (&s.suite, &s.fio_job) {
+            (Some(_), Some(f)) => {
+                return Err(self.err(
+                    f.span(),
+                    format!("schedule '{name}' gives both suite and fio_job; give one of them: a built-in suite, or a fio job file"),
+                ))
+            }
+            (None, None) => {
+                return Err(self.err(
+                    s.name.span(),
+                    format!("schedule '{name}' says nothing to run; add suite = \"NAME\" (a built-in suite) or fio_job = \"FILE\" (a fio job file)"),
+                ))
+            }
+            (None, Some(f)) => Ok(f),
+            (Some(suite), None) => Err(suite),
+        };
+        Ok(runs)
+    }
+
+    /// Refuses a schedule on a selected drive that may not be written.
+    fn schedule_writable(
+        &self,
+        s: &raw::RawSchedule,
+        name: &str,
+        runs: Result<&S<String>, &S<String>>,
+        drives: &[Drive],
+        selected: &HashSet<&str>,
+    ) -> R<()> {
+        // Every suite writes. A fio job file is gated the same way, even one whose jobs
+        // all say `rw=read`: fio itself lays out (writes) a file target smaller than a
+        // job's `size`, and what a job does (trims, verify phases, `readwrite=`,
+        // `rw_sequencer`, options added in later fio versions) is fio's to interpret,
+        // not ours. So the target is opened through the write gate (which also makes the
+        // run refuse a mounted or held raw device), the canaries pause and fio's writes
+        // count against the wear budget, whatever the file says. On a raw device that
+        // takes `destructive = true`, which itself needs a serial or wwn to check the
+        // device against before writing (see `drive`).
+        if let Some(d) = drives
+            .iter()
+            .find(|d| selected.contains(d.name.as_str()) && !d.writable())
+        {
+            let what = match runs {
+                Ok(_) => "a fio job file, which may write,",
+                Err(_) => "a suite, which writes,",
+            };
+            return Err(self.err(
+                s.drives.span(),
+                format!(
+                    "schedule '{name}' runs {what} on drive '{}', which has no file_target and is not destructive; give the drive a file_target or set destructive = true on it",
+                    d.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses a built-in suite whose QoS table the schedule's scale is too short for.
+    fn suite_qos_fits(
+        &self,
+        s: &raw::RawSchedule,
+        name: &str,
+        suite: &str,
+        scale: &Scale,
+        suite_span: Range<usize>,
+    ) -> R<()> {
+        // A QoS table the scale cannot support fails at every firing: refused here, as
+        // the command line refuses it before the target is touched.
+        if let Ok(found) = crate::protocol::suite::find(suite) {
+            for step in &found.steps {
+                if let crate::protocol::suite::Step::Qos(row) = step {
+                    crate::protocol::qos::ios_per_probe(row, scale.name).map_err(|e| {
+                        let at = s.scale.as_ref().map_or(suite_span.clone(), |sc| sc.span());
+                        self.err(
+                            at,
+                            format!(
+                                "schedule '{name}' runs suite '{suite}' at {} scale, too short for its QoS table ({e}); give scale = \"full\"",
+                                scale.name
+                            ),
+                        )
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A schedule's `wear_budget`: the drive's (none given), "unlimited", or a size.
+    fn schedule_wear_budget(&self, b: &Option<S<String>>) -> R<ScheduleBudget> {
+        let wear_budget = match b {
             None => ScheduleBudget::Drive,
             Some(b) if b.get_ref().trim() == "unlimited" => ScheduleBudget::Unlimited,
             Some(b) => match units::parse_size(b.get_ref()) {
@@ -872,7 +955,12 @@ impl Cx<'_> {
                 }
             },
         };
-        let hist_digits = match &s.hist_digits {
+        Ok(wear_budget)
+    }
+
+    /// A schedule's `hist_digits`, if given: the histograms' significant digits, 1 to 3.
+    fn hist_digits(&self, d: &Option<S<i64>>) -> R<Option<u8>> {
+        let hist_digits = match d {
             None => None,
             Some(d) => {
                 let kept = crate::protocol::hist::KEPT_DIGITS;
@@ -892,18 +980,7 @@ impl Cx<'_> {
                 }
             }
         };
-        Ok(Schedule {
-            name,
-            drives: drive_names,
-            suite,
-            fio_job,
-            scale,
-            cron,
-            window,
-            max_duration,
-            wear_budget,
-            hist_digits,
-        })
+        Ok(hist_digits)
     }
 
     fn selftest(&self, t: raw::RawSelfTest, drives: &[Drive]) -> R<SelfTestSchedule> {

@@ -48,160 +48,241 @@ pub const COLLECTOR_PREFIX: &str = "canary:";
 /// transition happens (a hold seen before or during a segment, a segment started, a
 /// failure), and every surface renders it. Nothing else decides whether a probe runs.
 pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::Beat>) {
-    let window = probe.window.as_secs_f64();
-    let mut win = Windows::new(window);
-    let clock = Instant::now();
-    let mut backoff = Duration::from_secs(1);
     let name = drive.cfg.name.clone();
-    let collector = collector_name(&probe.name);
-    let mut log = CondLog::new(format!("drive {name}, probe {}", probe.name));
-    let mut state = ProbeState::Starting;
-    let mut standby = StandbyCheck::new(probe.job.to_spec().rate.map(|r| r.iops)).class_rotational(
+    let standby = StandbyCheck::new(probe.job.to_spec().rate.map(|r| r.iops)).class_rotational(
         ctx.config
             .discovered
             .get(&name)
             .map(|d| d.class == crate::discovery::Class::Hdd),
     );
-    publish(&ctx, &name, &probe, &win, &state);
-    while !drive.stopped() {
-        beat.beat();
-        let now = clock.elapsed().as_secs_f64();
-        win.expire(now);
-        if let Some(hold) = hold_reason(&ctx, &drive, &probe, &mut standby) {
-            state = hold.state();
-            publish(&ctx, &name, &probe, &win, &state);
-            log_hold(&mut log, &state);
-            drive.sleep(Duration::from_secs(1));
-            continue;
+    let mut c = Canary {
+        win: Windows::new(probe.window.as_secs_f64()),
+        clock: Instant::now(),
+        backoff: Duration::from_secs(1),
+        collector: collector_name(&probe.name),
+        log: CondLog::new(format!("drive {name}, probe {}", probe.name)),
+        state: ProbeState::Starting,
+        standby,
+        name,
+        ctx,
+        drive,
+        probe,
+        beat,
+    };
+    c.publish();
+    while !c.drive.stopped() {
+        c.pass();
+    }
+    // A stop (shutdown, reload) ends no condition: a pause or failure goes on, and the
+    // next generation logs it again if it still holds.
+    c.log.close();
+    c.state = ProbeState::Stopped;
+    c.publish();
+}
+
+/// A canary's thread: what it watches, and what it carries from one segment to the next.
+struct Canary {
+    ctx: Arc<Ctx>,
+    drive: Arc<DriveCtl>,
+    probe: Probe,
+    beat: Arc<super::Beat>,
+    name: String,
+    collector: String,
+    win: Windows,
+    /// The thread's start: the windows' time axis.
+    clock: Instant,
+    /// How long to wait after a failure (doubled each time, up to 30 s).
+    backoff: Duration,
+    log: CondLog,
+    state: ProbeState,
+    standby: StandbyCheck,
+}
+
+impl Canary {
+    fn publish(&self) {
+        publish(&self.ctx, &self.name, &self.probe, &self.win, &self.state);
+    }
+
+    /// One pass of the loop: a hold is waited out, else a segment runs (opened, counted
+    /// active, run, and its end judged).
+    fn pass(&mut self) {
+        self.beat.beat();
+        let now = self.clock.elapsed().as_secs_f64();
+        self.win.expire(now);
+        if let Some(hold) = hold_reason(&self.ctx, &self.drive, &self.probe, &mut self.standby) {
+            self.state = hold.state();
+            self.publish();
+            log_hold(&mut self.log, &self.state);
+            self.drive.sleep(Duration::from_secs(1));
+            return;
         }
-        log.ends("hold");
+        self.log.ends("hold");
+        let Some((target, job)) = self.prepare() else {
+            return;
+        };
+        let control = RunControl::new().discarding_intervals();
+        // Count this canary active, then look again: a run that took the drive meanwhile
+        // (it registers first, then waits for the count to reach zero) is seen here.
+        self.drive.active.fetch_add(1, Ordering::SeqCst);
+        if hold_reason(&self.ctx, &self.drive, &self.probe, &mut self.standby).is_some() {
+            self.drive.active.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
+        self.state = ProbeState::Running;
+        self.publish();
+        let result = self.segment(&job, &target, &control);
+        self.drive.active.fetch_sub(1, Ordering::SeqCst);
+        drop(target);
+        self.ended(result, &control);
+        self.publish();
+    }
+
+    /// Opens the target and makes the segment's job; a failure is the probe's state, logged
+    /// once, and waited out (None).
+    fn prepare(&mut self) -> Option<(Target, engine::Job)> {
         let setup = Instant::now();
-        let target = match open_target(&drive, &probe) {
+        let target = match open_target(&self.drive, &self.probe) {
             Ok(t) => t,
             Err(e) => {
                 let e = e.to_string();
                 set_collector(
-                    &ctx,
-                    &name,
-                    &collector,
+                    &self.ctx,
+                    &self.name,
+                    &self.collector,
                     false,
                     setup.elapsed(),
                     Some(e.clone()),
                 );
-                state = ProbeState::Failing { reason: e.clone() };
-                publish(&ctx, &name, &probe, &win, &state);
-                log.holds(
+                self.state = ProbeState::Failing { reason: e.clone() };
+                self.publish();
+                self.log.holds(
                     "fail:start",
                     Level::Warn,
                     format!("canary cannot start: {e}"),
                 );
-                drive.sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(30));
-                continue;
+                self.drive.sleep(self.backoff);
+                self.backoff = (self.backoff * 2).min(Duration::from_secs(30));
+                return None;
             }
         };
-        log.ends("fail:start");
-        let job = match segment_job(&probe) {
+        self.log.ends("fail:start");
+        let job = match segment_job(&self.probe) {
             Ok(j) => j,
             Err(e) => {
                 // Config validation made this job; only the stop condition changed.
-                state = ProbeState::Failing {
+                self.state = ProbeState::Failing {
                     reason: format!("canary job: {e}"),
                 };
-                publish(&ctx, &name, &probe, &win, &state);
-                log.holds("fail:job", Level::Error, format!("canary job: {e}"));
-                drive.sleep(Duration::from_secs(30));
-                continue;
+                self.publish();
+                self.log
+                    .holds("fail:job", Level::Error, format!("canary job: {e}"));
+                self.drive.sleep(Duration::from_secs(30));
+                return None;
             }
         };
-        log.ends("fail:job");
-        let threads = job.workers().max(1);
-        set_collector(&ctx, &name, &collector, true, setup.elapsed(), None);
-        let control = RunControl::new().discarding_intervals();
+        self.log.ends("fail:job");
+        set_collector(
+            &self.ctx,
+            &self.name,
+            &self.collector,
+            true,
+            setup.elapsed(),
+            None,
+        );
+        Some((target, job))
+    }
+
+    /// Runs one segment. A rate-limited QD1 probe runs on the reactor shared by every
+    /// canary (see `reactor`), or on this thread where the reactor cannot run (see
+    /// `canary_io`); others, on the engine's workers.
+    fn segment(
+        &mut self,
+        job: &engine::Job,
+        target: &Target,
+        control: &RunControl,
+    ) -> Result<Segment, String> {
         let opened = identity_of(target.path());
-        let mut last_check = Instant::now();
-        // Count this canary active, then look again: a run that took the drive meanwhile
-        // (it registers first, then waits for the count to reach zero) is seen here.
-        drive.active.fetch_add(1, Ordering::SeqCst);
-        if hold_reason(&ctx, &drive, &probe, &mut standby).is_some() {
-            drive.active.fetch_sub(1, Ordering::SeqCst);
-            continue;
+        if canary_io::can_run(job) {
+            if let Some(reactor) = reactor::global().filter(|_| reactor::Reactor::takes(target)) {
+                let seg = ReactorSegment {
+                    ctx: &self.ctx,
+                    drive: &self.drive,
+                    probe: &self.probe,
+                    beat: &self.beat,
+                    clock: self.clock,
+                    job,
+                    target,
+                    opened,
+                    control,
+                };
+                return seg
+                    .run(reactor, &mut self.win, &mut self.state, &mut self.standby)
+                    .map(|()| Segment::default());
+            }
         }
-        state = ProbeState::Running;
-        publish(&ctx, &name, &probe, &win, &state);
-        let mut interval_start = 0.0;
+        let threads = job.workers().max(1);
+        let mut last_check = Instant::now();
+        let Canary {
+            ctx,
+            drive,
+            probe,
+            beat,
+            name,
+            win,
+            clock,
+            state,
+            standby,
+            ..
+        } = self;
         // One interval's figures, from the engine or the canary's own loop: its length in
         // seconds per thread, the threads' CPU wait, the drive's figures per direction
         // and, from the canary's own loop, the host's stall per I/O.
-        let mut observe = |seconds: f64,
-                           run_delay: f64,
-                           read: &engine::DirStats,
-                           write: &engine::DirStats,
-                           stall: Option<&engine::DirStats>| {
+        let mut observe = |iv: &Figures| {
             beat.beat();
             let t = clock.elapsed().as_secs_f64();
-            let iv = Figures {
-                seconds,
-                run_delay,
-                read,
-                write,
-                stall,
-            };
-            add_interval(&ctx, &name, &mut win, t, threads, &iv);
+            add_interval(ctx, name, win, t, threads, iv);
             // The transition to a hold happens here, with the status that says so: the
             // probe is never shown running once it has seen it must stop.
-            if let Some(hold) = hold_reason(&ctx, &drive, &probe, &mut standby) {
-                state = hold.state();
+            if let Some(hold) = hold_reason(ctx, drive, probe, standby) {
+                *state = hold.state();
                 control.stop();
             }
-            publish(&ctx, &name, &probe, &win, &state);
+            publish(ctx, name, probe, win, state);
             // Checked every few seconds, and at once after an interval with errors (a
             // truncated file fails every read past its new end).
-            let errors = read.errors + write.errors > 0;
+            let errors = iv.read.errors + iv.write.errors > 0;
             if drive.cfg.file_target.is_some() && (errors || last_check.elapsed() >= RECHECK_FILE) {
                 last_check = Instant::now();
-                if file_target_changed(&name, &probe, &target, opened) {
+                if file_target_changed(name, probe, target, opened) {
                     control.stop();
                 }
             }
         };
-        // A rate-limited QD1 probe runs on the reactor shared by every canary (see
-        // `reactor`), or on this thread where the reactor cannot run (see `canary_io`);
-        // others, on the engine's workers.
-        let result = if canary_io::can_run(&job) {
-            if let Some(reactor) = reactor::global().filter(|_| reactor::Reactor::takes(&target)) {
-                let seg = ReactorSegment {
-                    ctx: &ctx,
-                    drive: &drive,
-                    probe: &probe,
-                    beat: &beat,
-                    clock,
-                    job: &job,
-                    target: &target,
-                    opened,
-                    control: &control,
-                };
-                seg.run(reactor, &mut win, &mut state, &mut standby)
-                    .map(|()| Segment::default())
-            } else {
-                let mut host = canary_io::HostClock::for_this_thread();
-                canary_io::run_segment(&job, &target, &control, &mut host, &mut |iv| {
-                    observe(
-                        iv.seconds,
-                        iv.run_delay_seconds,
-                        iv.read,
-                        iv.write,
-                        Some(iv.stall),
-                    )
+        if canary_io::can_run(job) {
+            let mut host = canary_io::HostClock::for_this_thread();
+            canary_io::run_segment(job, target, control, &mut host, &mut |iv| {
+                observe(&Figures {
+                    seconds: iv.seconds,
+                    run_delay: iv.run_delay_seconds,
+                    read: iv.read,
+                    write: iv.write,
+                    stall: Some(iv.stall),
                 })
-                .map(|()| Segment::default())
-                .map_err(|e| e.to_string())
-            }
+            })
+            .map(|()| Segment::default())
+            .map_err(|e| e.to_string())
         } else {
-            engine::run_observed(&job, &target, &control, &mut |s, d| {
+            let mut interval_start = 0.0;
+            engine::run_observed(job, target, control, &mut |s, d| {
                 let seconds = s.end_seconds - interval_start;
                 interval_start = s.end_seconds;
-                observe(seconds, s.run_delay_seconds, d.read, d.write, None)
+                observe(&Figures {
+                    seconds,
+                    run_delay: s.run_delay_seconds,
+                    read: d.read,
+                    write: d.write,
+                    stall: None,
+                })
             })
             .map(|r| Segment {
                 mismatches: r.verify.mismatches,
@@ -209,65 +290,64 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
                 stopped_early: r.stopped_early,
             })
             .map_err(|e| e.to_string())
-        };
-        drive.active.fetch_sub(1, Ordering::SeqCst);
-        drop(target);
+        }
+    }
+
+    /// Judges a segment's end: corruption said loudly, an early end or a failure made the
+    /// probe's state and waited out.
+    fn ended(&mut self, result: Result<Segment, String>, control: &RunControl) {
         match result {
             Ok(r) => {
-                backoff = Duration::from_secs(1);
-                log.ends("fail:run");
+                self.backoff = Duration::from_secs(1);
+                self.log.ends("fail:run");
                 if r.mismatches > 0 {
                     // Silent corruption: counted as read errors, and said loudly.
                     for _ in 0..r.mismatches {
-                        win.r.add_mismatch();
+                        self.win.r.add_mismatch();
                     }
-                    tracing::error!(drive = %name, probe = %probe.name,
+                    tracing::error!(drive = %self.name, probe = %self.probe.name,
                         mismatches = r.mismatches,
                         first = ?r.first_mismatch,
                         "canary read back data that differs from what it wrote");
                 }
                 match &r.stopped_early {
                     Some(why) if !control.is_stopped() => {
-                        state = ProbeState::Failing {
+                        self.state = ProbeState::Failing {
                             reason: format!("segment ended early: {why}"),
                         };
-                        publish(&ctx, &name, &probe, &win, &state);
-                        log.holds(
+                        self.publish();
+                        self.log.holds(
                             "fail:early",
                             Level::Warn,
                             format!("canary segment ended early: {why}"),
                         );
-                        drive.sleep(backoff);
+                        self.drive.sleep(self.backoff);
                     }
                     _ => {
-                        log.ends("fail:early");
+                        self.log.ends("fail:early");
                     }
                 }
             }
             Err(msg) => {
                 set_collector(
-                    &ctx,
-                    &name,
-                    &collector,
+                    &self.ctx,
+                    &self.name,
+                    &self.collector,
                     false,
                     Duration::ZERO,
                     Some(msg.clone()),
                 );
-                state = ProbeState::Failing {
+                self.state = ProbeState::Failing {
                     reason: msg.clone(),
                 };
-                publish(&ctx, &name, &probe, &win, &state);
-                log.holds("fail:run", Level::Warn, format!("canary run failed: {msg}"));
-                drive.sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(30));
+                self.publish();
+                self.log
+                    .holds("fail:run", Level::Warn, format!("canary run failed: {msg}"));
+                self.drive.sleep(self.backoff);
+                self.backoff = (self.backoff * 2).min(Duration::from_secs(30));
             }
         }
-        publish(&ctx, &name, &probe, &win, &state);
     }
-    // A stop (shutdown, reload) ends no condition: a pause or failure goes on, and the
-    // next generation logs it again if it still holds.
-    log.close();
-    publish(&ctx, &name, &probe, &win, &ProbeState::Stopped);
 }
 
 /// Logs the start of a hold (drive down, paused). A failure episode open before it

@@ -203,13 +203,7 @@ pub fn run_segment(
     on_interval: &mut dyn FnMut(&Interval),
 ) -> Result<(), SegmentError> {
     let rate = job.rate().ok_or(SegmentError::NoRate)?;
-    let region = job.resolve_on(target)?;
-    let align = target.align().max(job.sizes().min() as u64);
-    // The seed the engine gives its first worker: the same offsets as before.
-    let seed = job.seed() ^ 0x9e37_79b9_7f4a_7c15;
-    let mut gen = OpGen::new(job, region.start, region.len, align, 0, seed)?;
-    let mut bufs = SlotBuffers::new(1, job.sizes().max() as usize);
-    gen.rng().fill(bufs.slot_mut(0));
+    let (mut gen, mut bufs) = generator(job, target)?;
     let file = target.file().clone();
     let gap = 1e9 / rate.iops;
     let interval = job.interval().as_nanos() as u64;
@@ -227,25 +221,20 @@ pub fn run_segment(
     let mut boundary = t0 + interval;
     let mut last_end = t0;
     let mut delay_mark = clock.run_delay_ns();
-    let mut read = DirStats::with_digits(job.latency_digits());
-    let mut write = DirStats::with_digits(job.latency_digits());
-    let mut stall = DirStats::with_digits(job.latency_digits());
-    let mut flush =
-        |now: u64, delay: u64, read: &mut DirStats, write: &mut DirStats, stall: &mut DirStats| {
-            on_interval(&Interval {
-                seconds: now.saturating_sub(last_end) as f64 / 1e9,
-                read,
-                write,
-                stall,
-                run_delay_seconds: delay.saturating_sub(delay_mark) as f64 / 1e9,
-                in_flight_seconds: 0.0,
-            });
-            last_end = now;
-            delay_mark = delay;
-            read.reset();
-            write.reset();
-            stall.reset();
-        };
+    let mut figures = Figures::new(job.latency_digits());
+    let mut flush = |now: u64, delay: u64, f: &mut Figures| {
+        on_interval(&Interval {
+            seconds: now.saturating_sub(last_end) as f64 / 1e9,
+            read: &f.read,
+            write: &f.write,
+            stall: &f.stall,
+            run_delay_seconds: delay.saturating_sub(delay_mark) as f64 / 1e9,
+            in_flight_seconds: 0.0,
+        });
+        last_end = now;
+        delay_mark = delay;
+        f.reset();
+    };
     let mut now = t0;
     loop {
         if control.is_stopped() || now >= end {
@@ -257,39 +246,7 @@ pub fn run_segment(
                 Arrival::Poisson => -gap * gen.rng().unit_open0().ln(),
                 _ => gap,
             };
-            let op = gen.next_op();
-            let buf = &mut bufs.slot_mut(0)[..op.len as usize];
-            if !op.read {
-                // Fresh random words in each sector: no two writes alike (no dedup).
-                for sector in buf.chunks_exact_mut(512) {
-                    sector[..8].copy_from_slice(&gen.rng().next_u64().to_le_bytes());
-                }
-            }
-            let delay_before = clock.run_delay_ns();
-            let issue = clock.now_ns();
-            let res = if op.read {
-                rustix::io::pread(&*file, &mut *buf, op.offset)
-            } else {
-                rustix::io::pwrite(&*file, buf, op.offset)
-            };
-            let done = clock.now_ns();
-            let t = IoTimes {
-                due,
-                issue,
-                done,
-                delay_before,
-                delay_after: clock.run_delay_ns(),
-            };
-            let dir = if op.read { &mut read } else { &mut write };
-            match res {
-                Ok(n) if n == op.len as usize => {
-                    dir.record(t.service_ns(), op.len);
-                    stall.record(coarse_stall(t.host_stall_ns()), op.len);
-                }
-                Ok(_) => dir.error(0),
-                Err(e) => dir.error(e.raw_os_error()),
-            }
-            now = done;
+            now = one_io(&mut gen, bufs.slot_mut(0), &file, clock, due, &mut figures);
             // Far behind (the drive or the host stalled): the arrivals missed are not made
             // up in a burst on a drive that may be sick; the I/O just done carries the
             // stall in its figures, and the schedule starts again from now.
@@ -298,7 +255,7 @@ pub fn run_segment(
             }
         }
         if now >= boundary {
-            flush(now, clock.run_delay_ns(), &mut read, &mut write, &mut stall);
+            flush(now, clock.run_delay_ns(), &mut figures);
             // The next boundary on the grid (several, after a long stall).
             while boundary <= now {
                 boundary += interval;
@@ -313,8 +270,117 @@ pub fn run_segment(
     }
     // The partial interval the segment ends on.
     let delay = clock.run_delay_ns();
-    flush(now, delay, &mut read, &mut write, &mut stall);
+    flush(now, delay, &mut figures);
     Ok(())
+}
+
+/// The segment's op generator, seeded as the engine seeds its first worker (the same
+/// offsets as before), and its buffer, filled with random data.
+fn generator(job: &Job, target: &Target) -> Result<(OpGen, SlotBuffers), SegmentError> {
+    let region = job.resolve_on(target)?;
+    let align = target.align().max(job.sizes().min() as u64);
+    let seed = job.seed() ^ 0x9e37_79b9_7f4a_7c15;
+    let mut gen = OpGen::new(job, region.start, region.len, align, 0, seed)?;
+    let mut bufs = SlotBuffers::new(1, job.sizes().max() as usize);
+    gen.rng().fill(bufs.slot_mut(0));
+    Ok((gen, bufs))
+}
+
+/// Fresh random words in each sector of a write's buffer: no two writes alike (no dedup).
+pub(crate) fn stamp(buf: &mut [u8], gen: &mut OpGen) {
+    for sector in buf.chunks_exact_mut(512) {
+        sector[..8].copy_from_slice(&gen.rng().next_u64().to_le_bytes());
+    }
+}
+
+/// The generator's next I/O, meant to start at `due`, done in `buf` and counted in
+/// `figures`; returns when it completed.
+#[inline]
+fn one_io(
+    gen: &mut OpGen,
+    buf: &mut [u8],
+    file: &std::fs::File,
+    clock: &mut dyn Clock,
+    due: u64,
+    figures: &mut Figures,
+) -> u64 {
+    let op = gen.next_op();
+    let buf = &mut buf[..op.len as usize];
+    if !op.read {
+        stamp(buf, gen);
+    }
+    let (res, t) = timed_io(file, op, buf, clock, due);
+    figures.record(op, res, &t);
+    t.done
+}
+
+/// One synchronous I/O meant to start at `due`, and its times on `clock`.
+#[inline]
+fn timed_io(
+    file: &std::fs::File,
+    op: crate::engine::gen::Op,
+    buf: &mut [u8],
+    clock: &mut dyn Clock,
+    due: u64,
+) -> (rustix::io::Result<usize>, IoTimes) {
+    let delay_before = clock.run_delay_ns();
+    let issue = clock.now_ns();
+    let res = if op.read {
+        rustix::io::pread(file, buf, op.offset)
+    } else {
+        rustix::io::pwrite(file, buf, op.offset)
+    };
+    let done = clock.now_ns();
+    let t = IoTimes {
+        due,
+        issue,
+        done,
+        delay_before,
+        delay_after: clock.run_delay_ns(),
+    };
+    (res, t)
+}
+
+/// An interval's figures on the canary's own loop: the drive's per direction, and the
+/// host's stall per I/O.
+struct Figures {
+    read: DirStats,
+    write: DirStats,
+    stall: DirStats,
+}
+
+impl Figures {
+    fn new(digits: u8) -> Figures {
+        Figures {
+            read: DirStats::with_digits(digits),
+            write: DirStats::with_digits(digits),
+            stall: DirStats::with_digits(digits),
+        }
+    }
+
+    /// Counts one I/O: its service time and host stall when whole, else an error.
+    #[inline]
+    fn record(&mut self, op: crate::engine::gen::Op, res: rustix::io::Result<usize>, t: &IoTimes) {
+        let dir = if op.read {
+            &mut self.read
+        } else {
+            &mut self.write
+        };
+        match res {
+            Ok(n) if n == op.len as usize => {
+                dir.record(t.service_ns(), op.len);
+                self.stall.record(coarse_stall(t.host_stall_ns()), op.len);
+            }
+            Ok(_) => dir.error(0),
+            Err(e) => dir.error(e.raw_os_error()),
+        }
+    }
+
+    fn reset(&mut self) {
+        self.read.reset();
+        self.write.reset();
+        self.stall.reset();
+    }
 }
 
 #[cfg(test)]

@@ -8,15 +8,15 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::health::endurance::{self, Sample};
 use crate::health::model::{PowerState, Verdict};
-use crate::health::{self, ReadOptions};
+use crate::health::{self, Assessment, HealthReport, ReadOptions};
 use crate::status::{CollectorStatus, HealthState, HealthStatus, ProbeStatus};
 
 use super::condlog::{CondLog, Level};
-use super::identity::NoDrive;
+use super::identity::{NoDrive, Resolved};
 use super::{now_unix, pacing, Ctx, DriveCtl};
 
 /// A health sample goes into the state at most this often.
@@ -178,33 +178,7 @@ fn poll_once(
     }
     let resolved = drive.resolved();
     let Some(dev) = resolved.as_ref().ok().and_then(|r| r.device.clone()) else {
-        // Down (the state stays what the last attempt found), or a file target with no
-        // drive found under it: not applicable on a disk-less filesystem (tmpfs), a
-        // failure otherwise (ZFS, a lookup error: a drive whose health goes unread).
-        let no_drive = resolved.as_ref().ok().and_then(|r| {
-            r.no_drive.as_ref().map(|n| match n {
-                NoDrive::NotApplicable { fstype } => Ok(not_applicable_reason(&r.target, fstype)),
-                NoDrive::NotFound { reason } => Err(reason.clone()),
-            })
-        });
-        match &no_drive {
-            Some(Ok(_)) => {
-                log.ends(COLLECTOR);
-            }
-            Some(Err(reason)) => {
-                log.holds(COLLECTOR, Level::Warn, format!("health not read: {reason}"));
-            }
-            None => {}
-        }
-        let now = now_unix();
-        ctx.drive_status(name, |d| {
-            d.collectors.remove(COLLECTOR);
-            match no_drive {
-                Some(Ok(reason)) => d.health_state = HealthState::NotApplicable { reason },
-                Some(Err(reason)) => d.health_state = d.health_state.failed(reason, now),
-                None => {}
-            }
-        });
+        record_no_device(ctx, name, resolved.as_ref().ok(), log);
         return;
     };
     // At most a few reads at once in the process; a drive of a generation that stops
@@ -220,87 +194,7 @@ fn poll_once(
     match read {
         Ok(report) => {
             log.ends(COLLECTOR);
-            let asleep = report.power_state == PowerState::Standby;
-            let history: Vec<Sample> = ctx
-                .store
-                .lock()
-                .health
-                .get(name)
-                .cloned()
-                .unwrap_or_default();
-            let self_written = ctx.store.lock().self_written_lifetime(name);
-            ctx.drive_status(name, |d| {
-                d.collectors.insert(
-                    COLLECTOR.into(),
-                    CollectorStatus {
-                        success: true,
-                        duration_seconds: took.as_secs_f64(),
-                        last_unix: now,
-                        error: None,
-                    },
-                );
-                if asleep && d.health.is_some() {
-                    // Keep the last reading of an awake disk; say it sleeps.
-                    if let Some(h) = &mut d.health {
-                        h.report.power_state = PowerState::Standby;
-                        d.health_state = HealthState::Read {
-                            read_unix: h.read_unix,
-                        };
-                    }
-                    return;
-                }
-                merge_identity(&mut d.identity, &report.identity);
-                let mut a = health::assess(&report);
-                // I/O that fails on the drive is the plainest sign it is failing, whatever
-                // its own SMART data says (issue 7): the verdict says so until a reading
-                // with no new canary error. Errors the host caused (a full filesystem
-                // under a file target, say) only keep the canary from seeing the drive:
-                // a warning, not the drive failing.
-                let canary = new_canary_errors(&d.probes, drive.downs(), mark);
-                if !canary.device.is_empty() {
-                    a.verdict = Verdict::Failing;
-                    a.reasons.splice(0..0, canary.device);
-                } else if !canary.host.is_empty() && a.verdict != Verdict::Failing {
-                    a.verdict = Verdict::Warning;
-                }
-                a.reasons.extend(canary.host);
-                let e = endurance::estimate(
-                    &report,
-                    &drive.cfg.rating,
-                    now,
-                    &history,
-                    Some(self_written),
-                );
-                endurance::assess(&e, &mut a);
-                d.endurance = Some(e);
-                d.health = Some(HealthStatus {
-                    verdict: a.verdict,
-                    reasons: a.reasons,
-                    report: report.clone(),
-                    read_unix: now,
-                });
-                d.health_state = HealthState::Read { read_unix: now };
-                d.health_detail_metrics_off = !ctx.config.health_detail_metrics;
-            });
-            if !asleep {
-                if let Some(written) = report.host_written_bytes {
-                    let due = history
-                        .last()
-                        .is_none_or(|s| now - s.unix_seconds >= SAMPLE_EVERY);
-                    if due {
-                        ctx.store.update(|s| {
-                            s.push_sample(
-                                name,
-                                Sample {
-                                    unix_seconds: now,
-                                    host_written_bytes: written,
-                                    percentage_used_ratio: report.percentage_used_ratio,
-                                },
-                            )
-                        });
-                    }
-                }
-            }
+            record_reading(ctx, drive, report, took, now, mark);
         }
         // A read cut short by the daemon's stop (its smartctl ended with the rest) is
         // not a failure of the drive: nothing is recorded.
@@ -323,6 +217,146 @@ fn poll_once(
                         error: Some(msg),
                     },
                 );
+            });
+        }
+    }
+}
+
+/// Records why a drive with no device to read has no health, and logs it.
+fn record_no_device(ctx: &Ctx, name: &str, resolved: Option<&Resolved>, log: &mut CondLog) {
+    // Down (the state stays what the last attempt found), or a file target with no
+    // drive found under it: not applicable on a disk-less filesystem (tmpfs), a
+    // failure otherwise (ZFS, a lookup error: a drive whose health goes unread).
+    let no_drive = resolved.and_then(|r| {
+        r.no_drive.as_ref().map(|n| match n {
+            NoDrive::NotApplicable { fstype } => Ok(not_applicable_reason(&r.target, fstype)),
+            NoDrive::NotFound { reason } => Err(reason.clone()),
+        })
+    });
+    match &no_drive {
+        Some(Ok(_)) => {
+            log.ends(COLLECTOR);
+        }
+        Some(Err(reason)) => {
+            log.holds(COLLECTOR, Level::Warn, format!("health not read: {reason}"));
+        }
+        None => {}
+    }
+    let now = now_unix();
+    ctx.drive_status(name, |d| {
+        d.collectors.remove(COLLECTOR);
+        match no_drive {
+            Some(Ok(reason)) => d.health_state = HealthState::NotApplicable { reason },
+            Some(Err(reason)) => d.health_state = d.health_state.failed(reason, now),
+            None => {}
+        }
+    });
+}
+
+/// Records a successful reading: its verdict and endurance (a sleeping disk keeps its last).
+fn record_reading(
+    ctx: &Ctx,
+    drive: &DriveCtl,
+    report: HealthReport,
+    took: Duration,
+    now: f64,
+    mark: &mut ErrorMark,
+) {
+    let name = drive.cfg.name.as_str();
+    let asleep = report.power_state == PowerState::Standby;
+    let history: Vec<Sample> = ctx
+        .store
+        .lock()
+        .health
+        .get(name)
+        .cloned()
+        .unwrap_or_default();
+    let self_written = ctx.store.lock().self_written_lifetime(name);
+    ctx.drive_status(name, |d| {
+        d.collectors.insert(
+            COLLECTOR.into(),
+            CollectorStatus {
+                success: true,
+                duration_seconds: took.as_secs_f64(),
+                last_unix: now,
+                error: None,
+            },
+        );
+        if asleep && d.health.is_some() {
+            // Keep the last reading of an awake disk; say it sleeps.
+            if let Some(h) = &mut d.health {
+                h.report.power_state = PowerState::Standby;
+                d.health_state = HealthState::Read {
+                    read_unix: h.read_unix,
+                };
+            }
+            return;
+        }
+        merge_identity(&mut d.identity, &report.identity);
+        let mut a = assess_with_canaries(&report, &d.probes, drive.downs(), mark);
+        let e = endurance::estimate(
+            &report,
+            &drive.cfg.rating,
+            now,
+            &history,
+            Some(self_written),
+        );
+        endurance::assess(&e, &mut a);
+        d.endurance = Some(e);
+        d.health = Some(HealthStatus {
+            verdict: a.verdict,
+            reasons: a.reasons,
+            report: report.clone(),
+            read_unix: now,
+        });
+        d.health_state = HealthState::Read { read_unix: now };
+        d.health_detail_metrics_off = !ctx.config.health_detail_metrics;
+    });
+    if !asleep {
+        store_sample_if_due(ctx, name, &report, &history, now);
+    }
+}
+
+/// The drive's own assessment of a reading, with what the canaries' errors since the last say.
+fn assess_with_canaries(
+    report: &HealthReport,
+    probes: &BTreeMap<String, ProbeStatus>,
+    downs: u64,
+    mark: &mut ErrorMark,
+) -> Assessment {
+    let mut a = health::assess(report);
+    // I/O that fails on the drive is the plainest sign it is failing, whatever
+    // its own SMART data says (issue 7): the verdict says so until a reading
+    // with no new canary error. Errors the host caused (a full filesystem
+    // under a file target, say) only keep the canary from seeing the drive:
+    // a warning, not the drive failing.
+    let canary = new_canary_errors(probes, downs, mark);
+    if !canary.device.is_empty() {
+        a.verdict = Verdict::Failing;
+        a.reasons.splice(0..0, canary.device);
+    } else if !canary.host.is_empty() && a.verdict != Verdict::Failing {
+        a.verdict = Verdict::Warning;
+    }
+    a.reasons.extend(canary.host);
+    a
+}
+
+/// Keeps an endurance sample of an awake reading, if the last one is an hour old or more.
+fn store_sample_if_due(ctx: &Ctx, name: &str, report: &HealthReport, history: &[Sample], now: f64) {
+    if let Some(written) = report.host_written_bytes {
+        let due = history
+            .last()
+            .is_none_or(|s| now - s.unix_seconds >= SAMPLE_EVERY);
+        if due {
+            ctx.store.update(|s| {
+                s.push_sample(
+                    name,
+                    Sample {
+                        unix_seconds: now,
+                        host_written_bytes: written,
+                        percentage_used_ratio: report.percentage_used_ratio,
+                    },
+                )
             });
         }
     }

@@ -1081,18 +1081,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     if base.discovery.enabled {
         discover::log_watch(&watch);
     }
-    let web = match &opts.web_config {
-        Some(p) => Some(crate::http::WebConfig::load(p)?),
-        None => None,
-    };
-    let scheme = web.as_ref().map_or("http", |w| w.scheme());
-    if let Some(w) = &web {
-        tracing::info!(file = %w.path.display(), "web config: {}", w.summary());
-        if w.tls.is_none() && w.auth.is_some() {
-            tracing::warn!("basic auth without TLS: passwords cross the network in clear text");
-        }
-    }
-    let web = crate::http::WebHandle::new(web);
+    let web = load_web(&opts)?;
     std::fs::create_dir_all(&config.state_dir).map_err(|source| DaemonError::StateDir {
         path: config.state_dir.clone(),
         source,
@@ -1117,34 +1106,15 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         .enable_all()
         .build()
         .map_err(DaemonError::Runtime)?;
-    // Every address is bound before anything starts: one that cannot be is the whole
-    // start's one-line error. The first is the one a reload may move (when no flag pins
-    // them); the others (more `--web.listen-address`) stay as they are until the end.
     let metrics_path: Arc<str> = opts
         .telemetry_path
         .as_deref()
         .unwrap_or(crate::http::routes::DEFAULT_TELEMETRY_PATH)
         .into();
-    let addrs = if opts.listen.is_empty() {
-        vec![config.server.listen]
-    } else {
-        opts.listen.clone()
-    };
-    let mut bound_all = Vec::with_capacity(addrs.len());
-    for addr in addrs {
-        bound_all.push(bind(addr).map_err(|e| match e {
-            DaemonError::Listen { addr, source, .. } => DaemonError::Listen {
-                addr,
-                source,
-                from_flag: !opts.listen.is_empty(),
-            },
-            e => e,
-        })?);
-    }
+    let bound_all = bind_all(&opts, config.server.listen)?;
 
     discover::publish_scan(&shared, &base.discovery, &last_scan, discoverer.scans());
     discover::publish_watch(&shared, &base.discovery, &watch, &last_scan);
-    let last_watch = watch;
     let runs = Arc::new(Runs::default());
     scheduler::recover(&store, now_unix() as i64);
     scheduler::start_cleanup(&config.state_dir, &store, config.runs);
@@ -1162,164 +1132,308 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     if !first_pass_made(&shared, Duration::from_secs(10)) {
         tracing::warn!("the scheduler has not made its first pass in 10 s; starting anyway");
     }
-
-    // The discovery thread: its scans come to the main loop, which merges and swaps.
     let disc_ctl = discover::Control::new(base.discovery.clone());
-    let (disc_tx, mut disc_rx) = tokio::sync::mpsc::unbounded_channel::<crate::discovery::Scan>();
-    {
-        let (ctl, sh, first) = (disc_ctl.clone(), shared.clone(), last_scan.clone());
-        if let Err(e) = std::thread::Builder::new()
-            .name("dp-discovery".into())
-            .spawn(move || {
-                discover::run(
-                    discoverer,
-                    ctl,
-                    first,
-                    move |s| disc_tx.send(s).is_ok(),
-                    move |d, s, n| discover::publish_scan(&sh, d, s, n),
-                )
+    let disc_rx = start_discovery(discoverer, &disc_ctl, &last_scan, &shared);
+    let started = Started {
+        base,
+        last_scan,
+        last_watch: watch,
+        generation,
+        estate: Estate { runs, store },
+        disc_ctl,
+        disc_rx,
+    };
+    let serving = Serving {
+        opts: &opts,
+        shared,
+        web,
+        metrics_path,
+        http: None,
+        pinned: Vec::new(),
+    };
+    runtime.block_on(serve(serving, bound_all, started))
+}
+
+/// The web config (`--web.config.file`), loaded and checked, in a handle a reload swaps.
+fn load_web(opts: &Options) -> Result<crate::http::WebHandle, DaemonError> {
+    let web = match &opts.web_config {
+        Some(p) => Some(crate::http::WebConfig::load(p)?),
+        None => None,
+    };
+    if let Some(w) = &web {
+        tracing::info!(file = %w.path.display(), "web config: {}", w.summary());
+        if w.tls.is_none() && w.auth.is_some() {
+            tracing::warn!("basic auth without TLS: passwords cross the network in clear text");
+        }
+    }
+    Ok(crate::http::WebHandle::new(web))
+}
+
+/// Binds every listen address before anything starts: one that cannot be is the whole
+/// start's one-line error. The first is the one a reload may move (when no flag pins
+/// them); the others (more `--web.listen-address`) stay as they are until the end.
+fn bind_all(
+    opts: &Options,
+    configured: SocketAddr,
+) -> Result<Vec<(std::net::TcpListener, SocketAddr)>, DaemonError> {
+    let addrs = if opts.listen.is_empty() {
+        vec![configured]
+    } else {
+        opts.listen.clone()
+    };
+    addrs
+        .into_iter()
+        .map(|addr| {
+            bind(addr).map_err(|e| match e {
+                DaemonError::Listen { addr, source, .. } => DaemonError::Listen {
+                    addr,
+                    source,
+                    from_flag: !opts.listen.is_empty(),
+                },
+                e => e,
             })
-        {
-            tracing::error!(error = %e, "cannot start the discovery thread; drives plugged in later are not seen");
+        })
+        .collect()
+}
+
+/// Starts the discovery thread; its scans come to the main loop, which merges and swaps.
+fn start_discovery(
+    discoverer: discover::Discoverer,
+    ctl: &Arc<discover::Control>,
+    first: &crate::discovery::Scan,
+    shared: &Arc<Shared>,
+) -> tokio::sync::mpsc::UnboundedReceiver<crate::discovery::Scan> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<crate::discovery::Scan>();
+    let (ctl, sh, first) = (ctl.clone(), shared.clone(), first.clone());
+    if let Err(e) = std::thread::Builder::new()
+        .name("dp-discovery".into())
+        .spawn(move || {
+            discover::run(
+                discoverer,
+                ctl,
+                first,
+                move |s| tx.send(s).is_ok(),
+                move |d, s, n| discover::publish_scan(&sh, d, s, n),
+            )
+        })
+    {
+        tracing::error!(error = %e, "cannot start the discovery thread; drives plugged in later are not seen");
+    }
+    rx
+}
+
+/// What the control loop takes over once the threads run.
+struct Started {
+    base: Config,
+    last_scan: crate::discovery::Scan,
+    last_watch: crate::discovery::Watch,
+    generation: Generation,
+    estate: Estate,
+    disc_ctl: Arc<discover::Control>,
+    disc_rx: tokio::sync::mpsc::UnboundedReceiver<crate::discovery::Scan>,
+}
+
+/// The daemon's control loop, on the current thread's runtime.
+type DaemonSupervisor = Supervisor<Generation, Estate, supervisor::SdNotify>;
+
+/// The HTTP servers and what they serve.
+struct Serving<'a> {
+    opts: &'a Options,
+    shared: Arc<Shared>,
+    web: crate::http::WebHandle,
+    metrics_path: Arc<str>,
+    /// The server on the configured address, which a reload may move (None: a move could
+    /// not take the old address back; bound again every tick).
+    http: Option<Http>,
+    /// The servers on the other `--web.listen-address`es.
+    pinned: Vec<Http>,
+}
+
+/// Serves until SIGTERM or SIGINT: the servers start on the bound listeners, READY=1 is
+/// sent, and the loop hands ticks, SIGHUPs, finished reloads and scans to the supervisor.
+async fn serve(
+    mut s: Serving<'_>,
+    bound_all: Vec<(std::net::TcpListener, SocketAddr)>,
+    started: Started,
+) -> Result<(), DaemonError> {
+    // The signal handlers are in place before the daemon says it is there: a reload or a
+    // stop sent right after the "listening" line or READY=1 must not meet the default
+    // action (the end of the process).
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Runtime)?;
+    let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Runtime)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Runtime)?;
+    s.start(bound_all)?;
+    notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&summary_line(&s.shared)),
+    ]);
+    let watchdog = sd_notify::watchdog_enabled();
+    let period = watchdog
+        .map(|w| (w / 2).max(Duration::from_millis(100)))
+        .unwrap_or(Duration::from_secs(5));
+    let mut tick = tokio::time::interval(period.min(Duration::from_secs(5)));
+    let mut reload: Option<Reload> = None;
+    let Started {
+        base,
+        last_scan,
+        last_watch,
+        generation,
+        estate,
+        disc_ctl,
+        mut disc_rx,
+    } = started;
+    let mut sup = Supervisor::new(
+        base,
+        last_scan,
+        last_watch,
+        generation,
+        estate,
+        supervisor::SdNotify,
+        s.shared.clone(),
+        Box::new(move |d| match d {
+            Some(d) => disc_ctl.set(d),
+            None => disc_ctl.stop(),
+        }),
+        watchdog.is_some(),
+    );
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                s.listen_again(sup.listen());
+                sup.tick();
+            }
+            _ = hup.recv() => {
+                if sup.hup() {
+                    // The files are read and checked on a thread of their own: this one
+                    // serves HTTP and takes SIGTERM, whatever the files do.
+                    reload = Some(Reload::start(s.opts, RELOAD_TIMEOUT));
+                }
+            }
+            done = Reload::finish(&mut reload) => {
+                reload = None;
+                s.reloaded(&mut sup, done).await?;
+            }
+            Some(scan) = disc_rx.recv() => {
+                let mut scans = vec![scan];
+                while let Ok(newer) = disc_rx.try_recv() {
+                    scans.push(newer);
+                }
+                sup.scanned(scans).await?;
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    s.stop(sup).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+impl Serving<'_> {
+    /// Starts a server on each bound listener and says where it listens.
+    fn start(
+        &mut self,
+        bound_all: Vec<(std::net::TcpListener, SocketAddr)>,
+    ) -> Result<(), DaemonError> {
+        let scheme = self.web.current().map_or("http", |w| w.scheme());
+        for (listener, bound) in bound_all {
+            let h = Http::start(listener, bound, &self.shared, &self.web, &self.metrics_path)?;
+            if self.http.is_none() {
+                self.http = Some(h);
+            } else {
+                self.pinned.push(h);
+            }
+        }
+        for bound in self.http.iter().chain(&self.pinned).map(|h| h.bound) {
+            announce(bound, &self.web);
+            let path = &self.metrics_path;
+            tracing::info!(%bound, metrics = %format!("{scheme}://{bound}{path}"), "driveprobe daemon started");
+        }
+        Ok(())
+    }
+
+    /// A move that could not take the old address back left no listener: binds the
+    /// configured one again (called every tick until it can).
+    fn listen_again(&mut self, to: SocketAddr) {
+        if self.http.is_some() {
+            return;
+        }
+        match Http::open(to, &self.shared, &self.web, &self.metrics_path) {
+            Ok(h) => {
+                announce(h.bound, &self.web);
+                tracing::info!(bound = %h.bound, "listening again");
+                self.http = Some(h);
+            }
+            Err(e) => tracing::debug!(error = %e, "still no listener"),
         }
     }
 
-    runtime.block_on(async move {
-        // The signal handlers are in place before the daemon says it is there: a reload
-        // or a stop sent right after the "listening" line or READY=1 must not meet the
-        // default action (the end of the process).
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut hup = signal(SignalKind::hangup()).map_err(DaemonError::Runtime)?;
-        let mut term = signal(SignalKind::terminate()).map_err(DaemonError::Runtime)?;
-        let mut int = signal(SignalKind::interrupt()).map_err(DaemonError::Runtime)?;
-        let mut http = None;
-        let mut pinned = Vec::new();
-        for (listener, bound) in bound_all {
-            let h = Http::start(listener, bound, &shared, &web, &metrics_path)?;
-            if http.is_none() {
-                http = Some(h);
-            } else {
-                pinned.push(h);
-            }
-        }
-        for bound in http.iter().chain(&pinned).map(|h| h.bound) {
-            announce(bound, &web);
-            tracing::info!(%bound, metrics = %format!("{scheme}://{bound}{metrics_path}"), "driveprobe daemon started");
-        }
-        notify(&[
-            sd_notify::NotifyState::Ready,
-            sd_notify::NotifyState::Status(&summary_line(&shared)),
-        ]);
-        let watchdog = sd_notify::watchdog_enabled();
-        let period = watchdog
-            .map(|w| (w / 2).max(Duration::from_millis(100)))
-            .unwrap_or(Duration::from_secs(5));
-        let mut tick = tokio::time::interval(period.min(Duration::from_secs(5)));
-        let mut reload: Option<Reload> = None;
-        let estate = Estate {
-            runs: runs.clone(),
-            store: store.clone(),
+    /// A SIGHUP's files are read: the web config takes effect (or is refused alone), a
+    /// new listen address is bound before anything changes, and the supervisor swaps.
+    async fn reloaded(
+        &mut self,
+        sup: &mut DaemonSupervisor,
+        done: Result<ReloadRead, ReloadError>,
+    ) -> Result<(), DaemonError> {
+        let (new_web, mut loaded) = match done {
+            Ok((web, config)) => (web, config.map_err(ReloadError::from)),
+            Err(e) => (None, Err(e)),
         };
-        let ctl = disc_ctl.clone();
-        let mut sup = Supervisor::new(
-            base,
-            last_scan,
-            last_watch,
-            generation,
-            estate,
-            supervisor::SdNotify,
-            shared.clone(),
-            Box::new(move |d| match d {
-                Some(d) => ctl.set(d),
-                None => ctl.stop(),
-            }),
-            watchdog.is_some(),
-        );
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {
-                    if http.is_none() {
-                        // A move that could not take the old address back left no
-                        // listener: bind the configured one again, every tick until it can.
-                        let to = sup.listen();
-                        match Http::open(to, &shared, &web, &metrics_path) {
-                            Ok(h) => {
-                                announce(h.bound, &web);
-                                tracing::info!(bound = %h.bound, "listening again");
-                                http = Some(h);
-                            }
-                            Err(e) => tracing::debug!(error = %e, "still no listener"),
-                        }
-                    }
-                    sup.tick();
+        match new_web {
+            Some(Ok(w)) => {
+                tracing::info!("web config reloaded: {}", w.summary());
+                self.web.set(w);
+            }
+            Some(Err(e)) => {
+                tracing::error!("the new web config is refused; the old one stays in force: {e}")
+            }
+            None => {}
+        }
+        // A new listen address is bound before anything changes: if it cannot be, the
+        // whole new config is refused and the old one keeps serving.
+        if let Ok(new) = &loaded {
+            if self.http.is_none() || new.server.listen != sup.listen() {
+                if let Err(e) = self.move_to(new.server.listen).await {
+                    loaded = Err(ReloadError::Listen(e));
                 }
-                _ = hup.recv() => {
-                    if sup.hup() {
-                        // The files are read and checked on a thread of their own: this
-                        // one serves HTTP and takes SIGTERM, whatever the files do.
-                        reload = Some(Reload::start(&opts, RELOAD_TIMEOUT));
-                    }
-                }
-                done = Reload::finish(&mut reload) => {
-                    reload = None;
-                    let (new_web, mut loaded) = match done {
-                        Ok((web, config)) => (web, config.map_err(ReloadError::from)),
-                        Err(e) => (None, Err(e)),
-                    };
-                    match new_web {
-                        Some(Ok(w)) => {
-                            tracing::info!("web config reloaded: {}", w.summary());
-                            web.set(w);
-                        }
-                        Some(Err(e)) => tracing::error!("the new web config is refused; the old one stays in force: {e}"),
-                        None => {}
-                    }
-                    // A new listen address is bound before anything changes: if it cannot
-                    // be, the whole new config is refused and the old one keeps serving.
-                    if let Ok(new) = &loaded {
-                        if http.is_none() || new.server.listen != sup.listen() {
-                            let to = new.server.listen;
-                            let (now, moved) = match http.take() {
-                                Some(h) => h.move_to(to, &shared, &web, &metrics_path).await,
-                                None => match Http::open(to, &shared, &web, &metrics_path) {
-                                    Ok(h) => (Some(h), Ok(())),
-                                    Err(e) => (None, Err(e)),
-                                },
-                            };
-                            http = now;
-                            match moved {
-                                Ok(()) => {
-                                    let bound = http.as_ref().map(|h| h.bound).unwrap_or(to);
-                                    announce(bound, &web);
-                                    tracing::info!(%bound, "listening on the new address; the old one is closed");
-                                }
-                                Err(e) => loaded = Err(ReloadError::Listen(e)),
-                            }
-                        }
-                    }
-                    sup.reloaded(loaded).await?;
-                }
-                Some(scan) = disc_rx.recv() => {
-                    let mut scans = vec![scan];
-                    while let Ok(newer) = disc_rx.try_recv() {
-                        scans.push(newer);
-                    }
-                    sup.scanned(scans).await?;
-                }
-                _ = term.recv() => break,
-                _ = int.recv() => break,
             }
         }
-        for h in http.iter().chain(&pinned) {
+        sup.reloaded(loaded).await?;
+        Ok(())
+    }
+
+    /// Moves the configured server to `to` (or opens it there, when there is none).
+    async fn move_to(&mut self, to: SocketAddr) -> Result<(), DaemonError> {
+        let (now, moved) = match self.http.take() {
+            Some(h) => {
+                h.move_to(to, &self.shared, &self.web, &self.metrics_path)
+                    .await
+            }
+            None => match Http::open(to, &self.shared, &self.web, &self.metrics_path) {
+                Ok(h) => (Some(h), Ok(())),
+                Err(e) => (None, Err(e)),
+            },
+        };
+        self.http = now;
+        moved?;
+        let bound = self.http.as_ref().map(|h| h.bound).unwrap_or(to);
+        announce(bound, &self.web);
+        tracing::info!(%bound, "listening on the new address; the old one is closed");
+        Ok(())
+    }
+
+    /// The end: the servers stop accepting, the supervisor stops the threads, and
+    /// requests in flight get a moment to finish.
+    async fn stop(self, sup: DaemonSupervisor) {
+        for h in self.http.iter().chain(&self.pinned) {
             let _ = h.shutdown.send(true);
         }
         sup.stop();
-        for h in http.into_iter().chain(pinned) {
+        for h in self.http.into_iter().chain(self.pinned) {
             let _ = tokio::time::timeout(Duration::from_millis(500), h.server).await;
         }
-        tracing::info!("stopped");
-        Ok(())
-    })
+    }
 }
 
 /// How long a reload may take to read and check its files before it is given up (the

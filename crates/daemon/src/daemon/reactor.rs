@@ -42,7 +42,7 @@ use crate::sys::shared_ring::SharedRing;
 use crate::target::Target;
 
 use super::canary_io::{
-    coarse_stall, Clock, HostClock, Interval, IoTimes, SegmentError, MAX_BACKLOG,
+    coarse_stall, stamp, Clock, HostClock, Interval, IoTimes, SegmentError, MAX_BACKLOG,
 };
 
 /// The most an I/O is issued ahead of its due time to share a wake-up with another.
@@ -538,13 +538,6 @@ fn next_boundary(now: u64, interval: u64) -> u64 {
     (now / interval + 1) * interval
 }
 
-/// Fresh random words in each sector of a write's buffer: no two writes alike (no dedup).
-fn stamp(buf: &mut [u8], gen: &mut OpGen) {
-    for sector in buf.chunks_exact_mut(512) {
-        sector[..8].copy_from_slice(&gen.rng().next_u64().to_le_bytes());
-    }
-}
-
 /// The reactor's loop. Returns only when the observer is gone.
 fn run(shared: Arc<Shared>, mut ring: SharedRing, flushes: &mpsc::Sender<Vec<Flush>>) {
     // A local, dropped before the ring (a parameter, dropped after every local): the
@@ -552,147 +545,209 @@ fn run(shared: Arc<Shared>, mut ring: SharedRing, flushes: &mpsc::Sender<Vec<Flu
     // complete.
     let _alive = AliveGuard(shared.clone());
     let mut clock = HostClock::for_this_thread();
-    // Indexed by the ring's slot.
-    let mut slots: Vec<Option<Slot>> = Vec::new();
-    let mut batch: Vec<Flush> = Vec::new();
-    // The wake-up the last sleep was planned for, and the run delay when it began.
-    let mut planned = clock.now_ns();
-    let mut slept_delay = clock.run_delay_ns();
-    // Completions of other canaries taken while submitting one.
-    let mut early: Vec<(u32, i32, u64)> = Vec::new();
+    let mut r = ReactorLoop {
+        // The wake-up the last sleep was planned for, and the run delay when it began.
+        planned: clock.now_ns(),
+        slept_delay: clock.run_delay_ns(),
+        clock,
+        ring: &mut ring,
+        slots: Vec::new(),
+        batch: Vec::new(),
+        early: Vec::new(),
+    };
     loop {
         shared.wakes.fetch_add(1, Ordering::Relaxed);
-        let now = clock.now_ns();
-        let delay = clock.run_delay_ns();
-        // What completed while the reactor slept: its wait for a CPU since it was woken
-        // is the host's.
-        let woken_late = delay.saturating_sub(slept_delay);
-        ring.reap(|r, res| {
+        let now = r.clock.now_ns();
+        let delay = r.clock.run_delay_ns();
+        r.reap_woken(now, delay);
+        admit(&shared, r.ring, &mut r.slots, now, delay);
+        r.ends_and_boundaries(now, delay);
+        if !r.batch.is_empty() && flushes.send(std::mem::take(&mut r.batch)).is_err() {
+            return;
+        }
+        let issued = r.issue_due(now);
+        shared.ios.fetch_add(issued, Ordering::Relaxed);
+        if issued > 0 {
+            shared.issuing_wakes.fetch_add(1, Ordering::Relaxed);
+        }
+        r.sleep();
+    }
+}
+
+/// The reactor's state between wake-ups.
+struct ReactorLoop<'a> {
+    clock: HostClock,
+    ring: &'a mut SharedRing,
+    /// Indexed by the ring's slot.
+    slots: Vec<Option<Slot>>,
+    /// Intervals flushed on this wake-up, for the observer.
+    batch: Vec<Flush>,
+    /// The wake-up the last sleep was planned for, and the run delay when it began.
+    planned: u64,
+    slept_delay: u64,
+    /// Completions of other canaries taken while submitting one.
+    early: Vec<(u32, i32, u64)>,
+}
+
+/// The run delay (schedstat) read after one I/O is the one before the next (a read of
+/// /proc/thread-self/schedstat costs microseconds; one per I/O, not two), when the next
+/// is issued within MARK_NS of it: a preemption in between would show as a longer gap on
+/// the clock, and then it is read again.
+#[derive(Default)]
+struct DelayMark(Option<(u64, u64)>);
+
+impl DelayMark {
+    /// The run delay before an I/O is issued.
+    #[inline]
+    fn before(&self, clock: &mut HostClock) -> u64 {
+        let pre = clock.now_ns();
+        match self.0 {
+            Some((d, at)) if pre.saturating_sub(at) < MARK_NS => d,
+            _ => clock.run_delay_ns(),
+        }
+    }
+
+    /// The run delay once an I/O is issued, kept for the next.
+    #[inline]
+    fn after(&mut self, clock: &mut HostClock) -> u64 {
+        let d1 = clock.run_delay_ns();
+        self.0 = Some((d1, clock.now_ns()));
+        d1
+    }
+}
+
+impl ReactorLoop<'_> {
+    /// What completed while the reactor slept: its wait for a CPU since it was woken is
+    /// the host's.
+    fn reap_woken(&mut self, now: u64, delay: u64) {
+        let woken_late = delay.saturating_sub(self.slept_delay);
+        let slots = &mut self.slots;
+        self.ring.reap(|r, res| {
             if let Some(Some(s)) = slots.get_mut(r as usize) {
                 s.complete(res, now, woken_late);
             }
         });
-        admit(&shared, &mut ring, &mut slots, now, delay);
-        // Ends and interval boundaries.
-        for (r, entry) in slots.iter_mut().enumerate() {
+    }
+
+    /// Ends and interval boundaries: a stopped segment ends once its I/O is back.
+    fn ends_and_boundaries(&mut self, now: u64, delay: u64) {
+        for (r, entry) in self.slots.iter_mut().enumerate() {
             let Some(s) = entry else { continue };
             if s.control.is_stopped() || now >= s.end {
                 s.stopping = true;
             }
             if s.stopping && s.flight.is_none() {
-                s.flush(now, delay, true, &mut batch);
-                ring.close(r as u32);
+                s.flush(now, delay, true, &mut self.batch);
+                self.ring.close(r as u32);
                 *entry = None;
                 continue;
             }
             if now >= s.boundary {
-                s.flush(now, delay, false, &mut batch);
+                s.flush(now, delay, false, &mut self.batch);
                 s.boundary = next_boundary(now, s.interval);
             }
         }
-        if !batch.is_empty() && flushes.send(std::mem::take(&mut batch)).is_err() {
-            return;
-        }
-        // Every idle canary's I/O due within its slack, each submitted and timed alone
-        // (one system call each, all on this one wake-up).
+    }
+
+    /// Every idle canary's I/O due within its slack, each submitted and timed alone (one
+    /// system call each, all on this one wake-up). Returns how many were issued.
+    fn issue_due(&mut self, now: u64) -> u64 {
         let mut issued = 0;
-        early.clear();
-        // The run delay read after one I/O is the one before the next (a read of
-        // /proc/thread-self/schedstat costs microseconds; one per I/O, not two), when the
-        // next is issued within MARK_NS of it: a preemption in between would show as a
-        // longer gap on the clock, and then it is read again.
-        let mut mark: Option<(u64, u64)> = None;
-        let before_issue = |clock: &mut HostClock, mark: Option<(u64, u64)>| {
-            let pre = clock.now_ns();
-            match mark {
-                Some((d, at)) if pre.saturating_sub(at) < MARK_NS => d,
-                _ => clock.run_delay_ns(),
-            }
-        };
-        for (r, entry) in slots.iter_mut().enumerate() {
-            let Some(s) = entry else { continue };
+        self.early.clear();
+        let mut mark = DelayMark::default();
+        for r in 0..self.slots.len() {
+            let Some(s) = &self.slots[r] else { continue };
             if s.stopping || s.flight.is_some() || s.next_due > (now + s.slack) as f64 {
                 continue;
             }
-            if s.sync.is_none() && !ring.has_room() {
+            if s.sync.is_none() && !self.ring.has_room() {
                 continue;
-            }
-            let (due, op) = s.next(planned);
-            let buf = &mut ring.buf_mut(r as u32)[..op.len as usize];
-            if !op.read {
-                stamp(buf, &mut s.gen);
             }
             issued += 1;
-            if let Some(file) = &s.sync {
-                // A file in memory: the call cannot hang, and io_uring would hand it to
-                // a kernel worker (a wake-up per I/O).
-                let d0 = before_issue(&mut clock, mark);
-                let issue = clock.now_ns();
-                let res = if op.read {
-                    rustix::io::pread(&**file, buf, op.offset)
-                } else {
-                    rustix::io::pwrite(&**file, buf, op.offset)
-                };
-                let done = clock.now_ns();
-                let d1 = clock.run_delay_ns();
-                mark = Some((d1, clock.now_ns()));
-                let waited = d1.saturating_sub(d0);
-                s.flight = Some(Flight {
-                    due,
-                    issue,
-                    submit_waited: 0,
-                    read: op.read,
-                    len: op.len,
-                });
-                let res = match res {
-                    Ok(n) => n as i32,
-                    Err(e) => -e.raw_os_error(),
-                };
-                s.complete(res, done, waited);
-                continue;
+            self.issue(r, &mut mark);
+        }
+        for (r, res, done) in self.early.drain(..) {
+            if let Some(Some(s)) = self.slots.get_mut(r as usize) {
+                s.complete(res, done, 0);
             }
-            ring.queue(r as u32, op.read, op.offset, op.len);
-            let d0 = before_issue(&mut clock, mark);
+        }
+        issued
+    }
+
+    /// Issues slot `r`'s next I/O: a file in memory is read or written here (the call
+    /// cannot hang, and io_uring would hand it to a kernel worker, a wake-up per I/O);
+    /// other I/O goes to the ring, and completes now if it completed at submission.
+    #[inline]
+    fn issue(&mut self, r: usize, mark: &mut DelayMark) {
+        let ReactorLoop {
+            clock,
+            ring,
+            slots,
+            planned,
+            early,
+            ..
+        } = self;
+        let Some(s) = slots[r].as_mut() else { return };
+        let (due, op) = s.next(*planned);
+        let buf = &mut ring.buf_mut(r as u32)[..op.len as usize];
+        if !op.read {
+            stamp(buf, &mut s.gen);
+        }
+        if let Some(file) = &s.sync {
+            let d0 = mark.before(clock);
             let issue = clock.now_ns();
-            if let Err(e) = ring.submit() {
-                tracing::warn!("canary reactor: submission failed: {e}");
-            }
+            let res = if op.read {
+                rustix::io::pread(&**file, buf, op.offset)
+            } else {
+                rustix::io::pwrite(&**file, buf, op.offset)
+            };
             let done = clock.now_ns();
-            let d1 = clock.run_delay_ns();
-            mark = Some((d1, clock.now_ns()));
+            let waited = mark.after(clock).saturating_sub(d0);
             s.flight = Some(Flight {
                 due,
                 issue,
-                submit_waited: d1.saturating_sub(d0),
+                submit_waited: 0,
                 read: op.read,
                 len: op.len,
             });
-            // Completed at submission (a page-cache hit): done now. Another canary's
-            // completion taken here came while this thread ran: its wait is in its
-            // service time, at most this loop's few microseconds.
-            ring.reap(|r2, res| {
-                if r2 as usize == r {
-                    s.complete(res, done, 0);
-                } else {
-                    early.push((r2, res, done));
-                }
-            });
+            let res = match res {
+                Ok(n) => n as i32,
+                Err(e) => -e.raw_os_error(),
+            };
+            s.complete(res, done, waited);
+            return;
         }
-        shared.ios.fetch_add(issued, Ordering::Relaxed);
-        if issued > 0 {
-            shared.issuing_wakes.fetch_add(1, Ordering::Relaxed);
+        ring.queue(r as u32, op.read, op.offset, op.len);
+        let d0 = mark.before(clock);
+        let issue = clock.now_ns();
+        if let Err(e) = ring.submit() {
+            tracing::warn!("canary reactor: submission failed: {e}");
         }
-        if !early.is_empty() {
-            for (r, res, done) in early.drain(..) {
-                if let Some(Some(s)) = slots.get_mut(r as usize) {
-                    s.complete(res, done, 0);
-                }
+        let done = clock.now_ns();
+        let d1 = mark.after(clock);
+        s.flight = Some(Flight {
+            due,
+            issue,
+            submit_waited: d1.saturating_sub(d0),
+            read: op.read,
+            len: op.len,
+        });
+        // Completed at submission (a page-cache hit): done now. Another canary's
+        // completion taken here came while this thread ran: its wait is in its service
+        // time, at most this loop's few microseconds.
+        ring.reap(|r2, res| {
+            if r2 as usize == r {
+                s.complete(res, done, 0);
+            } else {
+                early.push((r2, res, done));
             }
-        }
-        // Sleep to the next due I/O or boundary, or the first completion.
-        let now = clock.now_ns();
+        });
+    }
+
+    /// When to wake: the next due I/O or boundary, at most IDLE_NS away.
+    fn deadline(&self, now: u64) -> u64 {
         let mut deadline = now + IDLE_NS;
-        for s in slots.iter().flatten() {
+        for s in self.slots.iter().flatten() {
             deadline = deadline.min(s.boundary);
             if s.stopping {
                 // Waiting for its last I/O: the completion wakes the reactor, or it came
@@ -706,20 +761,27 @@ fn run(shared: Arc<Shared>, mut ring: SharedRing, flushes: &mpsc::Sender<Vec<Flu
             if s.flight.is_none() {
                 let due = s.next_due.max(0.0) as u64;
                 // Due but the ring is full: look again in a millisecond.
-                let full = s.sync.is_none() && !ring.has_room();
+                let full = s.sync.is_none() && !self.ring.has_room();
                 deadline = deadline.min(due.max(now + 1_000_000 * u64::from(full)));
             }
         }
+        deadline
+    }
+
+    /// Sleeps to the next due I/O or boundary, or the first completion.
+    fn sleep(&mut self) {
+        let now = self.clock.now_ns();
+        let deadline = self.deadline(now);
         if deadline <= now {
-            planned = now;
-            slept_delay = clock.run_delay_ns();
-            continue;
+            self.planned = now;
+            self.slept_delay = self.clock.run_delay_ns();
+            return;
         }
-        planned = deadline;
-        slept_delay = clock.run_delay_ns();
+        self.planned = deadline;
+        self.slept_delay = self.clock.run_delay_ns();
         let wait = Duration::from_nanos(deadline - now);
-        if ring.in_flight() > 0 {
-            if let Err(e) = ring.submit_and_wait(wait) {
+        if self.ring.in_flight() > 0 {
+            if let Err(e) = self.ring.submit_and_wait(wait) {
                 tracing::warn!("canary reactor: wait failed: {e}");
                 std::thread::sleep(wait.min(Duration::from_millis(10)));
             }

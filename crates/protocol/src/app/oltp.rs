@@ -269,13 +269,7 @@ pub fn run_observed(
     on_event: &mut dyn FnMut(&str),
 ) -> Result<Vec<AppPoint>, OltpError> {
     let progs = programs(opts)?;
-    if !dir.is_dir() {
-        return Err(OltpError::NotADirectory(dir.to_path_buf()));
-    }
-    // mariadbd changes into its datadir before it opens the paths it is given (socket,
-    // pid file, error log), so a relative directory would point elsewhere.
-    let absolute =
-        std::path::absolute(dir).map_err(|_| OltpError::NotADirectory(dir.to_path_buf()))?;
+    let absolute = absolute_dir(dir)?;
     let dir = absolute.as_path();
     // Datadirs (and sockets) of a driveprobe that was killed outright.
     super::remove_stale(dir, PREFIX);
@@ -283,6 +277,47 @@ pub fn run_observed(
     if control.is_stopped() {
         return Ok(Vec::new());
     }
+    check_room(dir, opts)?;
+    let datadir = make_datadir(dir)?;
+    let root = rustix::process::geteuid().is_root();
+
+    // The system tables.
+    on_event("initialise the datadir");
+    if !install_system_tables(&progs, &datadir, opts, control, root)? {
+        return Ok(Vec::new());
+    }
+
+    // The server.
+    on_event("start MariaDB");
+    let server = spawn_server(&progs, &datadir, opts, control, root)?;
+    let Some(mut server) = await_socket(server, &datadir.socket, control)? else {
+        return Ok(Vec::new());
+    };
+
+    let direct_io = innodb_direct_io(server.guard.id(), &datadir.path);
+    let result = measure(&progs, &datadir, &mut server, opts, control, on_event);
+    server.shutdown();
+    drop(datadir);
+    result.map(|mut points| {
+        for p in &mut points {
+            p.direct_io = direct_io;
+        }
+        points
+    })
+}
+
+/// Checks that `dir` is a directory and returns its absolute path.
+fn absolute_dir(dir: &Path) -> Result<PathBuf, OltpError> {
+    if !dir.is_dir() {
+        return Err(OltpError::NotADirectory(dir.to_path_buf()));
+    }
+    // mariadbd changes into its datadir before it opens the paths it is given (socket,
+    // pid file, error log), so a relative directory would point elsewhere.
+    std::path::absolute(dir).map_err(|_| OltpError::NotADirectory(dir.to_path_buf()))
+}
+
+/// Fails when the filesystem of `dir` has too little free space for the database.
+fn check_room(dir: &Path, opts: &OltpOptions) -> Result<(), OltpError> {
     let need = opts.space_needed();
     if let Some(free) = free_bytes(dir).ok().flatten() {
         if free < need {
@@ -293,6 +328,11 @@ pub fn run_observed(
             });
         }
     }
+    Ok(())
+}
+
+/// Creates this process's empty datadir under `dir` and picks its socket path.
+fn make_datadir(dir: &Path) -> Result<DataDir, OltpError> {
     let path = dir.join(format!("{PREFIX}{}", std::process::id()));
     // A leftover of an earlier run of this pid (a kill -9) is ours to remove.
     if path.exists() {
@@ -303,11 +343,17 @@ pub fn run_observed(
     if socket.as_os_str().len() > 100 {
         socket = std::env::temp_dir().join(format!("{PREFIX}{}.sock", std::process::id()));
     }
-    let datadir = DataDir { path, socket };
-    let root = rustix::process::geteuid().is_root();
+    Ok(DataDir { path, socket })
+}
 
-    // The system tables.
-    on_event("initialise the datadir");
+/// Runs `mariadb-install-db` to create the system tables; `Ok(false)`: stopped.
+fn install_system_tables(
+    progs: &Programs,
+    datadir: &DataDir,
+    opts: &OltpOptions,
+    control: &RunControl,
+    root: bool,
+) -> Result<bool, OltpError> {
     let install_log = datadir.path.join("install.log");
     let (out, err) = output_file(&install_log)?;
     let mut cmd = Command::new(&progs.install_db);
@@ -336,7 +382,7 @@ pub fn run_observed(
                 tail: tail(&install_log, 6),
             })
         }
-        Waited::Stopped => return Ok(Vec::new()),
+        Waited::Stopped => return Ok(false),
         Waited::TimedOut => {
             return Err(OltpError::Install {
                 status: "no end within 300 s".into(),
@@ -345,9 +391,17 @@ pub fn run_observed(
         }
     }
     drop(g);
+    Ok(true)
+}
 
-    // The server.
-    on_event("start MariaDB");
+/// Writes the init file and starts `mariadbd` on the datadir, listening on its socket only.
+fn spawn_server(
+    progs: &Programs,
+    datadir: &DataDir,
+    opts: &OltpOptions,
+    control: &RunControl,
+    root: bool,
+) -> Result<Server, OltpError> {
     let init = datadir.path.join("init.sql");
     std::fs::write(&init, "CREATE DATABASE IF NOT EXISTS sbtest;\n")
         .map_err(io(format!("write {}", init.display())))?;
@@ -379,27 +433,33 @@ pub fn run_observed(
         cmd.arg("--user=root");
     }
     let guard = ChildGuard::spawn_metered(&mut cmd, control).map_err(io("start mariadbd"))?;
-    let mut server = Server {
-        guard,
-        log: log.clone(),
-    };
+    Ok(Server { guard, log })
+}
+
+/// Waits up to 120 s for the server to accept connections on `socket`; `Ok(None)`: stopped
+/// (the server is then shut down).
+fn await_socket(
+    mut server: Server,
+    socket: &Path,
+    control: &RunControl,
+) -> Result<Option<Server>, OltpError> {
     let t0 = Instant::now();
     loop {
         if let Ok(Some(s)) = server.guard.try_wait() {
             return Err(OltpError::ServerStart {
                 why: format!("mariadbd exited, {s}"),
-                tail: tail(&log, 6),
+                tail: tail(&server.log, 6),
             });
         }
-        if std::os::unix::net::UnixStream::connect(&datadir.socket).is_ok() {
-            break;
+        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+            return Ok(Some(server));
         }
         if control.is_stopped() {
             server.shutdown();
-            return Ok(Vec::new());
+            return Ok(None);
         }
         if t0.elapsed() > Duration::from_secs(120) {
-            let tail = tail(&log, 6);
+            let tail = tail(&server.log, 6);
             drop(server);
             return Err(OltpError::ServerStart {
                 why: "no socket within 120 s".into(),
@@ -408,17 +468,6 @@ pub fn run_observed(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-
-    let direct_io = innodb_direct_io(server.guard.id(), &datadir.path);
-    let result = measure(&progs, &datadir, &mut server, opts, control, on_event);
-    server.shutdown();
-    drop(datadir);
-    result.map(|mut points| {
-        for p in &mut points {
-            p.direct_io = direct_io;
-        }
-        points
-    })
 }
 
 /// Whether the server `pid` has InnoDB's data files (`ibdata1`, `*.ibd`) under `datadir`
