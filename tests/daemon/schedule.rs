@@ -587,6 +587,9 @@ fn loads_while_another_thread_saves_always_see_a_whole_state() {
 
 const CHILD_ENV: &str = "DRIVEPROBE_SCHEDULE_TEST_WRITER";
 
+/// [`state_survives_kill_9`]'s name in this binary, for the child to run it alone.
+const KILL_9_TEST: &str = "schedule::state_survives_kill_9";
+
 /// As a child (CHILD_ENV set): a daemon that loads, grows and saves the state forever.
 fn writer_forever(path: &Path) -> ! {
     loop {
@@ -607,7 +610,7 @@ fn state_survives_kill_9() {
     let mut nonempty = 0;
     for _ in 0..20 {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["state_survives_kill_9", "--exact", "--test-threads=1"])
+            .args([KILL_9_TEST, "--exact", "--test-threads=1"])
             .env(CHILD_ENV, &path)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -622,7 +625,10 @@ fn state_survives_kill_9() {
             nonempty += 1;
         }
     }
-    assert!(nonempty >= 10, "the writer rarely got to write: {nonempty}");
+    assert!(
+        nonempty >= 10,
+        "the writer rarely got to write ({KILL_9_TEST} in this binary?): {nonempty}"
+    );
     // A leftover temporary file does no harm: the next save overwrites it.
     std::fs::write(temp_path(&path), b"{ torn").unwrap();
     save_atomic(&path, &consistent_state(3)).unwrap();

@@ -48,7 +48,7 @@ run sata-wwid cat /sys/block/sda/device/wwid
 run bench-nvme driveprobe bench /dev/nvme0n1 --rw write --bs 1m --io-size 16m --allow-destructive --expect-serial TESTSN01
 run scsi-debug sh -c 'modprobe scsi_debug dev_size_mb=8 && sleep 1 && grep -l scsi_debug /sys/block/sd*/device/model'
 chmod 0755 /purge-guest
-run guest env DRIVEPROBE_VM_GUEST=1 /purge-guest --exact guest_side --ignored --nocapture --test-threads=1
+run guest env DRIVEPROBE_VM_GUEST=1 /purge-guest --exact purge::guest_side --ignored --nocapture --test-threads=1
 "#;
 
 // ---------------------------------------------------------------- guest side
@@ -222,7 +222,7 @@ fn guest_binary(dir: &Path) -> PathBuf {
 
 fn results(text: &str) -> Vec<Value> {
     text.lines()
-        // libtest prints `test guest_side ... ` without a newline before the first one.
+        // libtest prints `test purge::guest_side ... ` without a newline before the first one.
         .filter_map(|l| l.find("PURGE-RESULT ").map(|i| &l[i + 13..]))
         .map(|j| serde_json::from_str(j).unwrap_or_else(|e| panic!("{e}: {j}")))
         .collect()

@@ -121,6 +121,9 @@ impl Canary {
             return;
         };
         let control = RunControl::new().discarding_intervals();
+        // The file target's identity as opened, taken at once: a file replaced from here
+        // on is seen as changed.
+        let opened = (identity_of(target.path()), Instant::now());
         // Count this canary active, then look again: a run that took the drive meanwhile
         // (it registers first, then waits for the count to reach zero) is seen here.
         self.drive.active.fetch_add(1, Ordering::SeqCst);
@@ -130,7 +133,7 @@ impl Canary {
         }
         self.state = ProbeState::Running;
         self.publish();
-        let result = self.segment(&job, &target, &control);
+        let result = self.segment(&job, &target, &control, opened);
         self.drive.active.fetch_sub(1, Ordering::SeqCst);
         drop(target);
         self.ended(result, &control);
@@ -195,13 +198,14 @@ impl Canary {
     /// Runs one segment. A rate-limited QD1 probe runs on the reactor shared by every
     /// canary (see `reactor`), or on this thread where the reactor cannot run (see
     /// `canary_io`); others, on the engine's workers.
+    /// `opened`: the file target's identity when it was opened, and when that was.
     fn segment(
         &mut self,
         job: &engine::Job,
         target: &Target,
         control: &RunControl,
-    ) -> Result<Segment, String> {
-        let opened = identity_of(target.path());
+        (opened, mut last_check): (Option<(u64, u64, u64)>, Instant),
+    ) -> Result<Segment, SegmentFailed> {
         if canary_io::can_run(job) {
             if let Some(reactor) = reactor::global().filter(|_| reactor::Reactor::takes(target)) {
                 let seg = ReactorSegment {
@@ -221,7 +225,6 @@ impl Canary {
             }
         }
         let threads = job.workers().max(1);
-        let mut last_check = Instant::now();
         let Canary {
             ctx,
             drive,
@@ -270,7 +273,7 @@ impl Canary {
                 })
             })
             .map(|()| Segment::default())
-            .map_err(|e| e.to_string())
+            .map_err(SegmentFailed::Loop)
         } else {
             let mut interval_start = 0.0;
             engine::run_observed(job, target, control, &mut |s, d| {
@@ -289,13 +292,13 @@ impl Canary {
                 first_mismatch: r.verify.first.first().copied(),
                 stopped_early: r.stopped_early,
             })
-            .map_err(|e| e.to_string())
+            .map_err(SegmentFailed::Engine)
         }
     }
 
     /// Judges a segment's end: corruption said loudly, an early end or a failure made the
     /// probe's state and waited out.
-    fn ended(&mut self, result: Result<Segment, String>, control: &RunControl) {
+    fn ended(&mut self, result: Result<Segment, SegmentFailed>, control: &RunControl) {
         match result {
             Ok(r) => {
                 self.backoff = Duration::from_secs(1);
@@ -328,7 +331,8 @@ impl Canary {
                     }
                 }
             }
-            Err(msg) => {
+            Err(e) => {
+                let msg = e.to_string();
                 set_collector(
                     &self.ctx,
                     &self.name,
@@ -507,7 +511,7 @@ impl ReactorSegment<'_> {
         win: &mut Windows,
         state: &mut ProbeState,
         standby: &mut StandbyCheck,
-    ) -> Result<(), String> {
+    ) -> Result<(), SegmentFailed> {
         let window = self.probe.window.as_secs_f64();
         let live = Arc::new(Mutex::new((
             std::mem::replace(win, Windows::new(window)),
@@ -548,7 +552,7 @@ impl ReactorSegment<'_> {
             })
         };
         let result = match reactor.start_segment(self.job, self.target, self.control, observer) {
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(SegmentFailed::Loop(e)),
             Ok(seg) => self.wait(&seg, &live, standby),
         };
         let mut g = live.lock().unwrap_or_else(|e| e.into_inner());
@@ -564,7 +568,7 @@ impl ReactorSegment<'_> {
         seg: &reactor::Segment,
         live: &Mutex<(Windows, ProbeState)>,
         standby: &mut StandbyCheck,
-    ) -> Result<(), String> {
+    ) -> Result<(), SegmentFailed> {
         let name = &self.drive.cfg.name;
         let file = self.drive.cfg.file_target.is_some();
         let mut period = IDLE_CHECK;
@@ -579,10 +583,7 @@ impl ReactorSegment<'_> {
                 reactor::Wait::Done => return Ok(()),
                 reactor::Wait::Lost => {
                     self.control.stop();
-                    return Err(
-                        "the canary reactor's threads ended; the next segment runs on the canary's own thread"
-                            .into(),
-                    );
+                    return Err(SegmentFailed::ReactorLost);
                 }
                 reactor::Wait::Errors | reactor::Wait::TimedOut => {}
             }
@@ -614,6 +615,20 @@ impl ReactorSegment<'_> {
             }
         }
     }
+}
+
+/// Why a canary's segment failed (its probe's state, and logged).
+#[derive(Debug, thiserror::Error)]
+enum SegmentFailed {
+    #[error(transparent)]
+    Engine(engine::EngineError),
+    /// On the reactor or the canary's own thread.
+    #[error(transparent)]
+    Loop(canary_io::SegmentError),
+    #[error(
+        "the canary reactor's threads ended; the next segment runs on the canary's own thread"
+    )]
+    ReactorLost,
 }
 
 /// How a segment ended, from either loop.

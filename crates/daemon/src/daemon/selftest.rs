@@ -151,8 +151,19 @@ pub fn spawn(
     }
 }
 
+/// Why a drive has no device to test.
+#[derive(Debug, thiserror::Error)]
+enum NoDevice {
+    #[error("a {0} disk has no self-test")]
+    NoSelfTest(&'static str),
+    #[error(transparent)]
+    Unresolved(Arc<super::identity::ResolveError>),
+    #[error("the drive has no disk under its file target to test")]
+    FileTargetOnly,
+}
+
 /// The device the drive is now, or why it has none to test.
-fn device_of(ctx: &Ctx, drive: &DriveCtl) -> Result<PathBuf, String> {
+fn device_of(ctx: &Ctx, drive: &DriveCtl) -> Result<PathBuf, NoDevice> {
     if let Some(t) = ctx
         .config
         .discovered
@@ -164,12 +175,11 @@ fn device_of(ctx: &Ctx, drive: &DriveCtl) -> Result<PathBuf, String> {
             t,
             Transport::Virtio | Transport::Xen | Transport::Loop | Transport::Mmc
         ) {
-            return Err(format!("a {} disk has no self-test", t.name()));
+            return Err(NoDevice::NoSelfTest(t.name()));
         }
     }
-    let r = drive.resolved().map_err(|e| e.to_string())?;
-    r.device
-        .ok_or_else(|| "the drive has no disk under its file target to test".to_string())
+    let r = drive.resolved().map_err(NoDevice::Unresolved)?;
+    r.device.ok_or(NoDevice::FileTargetOnly)
 }
 
 /// A health reading under the process-wide read permits; None when the daemon stops
@@ -178,10 +188,10 @@ fn read(
     dev: &std::path::Path,
     opts: &ReadOptions,
     h: &Handle,
-) -> Option<Result<HealthReport, String>> {
+) -> Option<Result<HealthReport, health::HealthError>> {
     let limiter = pacing::ReadLimiter::global();
     let _permit = limiter.acquire(&|| h.stop.load(Ordering::Acquire))?;
-    Some(health::read(dev, opts).map_err(|e| e.to_string()))
+    Some(health::read(dev, opts))
 }
 
 /// The latest test of `kind` in a report's self-test log.
@@ -241,7 +251,7 @@ fn follow(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, h: Arc<Handle>) {
     let opts = read_options(&drive);
     let dev = match device_of(&ctx, &drive) {
         Ok(d) => d,
-        Err(why) => return finish(&ctx, &h, "refused", why, None),
+        Err(why) => return finish(&ctx, &h, "refused", why.to_string(), None),
     };
     let Some(first) = read(&dev, &opts, &h) else {
         return finish(

@@ -1,6 +1,7 @@
 //! Schedules (issue 5): cron expressions, maintenance windows, the decision of what to run
-//! when, and the daemon's persistent state. Pure and time-zone free: every time is unix
-//! seconds and evaluated in UTC (cron and windows alike; write local schedules in UTC).
+//! when, and the daemon's persistent state. Time-zone free: every time is unix seconds and
+//! evaluated in UTC (cron and windows alike; write local schedules in UTC). `cron`,
+//! `window` and `plan` are pure; `state` reads and saves the state file.
 
 pub mod cron;
 pub mod plan;
