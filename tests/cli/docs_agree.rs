@@ -304,7 +304,7 @@ fn counts_of_one_are_singular() {
         ..Default::default()
     };
     status.drives.insert("a".into(), up);
-    let page = driveprobe::http::page::render(&status, 1.8e9);
+    let page = driveprobe::http::status_page::render(&status, 1.8e9);
     assert!(
         page.contains("<title>driveprobe: 1 drive</title>"),
         "{}",

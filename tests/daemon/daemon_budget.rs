@@ -73,7 +73,7 @@ fn page_row(d: &Daemon, id: &str) -> String {
         .to_string()
 }
 
-/// The page's text for `s` (what `http::page` escapes).
+/// The page's text for `s` (what `http::status_page` escapes).
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")

@@ -130,7 +130,7 @@ fn a_deleted_or_truncated_file_target_is_made_again_and_the_canary_goes_on() {
     assert!(errors > 0.0 && errors <= 450.0, "{errors} read errors");
     // Short reads of a truncated file are the host's errors, not the drive's: the status
     // keeps them apart (the health verdict warns on them but does not call the drive
-    // failing; see `daemon::health`).
+    // failing; see `daemon::health_poll`).
     let (code, _, body) = d.get("/api/v1/drives");
     assert_eq!(code, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();

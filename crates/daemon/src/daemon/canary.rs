@@ -25,8 +25,8 @@ use crate::target::Target;
 use super::canary_io;
 use super::condlog::{CondLog, Level};
 use super::reactor;
+use super::sliding::OpWindow;
 use super::standby::StandbyCheck;
-use super::window::OpWindow;
 use super::{now_unix, Ctx, DriveCtl, OpenError};
 
 /// The longest one engine run of a canary lasts. Conditions are checked every interval,

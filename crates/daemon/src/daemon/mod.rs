@@ -20,17 +20,17 @@ pub mod canary;
 pub mod canary_io;
 pub mod condlog;
 pub mod discover;
-pub mod health;
+pub mod health_poll;
 pub mod identity;
 pub mod load;
 pub mod pacing;
 pub mod reactor;
 pub mod scheduler;
 pub mod selftest;
+pub mod sliding;
 pub mod standby;
 pub mod store;
 pub mod supervisor;
-pub mod window;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -631,7 +631,7 @@ impl DriveThreads {
         let (c, dd) = (ctx.clone(), d.clone());
         match spawn(
             format!("dp-health-{}", d.cfg.name),
-            Box::new(move || health::run(c, dd)),
+            Box::new(move || health_poll::run(c, dd)),
         ) {
             Ok(h) => self.threads.push(h),
             Err(e) => {
@@ -1284,9 +1284,11 @@ async fn serve(
         mut disc_rx,
     } = started;
     let mut sup = Supervisor::new(
-        base,
-        last_scan,
-        last_watch,
+        supervisor::Listed {
+            base,
+            last_scan,
+            last_watch,
+        },
         generation,
         estate,
         supervisor::SdNotify,

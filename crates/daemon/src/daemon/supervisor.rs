@@ -103,12 +103,20 @@ pub struct SwapFailed(String);
 /// What a reload came to (after the listener, if the new config moves it, was bound).
 pub type Reloaded = Result<Config, super::ReloadError>;
 
+/// The config as listed, and what discovery's last scan made of it.
+pub struct Listed {
+    pub base: Config,
+    pub last_scan: Scan,
+    pub last_watch: Watch,
+}
+
 impl<T: Threads, E: Estate, S: Systemd> Supervisor<T, E, S> {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        base: Config,
-        last_scan: Scan,
-        last_watch: Watch,
+        Listed {
+            base,
+            last_scan,
+            last_watch,
+        }: Listed,
         threads: T,
         estate: E,
         systemd: S,
@@ -465,9 +473,11 @@ mod tests {
         let j = journal.clone();
         let clock_ms = now_ms.clone();
         let sup = Supervisor::new(
-            base,
-            Scan::default(),
-            Watch::default(),
+            Listed {
+                base,
+                last_scan: Scan::default(),
+                last_watch: Watch::default(),
+            },
             fake,
             FakeEstate(journal.clone()),
             FakeSystemd(journal.clone()),

@@ -22,12 +22,12 @@
 //! The code map: `server` (sockets, the cap, shutdown; generic over the byte stream, so a
 //! TLS stream is served like a TCP one; auth and the web config's headers wrap
 //! [`routes::App::respond`]), `routes` (request in, response out), `web` (the web config
-//! file, TLS, basic auth), `page` (the status page), `fmt` (text).
+//! file, TLS, basic auth), `status_page` (the status page), `fmt` (text).
 
 use crate::fmt;
-pub mod page;
 pub mod routes;
 mod server;
+pub mod status_page;
 pub mod web;
 
 use std::sync::{Arc, RwLock};

@@ -19,7 +19,7 @@ use hyper::{Method, Response, StatusCode, Uri};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
-use super::{fmt, page};
+use super::{fmt, status_page};
 use crate::metrics::{self, Format};
 use crate::schedule::RunRecord;
 use crate::status::Shared;
@@ -378,7 +378,7 @@ impl App {
         let now = now_unix();
         let html = {
             let s = self.shared.lock();
-            page::render(&s, now)
+            status_page::render(&s, now)
         };
         if self.metrics_path != DEFAULT_TELEMETRY_PATH {
             // The page's links to the metrics follow them (the path is of URL-safe
