@@ -8,6 +8,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use crate::common;
 use driveprobe::health::detail::Link;
 use driveprobe::health::endurance::{Basis, Endurance};
 use driveprobe::health::model::{
@@ -157,43 +158,16 @@ fn nvme() -> DriveStatus {
     let mut probes = BTreeMap::new();
     probes.insert(
         "canary-4k-read".to_string(),
-        ProbeStatus {
-            writes: false,
-            window_seconds: 60.0,
-            rate_iops: Some(50.0),
-            state: ProbeState::Running,
-            read: op(216_000, 4096, 0, 2, 68e-6),
-            write: OpStatus::default(),
-            cpu_wait: CpuWait {
-                seconds_total: 0.125,
-                window_max_ratio: Some(0.002),
-                p99_wait_seconds: Some(20e-6),
-                p99_latency_seconds: Some(95e-6),
-            },
-            host_stall: Some(WindowQuantiles {
-                ops: 3_000,
-                quantiles: [62e-6, 85e-6, 240e-6, 1.1e-3],
-                max: 2.5e-3,
-            }),
-        },
+        common::fixtures::read_canary(op(216_000, 4096, 0, 2, 68e-6), 0.125),
     );
     probes.insert(
         "canary-4k-verify".to_string(),
-        ProbeStatus {
-            writes: true,
-            window_seconds: 60.0,
-            rate_iops: Some(50.0),
-            state: ProbeState::Running,
-            read: op(54_000, 4096, 1, 2, 75e-6),
-            write: op(54_000, 4096, 0, 1, 24e-6),
-            cpu_wait: CpuWait {
-                seconds_total: 31.5,
-                window_max_ratio: Some(0.41),
-                p99_wait_seconds: Some(50e-6),
-                p99_latency_seconds: Some(90e-6),
-            },
-            host_stall: None,
-        },
+        common::fixtures::verify_canary(
+            ProbeState::Running,
+            op(54_000, 4096, 1, 2, 75e-6),
+            op(54_000, 4096, 0, 1, 24e-6),
+            31.5,
+        ),
     );
     let mut last_runs = BTreeMap::new();
     last_runs.insert(

@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod daemon;
+pub mod fixtures;
 pub mod http;
 pub mod surfaces;
 

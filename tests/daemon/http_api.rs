@@ -23,8 +23,8 @@ use driveprobe::health::endurance::{Basis, Endurance};
 use driveprobe::health::model::{HealthReport, Identity, Transport, Verdict};
 use driveprobe::schedule::{RunRecord, RunStatus};
 use driveprobe::status::{
-    CollectorStatus, ConfigStatus, CpuWait, DriveStatus, HealthState, HealthStatus, OpStatus,
-    ProbeState, ProbeStatus, SchedulerStatus, Shared, Status, WearStatus, WindowQuantiles,
+    CollectorStatus, ConfigStatus, DriveStatus, HealthState, HealthStatus, OpStatus, ProbeState,
+    SchedulerStatus, Shared, Status, WearStatus, WindowQuantiles,
 };
 use tokio::sync::watch;
 
@@ -85,45 +85,18 @@ fn status(bad_doc: &Path) -> Status {
     let mut probes = BTreeMap::new();
     probes.insert(
         "canary-4k-read".to_string(),
-        ProbeStatus {
-            writes: false,
-            window_seconds: 60.0,
-            rate_iops: Some(50.0),
-            state: ProbeState::Running,
-            read: op(1_234_567, 2, 95e-6),
-            write: OpStatus::default(),
-            cpu_wait: CpuWait {
-                seconds_total: 0.3,
-                window_max_ratio: Some(0.002),
-                p99_wait_seconds: Some(20e-6),
-                p99_latency_seconds: Some(95e-6),
-            },
-            host_stall: Some(WindowQuantiles {
-                ops: 3_000,
-                quantiles: [62e-6, 85e-6, 240e-6, 1.1e-3],
-                max: 2.5e-3,
-            }),
-        },
+        common::fixtures::read_canary(op(1_234_567, 2, 95e-6), 0.3),
     );
     probes.insert(
         "canary-4k-verify".to_string(),
-        ProbeStatus {
-            writes: true,
-            window_seconds: 60.0,
-            rate_iops: Some(50.0),
-            state: ProbeState::Paused {
+        common::fixtures::verify_canary(
+            ProbeState::Paused {
                 reason: "the canaries' wear budget for today is spent".into(),
             },
-            read: op(50_000, 0, 110e-6),
-            write: op(50_000, 0, 30e-6),
-            cpu_wait: CpuWait {
-                seconds_total: 12.5,
-                window_max_ratio: Some(0.41),
-                p99_wait_seconds: Some(50e-6),
-                p99_latency_seconds: Some(90e-6),
-            },
-            host_stall: None,
-        },
+            op(50_000, 0, 110e-6),
+            op(50_000, 0, 30e-6),
+            12.5,
+        ),
     );
     let mut collectors = BTreeMap::new();
     for c in ["identity", "health", "canary"] {
