@@ -1529,6 +1529,18 @@ fn same_identity(blocks: &[(String, String, u32, u32)], paths: &SystemPaths) -> 
     out
 }
 
+/// WWNs are written as `0x5002538e...`, `naa.5002538e...` or `eui.0025...`: compare the
+/// hex digits.
+pub fn normalize_wwn(w: &str) -> String {
+    let w = w.trim().to_ascii_lowercase();
+    let w = w
+        .strip_prefix("0x")
+        .or_else(|| w.strip_prefix("naa."))
+        .or_else(|| w.strip_prefix("eui."))
+        .unwrap_or(&w);
+    w.to_string()
+}
+
 #[cfg(test)]
 mod tests {
 

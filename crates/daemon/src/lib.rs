@@ -4,6 +4,7 @@
 //! server ([`http`]), logging and build facts. The only crate with tokio and hyper.
 #![forbid(unsafe_code)]
 
+pub mod condlog;
 pub mod config;
 pub mod daemon;
 pub mod discovery;

@@ -33,6 +33,9 @@ pub const WINDOW_QUANTILES: [(&str, f64); 4] = [
     ("0.999", 99.9),
 ];
 
+/// The name of the health collector (`driveprobe_collector_success{collector="health"}`).
+pub const HEALTH_COLLECTOR: &str = "health";
+
 /// The daemon's whole status. Drives are keyed by their name (the `drive` label).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Status {

@@ -21,7 +21,7 @@ use super::{now_unix, pacing, Ctx, DriveCtl};
 
 /// A health sample goes into the state at most this often.
 const SAMPLE_EVERY: f64 = 3600.0;
-pub const COLLECTOR: &str = "health";
+pub use crate::status::HEALTH_COLLECTOR as COLLECTOR;
 
 pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>) {
     let name = drive.cfg.name.clone();

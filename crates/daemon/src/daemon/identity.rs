@@ -219,17 +219,7 @@ fn matches(id: &Identity, info: &BlockDeviceInfo) -> bool {
     }
 }
 
-/// WWNs are written as `0x5002538e...`, `naa.5002538e...` or `eui.0025...`: compare the
-/// hex digits.
-pub fn normalize_wwn(w: &str) -> String {
-    let w = w.trim().to_ascii_lowercase();
-    let w = w
-        .strip_prefix("0x")
-        .or_else(|| w.strip_prefix("naa."))
-        .or_else(|| w.strip_prefix("eui."))
-        .unwrap_or(&w);
-    w.to_string()
-}
+pub use crate::device::normalize_wwn;
 
 /// The whole disk with identity `id`: at `hint` when it is still there, else wherever it
 /// is now.

@@ -18,7 +18,7 @@
 
 pub mod canary;
 pub mod canary_io;
-pub mod condlog;
+pub use crate::condlog;
 pub mod discover;
 pub mod health_poll;
 pub mod identity;

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Class, Found, Scan, Skipped, Transport};
 use crate::config::{canary_job, Config, Discovered, Drive, Identity, Probe};
-use crate::daemon::identity::normalize_wwn;
+use crate::device::normalize_wwn;
 
 /// The name of every discovered drive's canary (one probe per class).
 pub const CANARY: &str = "canary-4k-read";

@@ -39,7 +39,7 @@ use tokio::task::JoinSet;
 
 use super::routes::{self, App};
 use super::{Limits, WebHandle};
-use crate::daemon::condlog::{CondLog, Level};
+use crate::condlog::{CondLog, Level};
 
 /// Resolves when `rx` says true, or when its sender is gone (nobody can stop us later).
 pub(crate) async fn shutdown_requested(rx: &mut watch::Receiver<bool>) {

@@ -9,9 +9,9 @@ use std::fmt::Write;
 
 use super::fmt::{self as f, esc, opt, NONE};
 use super::routes::{heartbeat, report_url};
-use crate::daemon::health_poll::COLLECTOR as HEALTH_COLLECTOR;
 use crate::health::model::Verdict;
 use crate::schedule::RunStatus;
+use crate::status::HEALTH_COLLECTOR;
 use crate::status::{DriveStatus, HealthState, OpStatus, ProbeState, ProbeStatus, Status};
 
 /// Columns of the drive table.

@@ -5,7 +5,7 @@
 //! Each loop owns one [`CondLog`] (no lock) and reports its conditions by key:
 //!
 //! ```
-//! use driveprobe_daemon::daemon::condlog::{CondLog, Level};
+//! use driveprobe_daemon::condlog::{CondLog, Level};
 //! let mut log = CondLog::new("drive a");
 //! for _ in 0..3 {
 //!     // Logged the first time only.
