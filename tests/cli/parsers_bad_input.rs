@@ -2,9 +2,9 @@
 //! data. Each gives a value or an error, never a panic. (The cargo-fuzz targets in
 //! fuzz/ explore further; this runs on every `cargo test`.)
 
-use driveprobe::engine::gen::Rng;
 use driveprobe::health::model::{assess, Source};
 use driveprobe::health::{nvme, smartctl};
+use driveprobe::rng::Rng;
 
 fn nvme_all(data: &[u8]) {
     let ctrl = nvme::parse_id_ctrl(data).ok();

@@ -581,9 +581,9 @@ pub fn count_writes<T: Send + 'static>(
 }
 
 /// The fields of `/proc/PID/stat` of a process, and its name, when it exists.
-fn proc_stat(pid: u32) -> Option<(driveprobe::app::ProcStat, String)> {
+fn proc_stat(pid: u32) -> Option<(driveprobe::process::ProcStat, String)> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let st = driveprobe::app::parse_proc_stat(&stat)?;
+    let st = driveprobe::process::parse_proc_stat(&stat)?;
     let (_, rest) = stat.split_once('(')?;
     let (name, _) = rest.rsplit_once(')')?;
     Some((st, name.to_string()))

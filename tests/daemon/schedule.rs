@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use driveprobe::engine::gen::Rng;
 use driveprobe::health::endurance::Sample;
+use driveprobe::rng::Rng;
 use driveprobe::schedule::cron::{CivilTime, MINUTE};
 use driveprobe::schedule::plan::{decide, pending_due};
 use driveprobe::schedule::state::temp_path;

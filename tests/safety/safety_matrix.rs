@@ -732,7 +732,7 @@ fn file_setup() -> FileSetup {
         "allocation: {files:?}"
     );
     for (_, p) in [&files[0], &files[2]] {
-        rustix::fs::removexattr(p, driveprobe::target::OWNER_XATTR).unwrap();
+        rustix::fs::removexattr(p, driveprobe::ownmark::OWNER_XATTR).unwrap();
     }
     let target = files[1].1.clone();
     println!(

@@ -776,6 +776,28 @@ pub mod testing {
 mod tests {
     use super::testing::*;
     use super::*;
+
+    #[test]
+    fn proc_stat_fields_are_counted_from_the_last_parenthesis() {
+        let text = "4242 (db (bench) x) S 4200 4242 4200 0 -1 4194560 1 0 0 0 5 6 0 0 20 0 9 0 123456 1000 100 18446744073709551615\n";
+        assert_eq!(
+            parse_proc_stat(text),
+            Some(ProcStat {
+                state: 'S',
+                ppid: 4200,
+                pgrp: 4242,
+                start_ticks: 123456
+            })
+        );
+        let zombie = "77 (mariadbd) Z 1 77 77 0 -1 4227340 0 0 0 0 0 0 0 0 20 0 1 0 99 0 0\n";
+        assert_eq!(parse_proc_stat(zombie).unwrap().state, 'Z');
+        assert_eq!(parse_proc_stat("77 (x) S 1 2\n"), None);
+        assert_eq!(parse_proc_stat("no parenthesis"), None);
+        // This process, read for real.
+        let me = parse_proc_stat(&std::fs::read_to_string("/proc/self/stat").unwrap()).unwrap();
+        assert_eq!(me.pgrp, rustix::process::getpgrp().as_raw_nonzero().get());
+        assert!(me.start_ticks > 0);
+    }
     use std::process::{Command, Stdio};
 
     #[test]

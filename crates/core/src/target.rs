@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::device::{self, BlockDeviceInfo};
-pub use crate::ownmark::{is_own_file, open_no_symlinks, OWNER_XATTR};
+use crate::ownmark::{is_own_file, open_no_symlinks, OWNER_XATTR};
 use crate::ownmark::{kind_name, mark_own, open_parent};
 use crate::safety::{PermittedObject, WritePermit};
 use crate::units::format_size;

@@ -257,7 +257,7 @@ mod tests {
     use crate::engine::stats::DirStats;
 
     fn values(seed: u64, n: usize, scale: f64) -> Vec<u64> {
-        let mut rng = crate::engine::gen::Rng::new(seed);
+        let mut rng = crate::rng::Rng::new(seed);
         (0..n)
             .map(|_| (scale * (1e4f64).powf(rng.unit_open0())) as u64)
             .collect()

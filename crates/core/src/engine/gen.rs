@@ -5,7 +5,7 @@
 use super::job::Pattern;
 use super::job::{Distribution, Job, SizeMix, Trim};
 
-pub use crate::rng::Rng;
+use crate::rng::Rng;
 
 /// One I/O to issue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

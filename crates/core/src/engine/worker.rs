@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::gen::{Op, OpGen, Rng};
+use super::gen::{Op, OpGen};
 use super::job::Arrival;
 use super::stats::DirStats;
 use super::verify::VerifyState;
+use crate::rng::Rng;
 use crate::sys::buf::SlotBuffers;
 use crate::sys::uring::{Uring, UringFeatures};
 

@@ -23,11 +23,11 @@ use crate::status::{CollectorStatus, CpuWait, ProbeState};
 use crate::target::Target;
 
 use super::canary_io;
-use super::condlog::{CondLog, Level};
 use super::reactor;
 use super::sliding::OpWindow;
 use super::standby::StandbyCheck;
 use super::{now_unix, Ctx, DriveCtl, OpenError};
+use crate::condlog::{CondLog, Level};
 
 /// The longest one engine run of a canary lasts. Conditions are checked every interval,
 /// so this only bounds how long one set of engine threads and buffers lives.
@@ -206,7 +206,8 @@ impl Canary {
         control: &RunControl,
         (opened, mut last_check): (Option<(u64, u64, u64)>, Instant),
     ) -> Result<Segment, SegmentFailed> {
-        if canary_io::can_run(job) {
+        let own_loop = canary_io::can_run(job);
+        if own_loop {
             if let Some(reactor) = reactor::global().filter(|_| reactor::Reactor::takes(target)) {
                 let seg = ReactorSegment {
                     ctx: &self.ctx,
@@ -261,7 +262,7 @@ impl Canary {
                 }
             }
         };
-        if canary_io::can_run(job) {
+        if own_loop {
             let mut host = canary_io::HostClock::for_this_thread();
             canary_io::run_segment(job, target, control, &mut host, &mut |iv| {
                 observe(&Figures {

@@ -221,8 +221,8 @@ pub fn run_segment(
     let mut boundary = t0 + interval;
     let mut last_end = t0;
     let mut delay_mark = clock.run_delay_ns();
-    let mut figures = Figures::new(job.latency_digits());
-    let mut flush = |now: u64, delay: u64, f: &mut Figures| {
+    let mut tally = Tally::new(job.latency_digits());
+    let mut flush = |now: u64, delay: u64, f: &mut Tally| {
         on_interval(&Interval {
             seconds: now.saturating_sub(last_end) as f64 / 1e9,
             read: &f.read,
@@ -246,7 +246,7 @@ pub fn run_segment(
                 Arrival::Poisson => -gap * gen.rng().unit_open0().ln(),
                 _ => gap,
             };
-            now = one_io(&mut gen, bufs.slot_mut(0), &file, clock, due, &mut figures);
+            now = one_io(&mut gen, bufs.slot_mut(0), &file, clock, due, &mut tally);
             // Far behind (the drive or the host stalled): the arrivals missed are not made
             // up in a burst on a drive that may be sick; the I/O just done carries the
             // stall in its figures, and the schedule starts again from now.
@@ -255,7 +255,7 @@ pub fn run_segment(
             }
         }
         if now >= boundary {
-            flush(now, clock.run_delay_ns(), &mut figures);
+            flush(now, clock.run_delay_ns(), &mut tally);
             // The next boundary on the grid (several, after a long stall).
             while boundary <= now {
                 boundary += interval;
@@ -270,7 +270,7 @@ pub fn run_segment(
     }
     // The partial interval the segment ends on.
     let delay = clock.run_delay_ns();
-    flush(now, delay, &mut figures);
+    flush(now, delay, &mut tally);
     Ok(())
 }
 
@@ -294,7 +294,7 @@ pub(crate) fn stamp(buf: &mut [u8], gen: &mut OpGen) {
 }
 
 /// The generator's next I/O, meant to start at `due`, done in `buf` and counted in
-/// `figures`; returns when it completed.
+/// `tally`; returns when it completed.
 #[inline]
 fn one_io(
     gen: &mut OpGen,
@@ -302,7 +302,7 @@ fn one_io(
     file: &std::fs::File,
     clock: &mut dyn Clock,
     due: u64,
-    figures: &mut Figures,
+    tally: &mut Tally,
 ) -> u64 {
     let op = gen.next_op();
     let buf = &mut buf[..op.len as usize];
@@ -310,7 +310,7 @@ fn one_io(
         stamp(buf, gen);
     }
     let (res, t) = timed_io(file, op, buf, clock, due);
-    figures.record(op, res, &t);
+    tally.record(op, res, &t);
     t.done
 }
 
@@ -343,15 +343,15 @@ fn timed_io(
 
 /// An interval's figures on the canary's own loop: the drive's per direction, and the
 /// host's stall per I/O.
-struct Figures {
+struct Tally {
     read: DirStats,
     write: DirStats,
     stall: DirStats,
 }
 
-impl Figures {
-    fn new(digits: u8) -> Figures {
-        Figures {
+impl Tally {
+    fn new(digits: u8) -> Tally {
+        Tally {
             read: DirStats::with_digits(digits),
             write: DirStats::with_digits(digits),
             stall: DirStats::with_digits(digits),

@@ -17,8 +17,8 @@ use crate::device::SystemPaths;
 use crate::discovery::{self, Found, Scan, Watch};
 use crate::status::{DiscoveryStatus, Shared};
 
-use super::condlog::{CondLog, Level};
 use super::now_unix;
+use crate::condlog::{CondLog, Level};
 
 /// How often the block devices are listed between scans, for hot-plug.
 pub const HOTPLUG_POLL: Duration = Duration::from_secs(2);

@@ -15,13 +15,13 @@ use crate::health::model::{PowerState, Verdict};
 use crate::health::{self, Assessment, HealthReport, ReadOptions};
 use crate::status::{CollectorStatus, HealthState, HealthStatus, ProbeStatus};
 
-use super::condlog::{CondLog, Level};
 use super::identity::{NoDrive, Resolved};
 use super::{now_unix, pacing, Ctx, DriveCtl};
+use crate::condlog::{CondLog, Level};
 
 /// A health sample goes into the state at most this often.
 const SAMPLE_EVERY: f64 = 3600.0;
-pub use crate::status::HEALTH_COLLECTOR as COLLECTOR;
+use crate::status::HEALTH_COLLECTOR as COLLECTOR;
 
 pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>) {
     let name = drive.cfg.name.clone();

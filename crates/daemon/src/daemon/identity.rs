@@ -219,7 +219,7 @@ fn matches(id: &Identity, info: &BlockDeviceInfo) -> bool {
     }
 }
 
-pub use crate::device::normalize_wwn;
+use crate::device::normalize_wwn;
 
 /// The whole disk with identity `id`: at `hint` when it is still there, else wherever it
 /// is now.

@@ -18,7 +18,6 @@
 
 pub mod canary;
 pub mod canary_io;
-pub use crate::condlog;
 pub mod discover;
 pub mod health_poll;
 pub mod identity;

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::condlog::{CondLog, Level};
+use crate::condlog::{CondLog, Level};
 use crate::config::ScheduleBudget;
 use crate::engine::RunControl;
 use crate::protocol::bound::{self, StopCell, StopReason, WriteBound};

@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::condlog::{CondLog, Level};
 use super::{now_unix, pacing, Ctx, DriveCtl};
+use crate::condlog::{CondLog, Level};
 use crate::config::SelfTestKind;
 use crate::health::detail::SelfTest;
 use crate::health::{self, selftest, HealthReport, ReadOptions};

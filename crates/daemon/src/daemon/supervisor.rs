@@ -12,9 +12,9 @@ use crate::config::{Config, Discovery};
 use crate::discovery::{Scan, Watch};
 use crate::status::Shared;
 
-use super::condlog::{CondLog, Level};
 use super::discover;
 use super::{now_unix, summary_line};
+use crate::condlog::{CondLog, Level};
 
 /// A canary silent this long is said to be blocked in an I/O; the scheduler silent this
 /// long, wedged (the watchdog is withheld).

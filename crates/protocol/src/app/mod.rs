@@ -22,6 +22,8 @@ pub mod oltp;
 pub mod sysbench;
 
 use schemars::JsonSchema;
+
+use crate::process::parse_proc_stat;
 use serde::{Deserialize, Serialize};
 
 /// One reporting interval of an application run (sysbench's `--report-interval`,
@@ -502,8 +504,6 @@ pub fn parse_proc_io(text: &str) -> Option<u64> {
     Some(written.saturating_sub(cancelled))
 }
 
-pub use crate::process::{parse_proc_stat, ProcStat};
-
 /// Removes what a driveprobe that was killed outright left in `dir`: entries named
 /// `<prefix><pid>` (optionally followed by `-...` or `.`...) whose pid is not running
 /// (no `/proc/<pid>`) and is not ours. A pid that is running, whatever runs it, keeps
@@ -699,28 +699,6 @@ mod tests {
         assert_eq!(parse_proc_io("wchar: 5\ncancelled_write_bytes: 0\n"), None);
         assert_eq!(parse_proc_io("write_bytes: lots\n"), None);
         assert_eq!(parse_proc_io(""), None);
-    }
-
-    #[test]
-    fn proc_stat_fields_are_counted_from_the_last_parenthesis() {
-        let text = "4242 (db (bench) x) S 4200 4242 4200 0 -1 4194560 1 0 0 0 5 6 0 0 20 0 9 0 123456 1000 100 18446744073709551615\n";
-        assert_eq!(
-            parse_proc_stat(text),
-            Some(ProcStat {
-                state: 'S',
-                ppid: 4200,
-                pgrp: 4242,
-                start_ticks: 123456
-            })
-        );
-        let zombie = "77 (mariadbd) Z 1 77 77 0 -1 4227340 0 0 0 0 0 0 0 0 20 0 1 0 99 0 0\n";
-        assert_eq!(parse_proc_stat(zombie).unwrap().state, 'Z');
-        assert_eq!(parse_proc_stat("77 (x) S 1 2\n"), None);
-        assert_eq!(parse_proc_stat("no parenthesis"), None);
-        // This process, read for real.
-        let me = parse_proc_stat(&std::fs::read_to_string("/proc/self/stat").unwrap()).unwrap();
-        assert_eq!(me.pgrp, rustix::process::getpgrp().as_raw_nonzero().get());
-        assert!(me.start_ticks > 0);
     }
 
     fn p(pid: i32, start: u64, ppid: i32, bytes: u64) -> ProcSample {
