@@ -13,7 +13,7 @@ pub use driveprobe_core::{
     calendar, device, engine, file, fmt, ownmark, process, rng, safety, target, units,
 };
 pub use driveprobe_daemon::{
-    config, daemon, discovery, http, logging, metrics, schedule, status, version,
+    config, daemon, discovery, http, load, logging, metrics, pacing, schedule, status, version,
 };
 pub use driveprobe_health as health;
 pub use driveprobe_protocol as protocol;

@@ -305,12 +305,12 @@ fn nvme() -> DriveStatus {
             },
         )]),
         discovered: Some(driveprobe::config::Discovered {
-            class: driveprobe::discovery::Class::Nvme,
-            transport: driveprobe::discovery::Transport::Nvme,
+            class: driveprobe::config::Class::Nvme,
+            transport: driveprobe::config::Transport::Nvme,
             kernel_name: "nvme0n1".into(),
-            source: driveprobe::discovery::Source::Sysfs,
+            source: driveprobe::config::Source::Sysfs,
         }),
-        load: Some(driveprobe::daemon::load::DriveLoad::new(
+        load: Some(driveprobe::load::DriveLoad::new(
             "nvme0n1", 1_234_567, 4_321.25, 3,
         )),
         self_test: Default::default(),

@@ -158,14 +158,12 @@ fn status(bad_doc: &Path) -> Status {
             last_runs: BTreeMap::new(),
             skipped: BTreeMap::new(),
             discovered: Some(driveprobe::config::Discovered {
-                class: driveprobe::discovery::Class::Ssd,
-                transport: driveprobe::discovery::Transport::Sas,
+                class: driveprobe::config::Class::Ssd,
+                transport: driveprobe::config::Transport::Sas,
                 kernel_name: "sdb".into(),
-                source: driveprobe::discovery::Source::Sysfs,
+                source: driveprobe::config::Source::Sysfs,
             }),
-            load: Some(driveprobe::daemon::load::DriveLoad::new(
-                "sdb", 81_234, 312.5, 2,
-            )),
+            load: Some(driveprobe::load::DriveLoad::new("sdb", 81_234, 312.5, 2)),
             self_test: Default::default(),
         },
     );

@@ -997,7 +997,7 @@ fn smartctl_and_its_children_do_not_outlive_the_daemon() {
 
 /// Drives whose health the daemon reads at once in the test below: twice the limit.
 const HEALTH_DRIVES: usize = 8;
-/// The daemon's limit on health reads at once (`daemon::pacing::READS_AT_ONCE`).
+/// The daemon's limit on health reads at once (`pacing::READS_AT_ONCE`).
 const HEALTH_READS_AT_ONCE: usize = 4;
 
 /// Issue 18: 8 drives whose smartctl hangs until the test lets it go: never more than 4

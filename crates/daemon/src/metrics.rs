@@ -1454,9 +1454,9 @@ impl Snapshot {
 }
 
 impl Snapshot {
-    /// The daemon's health read limiter ([`crate::daemon::pacing`]), when it runs.
+    /// The daemon's health read limiter ([`crate::pacing`]), when it runs.
     fn health_reads(&mut self) {
-        let Some(l) = crate::daemon::pacing::ReadLimiter::global_if_used() else {
+        let Some(l) = crate::pacing::ReadLimiter::global_if_used() else {
             return;
         };
         let st = l.stats();

@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use crate::health::endurance::Endurance;
 use crate::health::model::{HealthReport, Identity, Verdict};
+use crate::load::DriveLoad;
 use crate::schedule::RunRecord;
 
 /// Upper bounds (seconds) of the classic latency histogram buckets of the probes: a
@@ -131,10 +132,31 @@ pub struct DriveStatus {
     /// The disk's load by others than the canaries (`/proc/diskstats`); None until the
     /// drive's disk is first known (never for a file target on tmpfs). While the drive is
     /// down the counters stay as they were.
-    pub load: Option<crate::daemon::load::DriveLoad>,
+    pub load: Option<DriveLoad>,
     /// The drive's own self-tests: one running now (ours or another's) and the last of
     /// each kind the daemon's `[[selftest]]` schedules ran.
     pub self_test: SelfTestStatus,
+}
+
+impl DriveStatus {
+    /// The canaries' completed I/Os and their time, over every probe of the drive.
+    fn canary_totals(&self) -> (u64, f64) {
+        self.probes
+            .values()
+            .flat_map(|p| [&p.read, &p.write])
+            .fold((0, 0.0), |(n, t), o| {
+                (n + o.ops_total, t + o.latency_sum_seconds)
+            })
+    }
+
+    /// Takes a sample of the drive's disk (`device`, a kernel name) into its load, less
+    /// what its canaries did ([`DriveLoad::sample`]).
+    pub fn sample_load(&mut self, device: &str, disk: crate::load::DiskCounters) {
+        let (ios, busy) = self.canary_totals();
+        self.load
+            .get_or_insert_with(DriveLoad::default)
+            .sample(device, disk, ios, busy);
+    }
 }
 
 /// Self-tests of one drive (issue 20).

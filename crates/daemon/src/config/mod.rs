@@ -5,8 +5,10 @@
 //! wrong and what to do, on one line.
 
 pub use driveprobe_core::file;
+mod kind;
 pub mod raw;
 mod validate;
+pub use kind::{Class, Source, Transport};
 pub use validate::{smartctl_type as check_smartctl_type, BadSmartctlType};
 
 pub use validate::{fio_job_label, FIO_JOB_SUITE_PREFIX};
@@ -16,7 +18,6 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::discovery::Class;
 use crate::engine::{Arrival, CpuPolicy, Job, JobSpec, Pattern, RateLimit, Stop};
 use crate::health::endurance::Rating;
 use crate::protocol::result::Rated;
@@ -191,9 +192,9 @@ impl Default for Discovery {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Discovered {
     pub class: Class,
-    pub transport: crate::discovery::Transport,
+    pub transport: Transport,
     pub kernel_name: String,
-    pub source: crate::discovery::Source,
+    pub source: Source,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

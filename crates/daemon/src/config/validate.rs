@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::raw::{self, RawConfig, S};
+use super::Class;
 use super::{
     default_state_dir, Config, ConfigError, Discovery, DiscoveryFilters, Drive, FileTarget,
     Identity, MaintenanceWindow, Probe, RunsRetention, Schedule, ScheduleBudget, SelfTestKind,
     SelfTestSchedule, Server, TimeOfDay, WearBudget, Weekday, DEFAULT_LISTEN,
 };
-use crate::discovery::Class;
 use crate::engine::{Arrival, CpuPolicy, JobSpec, Pattern, RateLimit, SizeMix, Stop};
 use crate::health::endurance::Rating;
 use crate::protocol::result::Rated;

@@ -53,7 +53,7 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>, probe: Probe, beat: Arc<super::B
         ctx.config
             .discovered
             .get(&name)
-            .map(|d| d.class == crate::discovery::Class::Hdd),
+            .map(|d| d.class == crate::config::Class::Hdd),
     );
     let mut c = Canary {
         win: Windows::new(probe.window.as_secs_f64()),

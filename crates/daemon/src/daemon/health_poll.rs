@@ -1,6 +1,6 @@
 //! Health polling of one drive: a dedicated thread (a hung device stalls only its own
 //! drive's health), reading SMART/Health every `health_interval` at the drive's own slot
-//! in the interval, at most a few drives at a time ([`super::pacing`]), with the sleeping-disk
+//! in the interval, at most a few drives at a time ([`crate::pacing`]), with the sleeping-disk
 //! rule (smartctl runs with `--nocheck=standby`; a disk found asleep keeps its last
 //! reading and is not woken), the verdict, and the endurance estimate from the samples
 //! kept in the state file (one per hour at most, so the rate is drive writes per day
@@ -16,8 +16,9 @@ use crate::health::{self, Assessment, HealthReport, ReadOptions};
 use crate::status::{CollectorStatus, HealthState, HealthStatus, ProbeStatus};
 
 use super::identity::{NoDrive, Resolved};
-use super::{now_unix, pacing, Ctx, DriveCtl};
+use super::{now_unix, Ctx, DriveCtl};
 use crate::condlog::{CondLog, Level};
+use crate::pacing;
 
 /// A health sample goes into the state at most this often.
 const SAMPLE_EVERY: f64 = 3600.0;
@@ -145,7 +146,7 @@ fn new_canary_errors(
 /// no SMART data or NVMe health log (the storage behind it, on its host, has them).
 /// Polling it would only fail on every interval.
 fn no_health_reader(ctx: &Ctx, name: &str) -> Option<String> {
-    use crate::discovery::Transport;
+    use crate::config::Transport;
     let t = ctx.config.discovered.get(name)?.transport;
     matches!(
         t,

@@ -21,8 +21,6 @@ pub mod canary_io;
 pub mod discover;
 pub mod health_poll;
 pub mod identity;
-pub mod load;
-pub mod pacing;
 pub mod reactor;
 pub mod scheduler;
 pub mod selftest;
@@ -350,7 +348,7 @@ impl Ctx {
     /// Adds the disks' load since the last call to every drive whose disk is known
     /// (`load`): one read of `/proc/diskstats` for all of them.
     pub fn sample_load(&self) {
-        let Some(stats) = load::read_diskstats() else {
+        let Some(stats) = crate::load::read_diskstats() else {
             return;
         };
         for d in self.drives.values() {
@@ -361,7 +359,7 @@ impl Ctx {
                     .and_then(|p| p.file_name())
                     .and_then(|n| n.to_str());
                 match dev.and_then(|n| stats.get_key_value(n)) {
-                    Some((name, c)) if s.up => load::sample(s, name, *c),
+                    Some((name, c)) if s.up => s.sample_load(name, *c),
                     // Down: the counters stay where they were (the series do not
                     // vanish while the drive is gone), and the next disk starts over.
                     _ => {}
@@ -710,7 +708,7 @@ fn wait_for_threads(
     deadline: Instant,
 ) -> BTreeMap<String, Vec<JoinHandle<()>>> {
     // Health pollers waiting for a read permit see their stop.
-    pacing::ReadLimiter::global().wake_all();
+    crate::pacing::ReadLimiter::global().wake_all();
     while Instant::now() < deadline
         && stopping
             .values()

@@ -23,11 +23,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{now_unix, pacing, Ctx, DriveCtl};
+use super::{now_unix, Ctx, DriveCtl};
 use crate::condlog::{CondLog, Level};
 use crate::config::SelfTestKind;
 use crate::health::detail::SelfTest;
 use crate::health::{self, selftest, HealthReport, ReadOptions};
+use crate::pacing;
 use crate::status::{SelfTestOutcome, SelfTestRunning};
 
 /// The longest pause between two progress reads.
@@ -170,7 +171,7 @@ fn device_of(ctx: &Ctx, drive: &DriveCtl) -> Result<PathBuf, NoDevice> {
         .get(&drive.cfg.name)
         .map(|d| d.transport)
     {
-        use crate::discovery::Transport;
+        use crate::config::Transport;
         if matches!(
             t,
             Transport::Virtio | Transport::Xen | Transport::Loop | Transport::Mmc

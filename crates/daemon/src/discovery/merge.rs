@@ -3,8 +3,9 @@
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Class, Found, Scan, Skipped, Transport};
+use super::{Found, Scan, Skipped};
 use crate::config::{canary_job, Config, Discovered, Drive, Identity, Probe};
+use crate::config::{Class, Transport};
 use crate::device::normalize_wwn;
 
 /// The name of every discovered drive's canary (one probe per class).

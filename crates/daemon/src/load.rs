@@ -16,8 +16,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::status::DriveStatus;
-
 /// One disk's line of `/proc/diskstats`, the fields the load needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DiskCounters {
@@ -103,48 +101,40 @@ struct Sample {
     canary_busy: f64,
 }
 
-/// The canaries' completed I/Os and their time, over every probe of the drive.
-fn canary_totals(s: &DriveStatus) -> (u64, f64) {
-    s.probes
-        .values()
-        .flat_map(|p| [&p.read, &p.write])
-        .fold((0, 0.0), |(n, t), o| {
-            (n + o.ops_total, t + o.latency_sum_seconds)
-        })
-}
-
-/// Adds the increase since the last sample of `s`'s disk (`device`, a kernel name) to its
-/// load. A disk that changed (another kernel name) or whose counters went back (a disk
-/// removed and another given its name) starts over from this sample, adding nothing.
-pub fn sample(s: &mut DriveStatus, device: &str, disk: DiskCounters) {
-    let (canary_ios, canary_busy) = canary_totals(s);
-    let now = Sample {
-        disk,
-        canary_ios,
-        canary_busy,
-    };
-    let load = s.load.get_or_insert_with(DriveLoad::default);
-    if load.device != device {
-        load.device = device.to_string();
-        load.last = None;
-    }
-    if let Some(last) = load.last {
-        let went_back = disk.ios < last.disk.ios || disk.io_ticks_ms < last.disk.io_ticks_ms;
-        if !went_back {
-            let ios = (disk.ios - last.disk.ios) as f64;
-            let canary = canary_ios.saturating_sub(last.canary_ios) as f64;
-            let busy =
-                Duration::from_millis(disk.io_ticks_ms - last.disk.io_ticks_ms).as_secs_f64();
-            let canary_busy = (canary_busy - last.canary_busy).max(0.0);
-            load.raw.0 += ios - canary;
-            load.raw.1 += busy - canary_busy;
-            // Whole I/Os: the running sum is of whole numbers.
-            load.others_ios_total = load.others_ios_total.max(load.raw.0.max(0.0) as u64);
-            load.others_busy_seconds_total = load.others_busy_seconds_total.max(load.raw.1);
+impl DriveLoad {
+    /// Adds the increase since the last sample of the drive's disk (`device`, a kernel
+    /// name) to the load, less what its canaries did in that time (`canary_ios` completed
+    /// I/Os and `canary_busy` seconds inside them, as totals). A disk that changed
+    /// (another kernel name) or whose counters went back (a disk removed and another
+    /// given its name) starts over from this sample, adding nothing.
+    pub fn sample(&mut self, device: &str, disk: DiskCounters, canary_ios: u64, canary_busy: f64) {
+        let now = Sample {
+            disk,
+            canary_ios,
+            canary_busy,
+        };
+        if self.device != device {
+            self.device = device.to_string();
+            self.last = None;
         }
+        if let Some(last) = self.last {
+            let went_back = disk.ios < last.disk.ios || disk.io_ticks_ms < last.disk.io_ticks_ms;
+            if !went_back {
+                let ios = (disk.ios - last.disk.ios) as f64;
+                let canary = canary_ios.saturating_sub(last.canary_ios) as f64;
+                let busy =
+                    Duration::from_millis(disk.io_ticks_ms - last.disk.io_ticks_ms).as_secs_f64();
+                let canary_busy = (canary_busy - last.canary_busy).max(0.0);
+                self.raw.0 += ios - canary;
+                self.raw.1 += busy - canary_busy;
+                // Whole I/Os: the running sum is of whole numbers.
+                self.others_ios_total = self.others_ios_total.max(self.raw.0.max(0.0) as u64);
+                self.others_busy_seconds_total = self.others_busy_seconds_total.max(self.raw.1);
+            }
+        }
+        self.in_flight = disk.in_flight;
+        self.last = Some(now);
     }
-    load.in_flight = disk.in_flight;
-    load.last = Some(now);
 }
 
 /// Reads `/proc/diskstats` once (None when it cannot be read: then the loads stay as
@@ -158,7 +148,7 @@ pub fn read_diskstats() -> Option<HashMap<String, DiskCounters>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{OpStatus, ProbeStatus};
+    use crate::status::{DriveStatus, OpStatus, ProbeStatus};
 
     const STATS: &str = "\
    7       0 loop0 120 0 960 12 0 0 0 0 0 16 12 0 0 0 0 0 0
@@ -217,12 +207,12 @@ mod tests {
     #[test]
     fn the_canaries_own_io_is_not_the_drive_s_load() {
         let mut s = drive_with_canary(100, 0.010);
-        sample(&mut s, "sda", disk(1_000, 5_000));
+        s.sample_load("sda", disk(1_000, 5_000));
         assert_eq!(s.load.as_ref().unwrap().others_ios_total, 0);
         // 60 I/Os of the canary's (6 ms) and 440 of others; 2 s busy in all.
         canary(&mut s).ops_total = 160;
         canary(&mut s).latency_sum_seconds = 0.016;
-        sample(&mut s, "sda", disk(1_500, 7_000));
+        s.sample_load("sda", disk(1_500, 7_000));
         let l = s.load.as_ref().unwrap();
         assert_eq!(l.others_ios_total, 440);
         assert!((l.others_busy_seconds_total - 1.994).abs() < 1e-9, "{l:?}");
@@ -231,7 +221,7 @@ mod tests {
         // (ticks are whole milliseconds; its latency includes the host's part).
         canary(&mut s).ops_total = 170;
         canary(&mut s).latency_sum_seconds = 0.030;
-        sample(&mut s, "sda", disk(1_510, 7_010));
+        s.sample_load("sda", disk(1_510, 7_010));
         let l = s.load.as_ref().unwrap();
         assert_eq!(l.others_ios_total, 440);
         assert!((l.others_busy_seconds_total - 1.994).abs() < 1e-9, "{l:?}");
@@ -243,16 +233,16 @@ mod tests {
     #[test]
     fn a_canary_s_count_that_lags_is_not_load_for_long() {
         let mut s = drive_with_canary(0, 0.0);
-        sample(&mut s, "sda", disk(0, 0));
+        s.sample_load("sda", disk(0, 0));
         // 50 canary I/Os on the disk, not yet published.
-        sample(&mut s, "sda", disk(50, 5));
+        s.sample_load("sda", disk(50, 5));
         assert_eq!(s.load.as_ref().unwrap().others_ios_total, 50);
         // Published with the next 50; the disk saw 50 more.
         canary(&mut s).ops_total = 100;
-        sample(&mut s, "sda", disk(100, 10));
+        s.sample_load("sda", disk(100, 10));
         assert_eq!(s.load.as_ref().unwrap().others_ios_total, 50);
         // 1,000 I/Os of others: 1,000 over the true count of 0, not 1,050.
-        sample(&mut s, "sda", disk(1_100, 1_010));
+        s.sample_load("sda", disk(1_100, 1_010));
         assert_eq!(s.load.as_ref().unwrap().others_ios_total, 1_000);
     }
 
@@ -261,17 +251,17 @@ mod tests {
     #[test]
     fn a_moved_or_replaced_disk_starts_over_and_never_goes_back() {
         let mut s = drive_with_canary(0, 0.0);
-        sample(&mut s, "sda", disk(100, 100));
-        sample(&mut s, "sda", disk(300, 1_100));
+        s.sample_load("sda", disk(100, 100));
+        s.sample_load("sda", disk(300, 1_100));
         let before = s.load.clone().unwrap();
         assert_eq!(before.others_ios_total, 200);
         // Replaced under the same name: its counters start low.
-        sample(&mut s, "sda", disk(5, 10));
+        s.sample_load("sda", disk(5, 10));
         assert_eq!(s.load.as_ref().unwrap().others_ios_total, 200);
-        sample(&mut s, "sda", disk(55, 510));
+        s.sample_load("sda", disk(55, 510));
         assert_eq!(s.load.as_ref().unwrap().others_ios_total, 250);
         // Moved to sdb, whose counters are higher: nothing from the jump.
-        sample(&mut s, "sdb", disk(90_000, 900_000));
+        s.sample_load("sdb", disk(90_000, 900_000));
         let l = s.load.as_ref().unwrap();
         assert_eq!((l.device.as_str(), l.others_ios_total), ("sdb", 250));
         assert!((l.others_busy_seconds_total - 1.5).abs() < 1e-9, "{l:?}");
