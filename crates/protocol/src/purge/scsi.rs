@@ -247,12 +247,35 @@ pub fn describe(c: &Completion) -> String {
     describe_as(c, false)
 }
 
-/// The command ended GOOD, or else the one-line reason.
-fn check(c: io::Result<Completion>, ata: bool) -> Result<Completion, String> {
+/// A command that did not end GOOD.
+#[derive(Debug, thiserror::Error)]
+enum CommandError {
+    /// The device (or the host adapter) answered, with something other than GOOD: the
+    /// completion keeps the status and the sense data; `ata`: it was an ATA pass-through,
+    /// so the sense may carry the ATA registers.
+    #[error("{}", describe_as(.completion, *.ata))]
+    Refused { completion: Completion, ata: bool },
+    /// The command did not reach the device.
+    #[error("SG_IO failed: {0}")]
+    SgIo(#[source] io::Error),
+}
+
+impl CommandError {
+    /// The sense data the device returned with its refusal, when it is readable.
+    fn sense(&self) -> Option<Sense> {
+        match self {
+            CommandError::Refused { completion, .. } => Sense::parse(&completion.sense),
+            CommandError::SgIo(_) => None,
+        }
+    }
+}
+
+/// The command ended GOOD, or else why not.
+fn check(c: io::Result<Completion>, ata: bool) -> Result<Completion, CommandError> {
     match c {
         Ok(c) if c.is_good() => Ok(c),
-        Ok(c) => Err(describe_as(&c, ata)),
-        Err(e) => Err(format!("SG_IO failed: {e}")),
+        Ok(completion) => Err(CommandError::Refused { completion, ata }),
+        Err(e) => Err(CommandError::SgIo(e)),
     }
 }
 
@@ -373,25 +396,36 @@ fn ata_string(b: &[u8]) -> Option<String> {
     (!s.is_empty() && s.chars().all(|c| c.is_ascii_graphic() || c == ' ')).then_some(s)
 }
 
+/// Why the data of IDENTIFY DEVICE is not an ATA drive's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdentifyDataError {
+    #[error("IDENTIFY DEVICE returned {got} bytes of 512")]
+    Short { got: usize },
+    #[error("IDENTIFY DEVICE returned only zeros")]
+    Zeros,
+    #[error("IDENTIFY DEVICE says an ATAPI (packet) device")]
+    Atapi,
+    #[error("IDENTIFY DEVICE's checksum (word 255) is wrong: the bytes sum to 0x{sum:02x}")]
+    Checksum { sum: u8 },
+}
+
 /// Parses the 512 bytes of IDENTIFY DEVICE. Err: not the data of an ATA (not ATAPI)
 /// device, or its checksum (word 255) is wrong.
-pub fn parse_identify(b: &[u8]) -> Result<AtaIdentify, String> {
+pub fn parse_identify(b: &[u8]) -> Result<AtaIdentify, IdentifyDataError> {
     if b.len() < 512 {
-        return Err(format!("IDENTIFY DEVICE returned {} bytes of 512", b.len()));
+        return Err(IdentifyDataError::Short { got: b.len() });
     }
     let w = |i: usize| u16::from_le_bytes([b[2 * i], b[2 * i + 1]]);
     if b[..512].iter().all(|&x| x == 0) {
-        return Err("IDENTIFY DEVICE returned only zeros".into());
+        return Err(IdentifyDataError::Zeros);
     }
     if w(0) & 0x8000 != 0 {
-        return Err("IDENTIFY DEVICE says an ATAPI (packet) device".into());
+        return Err(IdentifyDataError::Atapi);
     }
     if w(255) & 0xff == 0xA5 {
         let sum = b[..512].iter().fold(0u8, |a, &x| a.wrapping_add(x));
         if sum != 0 {
-            return Err(format!(
-                "IDENTIFY DEVICE's checksum (word 255) is wrong: the bytes sum to 0x{sum:02x}"
-            ));
+            return Err(IdentifyDataError::Checksum { sum });
         }
     }
     let valid = |v: u16| v != 0 && v != 0xffff;
@@ -474,57 +508,85 @@ fn udev_serial(s: &str) -> String {
     out
 }
 
+/// Why the ATA Security erase is not used on a drive.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AtaPlanError {
+    #[error("the drive does not support the Security feature set (IDENTIFY word 82 bit 1 clear)")]
+    NotSupported,
+    #[error("the drive is locked by a password this host does not know")]
+    Locked,
+    #[error(
+        "a user password is already set on the drive: driveprobe erases only a drive whose \
+         security it set itself"
+    )]
+    PasswordSet,
+    #[error(
+        "the drive's security is frozen (usually by the firmware at boot): suspending and \
+         resuming the host, or unplugging and plugging the drive, unfreezes it"
+    )]
+    Frozen,
+    #[error("the drive's password attempt count has expired: power-cycle it")]
+    CountExpired,
+    #[error("the disk's serial is not known, so the ATA drive answering cannot be tied to it")]
+    SerialUnknown,
+    /// `got`: the serial in IDENTIFY DEVICE, None when it has none.
+    #[error(
+        "the ATA drive answering has serial {}, the disk the safety gate approved {want:?}",
+        quoted_or_none(.got.as_deref())
+    )]
+    SerialMismatch { want: String, got: Option<String> },
+    /// `got`: the capacity from IDENTIFY DEVICE, None when it gives none.
+    #[error(
+        "the ATA drive answering has {}, the disk the safety gate approved {want} bytes",
+        bytes_or_unknown(*.got)
+    )]
+    CapacityMismatch { want: u64, got: Option<u64> },
+}
+
+fn quoted_or_none(s: Option<&str>) -> String {
+    s.map_or("none".to_string(), |s| format!("{s:?}"))
+}
+
+fn bytes_or_unknown(n: Option<u64>) -> String {
+    n.map_or("no capacity in its IDENTIFY DEVICE data".to_string(), |n| {
+        format!("{n} bytes")
+    })
+}
+
 /// Whether and how to erase, or why not.
-pub fn ata_plan(id: &AtaIdentify, expected: &Expected<'_>) -> Result<AtaErase, String> {
+pub fn ata_plan(id: &AtaIdentify, expected: &Expected<'_>) -> Result<AtaErase, AtaPlanError> {
     if !id.supported {
-        return Err(
-            "the drive does not support the Security feature set (IDENTIFY word 82 bit 1 clear)"
-                .into(),
-        );
+        return Err(AtaPlanError::NotSupported);
     }
     if id.locked {
-        return Err("the drive is locked by a password this host does not know".into());
+        return Err(AtaPlanError::Locked);
     }
     if id.enabled {
-        return Err(
-            "a user password is already set on the drive: driveprobe erases only a drive whose \
-             security it set itself"
-                .into(),
-        );
+        return Err(AtaPlanError::PasswordSet);
     }
     if id.frozen {
-        return Err(
-            "the drive's security is frozen (usually by the firmware at boot): suspending and \
-             resuming the host, or unplugging and plugging the drive, unfreezes it"
-                .into(),
-        );
+        return Err(AtaPlanError::Frozen);
     }
     if id.count_expired {
-        return Err("the drive's password attempt count has expired: power-cycle it".into());
+        return Err(AtaPlanError::CountExpired);
     }
     // The drive answering the pass-through must be the disk the gate approved, not a
     // member of an enclosure's mirror or a drive the bridge picked.
     match (expected.serial, id.serial.as_deref()) {
         (Some(want), Some(got)) if udev_serial(want) == udev_serial(got) => {}
-        (None, _) => {
-            return Err(
-                "the disk's serial is not known, so the ATA drive answering cannot be tied to it"
-                    .into(),
-            )
-        }
+        (None, _) => return Err(AtaPlanError::SerialUnknown),
         (Some(want), got) => {
-            let got = got.map_or("none".to_string(), |g| format!("{g:?}"));
-            return Err(format!(
-                "the ATA drive answering has serial {got}, the disk the safety gate approved \
-                 {want:?}"
-            ));
+            return Err(AtaPlanError::SerialMismatch {
+                want: want.to_string(),
+                got: got.map(str::to_string),
+            })
         }
     }
     if id.capacity != Some(expected.bytes) {
-        return Err(format!(
-            "the ATA drive answering has {:?} bytes, the disk {} bytes",
-            id.capacity, expected.bytes
-        ));
+        return Err(AtaPlanError::CapacityMismatch {
+            want: expected.bytes,
+            got: id.capacity,
+        });
     }
     let (enhanced, est) = if id.enhanced {
         (true, id.enhanced_minutes)
@@ -558,35 +620,40 @@ pub fn password_block(enhanced: bool) -> [u8; 512] {
 }
 
 /// Why IDENTIFY DEVICE through the pass-through gave no ATA data.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 enum IdentifyError {
-    /// The device refused the pass-through (ILLEGAL REQUEST) or answered it with no ATA
-    /// data: not an ATA drive.
-    NotAta(String),
+    /// The device answered with data that is not an ATA drive's: not an ATA drive.
+    #[error(transparent)]
+    NotAtaData(#[from] IdentifyDataError),
+    /// The device refused the pass-through (ILLEGAL REQUEST): not an ATA drive.
+    #[error(transparent)]
+    NoPassThrough(CommandError),
     /// Any other failure: the device could not be asked.
-    Failed(String),
+    #[error(transparent)]
+    Failed(CommandError),
 }
 
 fn ata_identify(dev: &mut dyn ScsiDevice) -> Result<AtaIdentify, IdentifyError> {
     let mut buf = [0u8; 512];
     let cdb = ata16(ATA_IDENTIFY, AtaProtocol::PioDataIn as u8);
-    match command_retrying(dev, &cdb, Data::In(&mut buf), SHORT_TIMEOUT_MS) {
-        Ok(c) if c.is_good() => parse_identify(&buf).map_err(IdentifyError::NotAta),
-        Ok(c) if Sense::parse(&c.sense).is_some_and(|s| s.illegal_request()) => {
-            Err(IdentifyError::NotAta(describe_as(&c, true)))
+    match check(
+        command_retrying(dev, &cdb, Data::In(&mut buf), SHORT_TIMEOUT_MS),
+        true,
+    ) {
+        Ok(_) => Ok(parse_identify(&buf)?),
+        Err(e) if e.sense().is_some_and(|s| s.illegal_request()) => {
+            Err(IdentifyError::NoPassThrough(e))
         }
-        Ok(c) => Err(IdentifyError::Failed(describe_as(&c, true))),
-        Err(e) => Err(IdentifyError::Failed(format!("SG_IO failed: {e}"))),
+        Err(e) => Err(IdentifyError::Failed(e)),
     }
 }
 
-fn identify_text(r: Result<AtaIdentify, IdentifyError>) -> Result<AtaIdentify, String> {
-    r.map_err(|e| match e {
-        IdentifyError::NotAta(s) | IdentifyError::Failed(s) => s,
-    })
-}
-
-fn ata_out(dev: &mut dyn ScsiDevice, cmd: u8, block: &[u8], timeout_ms: u32) -> Result<(), String> {
+fn ata_out(
+    dev: &mut dyn ScsiDevice,
+    cmd: u8,
+    block: &[u8],
+    timeout_ms: u32,
+) -> Result<(), CommandError> {
     check(
         dev.command(
             &ata16(cmd, AtaProtocol::PioDataOut as u8),
@@ -612,11 +679,16 @@ fn remove_password(dev: &mut dyn ScsiDevice, path: &Path, after: &str) -> Result
         true,
     )
     .map(|_| ());
-    let left = identify_text(ata_identify(dev)).map_or(true, |id| id.enabled);
-    if left {
-        let why = disable
-            .err()
-            .unwrap_or_else(|| "IDENTIFY still shows it set".into());
+    let now = ata_identify(dev);
+    if now.as_ref().map_or(true, |id| id.enabled) {
+        let why = match (disable, now) {
+            (Err(e), _) => e.to_string(),
+            (Ok(()), Err(e)) => format!(
+                "SECURITY DISABLE PASSWORD reported success, but the IDENTIFY DEVICE that \
+                 checks it failed: {e}"
+            ),
+            (Ok(()), Ok(_)) => "IDENTIFY still shows it set".to_string(),
+        };
         return Err(PurgeError::AtaPasswordLeft {
             path: path.to_path_buf(),
             why: format!("after {after}: {why}").into(),
@@ -719,7 +791,7 @@ pub fn purge_ata(
     );
     // The password must now be set: a bridge that answers GOOD without passing the
     // command on would otherwise have purge report an erase that never ran.
-    match (set, identify_text(ata_identify(dev))) {
+    match (set, ata_identify(dev)) {
         (Ok(()), Ok(now)) if now.enabled && !now.locked => {}
         (Ok(()), Ok(now)) if now.enabled => {
             remove_password(
@@ -743,10 +815,12 @@ pub fn purge_ata(
             return Ok(None);
         }
         (set, now) => {
-            let why = set
-                .err()
-                .or(now.as_ref().err().cloned())
-                .unwrap_or_default();
+            // One of the two failed: the arms above took both succeeding.
+            let why = match (set, &now) {
+                (Err(e), _) => e.to_string(),
+                (Ok(()), Err(e)) => e.to_string(),
+                (Ok(()), Ok(_)) => String::new(),
+            };
             notes.push(format!("ATA SECURITY SET PASSWORD: {why}"));
             if now.map_or(true, |n| n.enabled) {
                 remove_password(
@@ -779,7 +853,7 @@ pub fn purge_ata(
     }
     // A completed erase leaves the Security feature set disabled: a password still set
     // means it did not run.
-    match identify_text(ata_identify(dev)) {
+    match ata_identify(dev) {
         Ok(after) if !after.enabled => {}
         Ok(_) => {
             remove_password(dev, path, "an erase that left the password set")?;
@@ -1037,7 +1111,9 @@ pub fn purge_sd(
 ) -> Result<Option<PurgeMethod>, PurgeError> {
     match ata_identify(dev) {
         Ok(id) => purge_ata(dev, &id, expected, path, control, notes),
-        Err(IdentifyError::NotAta(_)) => purge_scsi(dev, path, control, poll, notes),
+        Err(IdentifyError::NotAtaData(_) | IdentifyError::NoPassThrough(_)) => {
+            purge_scsi(dev, path, control, poll, notes)
+        }
         Err(IdentifyError::Failed(why)) => {
             notes.push(format!(
                 "ATA IDENTIFY DEVICE through the pass-through: {why}: ATA SECURITY ERASE and \
@@ -1836,11 +1912,21 @@ mod tests {
         assert_eq!(id.serial.as_deref(), Some(SERIAL));
         assert_eq!(id.capacity, Some(BYTES));
         b[100] ^= 1;
-        assert!(parse_identify(&b).unwrap_err().contains("checksum"));
-        assert!(parse_identify(&[0u8; 512]).unwrap_err().contains("zeros"));
+        let e = parse_identify(&b).unwrap_err();
+        assert!(matches!(e, IdentifyDataError::Checksum { .. }), "{e}");
+        assert!(e.to_string().contains("checksum"), "{e}");
+        let e = parse_identify(&[0u8; 512]).unwrap_err();
+        assert_eq!(e, IdentifyDataError::Zeros);
+        assert!(e.to_string().contains("zeros"), "{e}");
         let mut atapi = [0u8; 512];
         atapi[1] = 0x85;
-        assert!(parse_identify(&atapi).unwrap_err().contains("ATAPI"));
+        let e = parse_identify(&atapi).unwrap_err();
+        assert_eq!(e, IdentifyDataError::Atapi);
+        assert!(e.to_string().contains("ATAPI"), "{e}");
+        assert_eq!(
+            parse_identify(&b[..100]).unwrap_err().to_string(),
+            "IDENTIFY DEVICE returned 100 bytes of 512"
+        );
         // "More than 508 minutes" and its extended form bound nothing.
         assert_eq!(erase_minutes(0x00ff), None);
         assert_eq!(erase_minutes(0xffff), None);
@@ -1885,6 +1971,36 @@ mod tests {
         b[235] = 0x08; // words 117-118: 2048 words
         b[510] = 0; // no checksum
         assert_eq!(parse_identify(&b).unwrap().capacity, Some(SECTORS * 4096));
+    }
+
+    #[test]
+    fn the_errors_read_as_one_line_and_keep_their_source() {
+        let e = AtaPlanError::CapacityMismatch {
+            want: 1000,
+            got: Some(500),
+        };
+        assert_eq!(
+            e.to_string(),
+            "the ATA drive answering has 500 bytes, the disk the safety gate approved 1000 bytes"
+        );
+        let e = AtaPlanError::SerialMismatch {
+            want: "A1".into(),
+            got: None,
+        };
+        assert_eq!(
+            e.to_string(),
+            "the ATA drive answering has serial none, the disk the safety gate approved \"A1\""
+        );
+        let e = check(Err(io::Error::from_raw_os_error(libc::ENOTTY)), true).unwrap_err();
+        assert!(e.to_string().starts_with("SG_IO failed: "), "{e}");
+        assert!(std::error::Error::source(&e).is_some(), "{e:?}");
+        let e = check(Ok(ata_aborted()), true).unwrap_err();
+        assert!(e.sense().is_some_and(|s| s.key == KEY_ABORTED_COMMAND));
+        assert!(
+            e.to_string()
+                .contains("ATA status 0x51 error 0x04 (the drive aborted the command)"),
+            "{e}"
+        );
     }
 
     #[test]
