@@ -1,180 +1,22 @@
-//! `driveprobe bench` end to end: runs the real binary on files in temp dirs and on loop
-//! devices over files, and checks exit statuses, error lines, the write gate, file-target
-//! handling, the JSON contract, the engines and verify.
+//! `driveprobe bench` end to end: runs the real binary on files in temp dirs, and checks
+//! exit statuses, error lines, file-target handling, the JSON contract, the engines and
+//! verify. None of these needs root; the runs that do (loop devices, mounts, `setpriv`) are
+//! in `tests/safety/bench_refusals.rs`. The runner and its assertions are
+//! `tests/common/bench_run.rs`.
 //!
-//! Tests that need loop devices, mounts or `setpriv` assert that they run as root (no silent
-//! skipping). Every test has its own temp dir and loop device, so they run concurrently.
-//! Nothing here writes to the machine's own disks' block devices.
+//! Every test has its own temp dir, so they run concurrently. Nothing here writes to the
+//! machine's own disks' block devices.
 
 use crate::common;
 
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use common::{loop_serial, need_root, random_file, sha256, sync, Loop, Mount, MIB};
+use common::bench_run::{bench, run_cmd, s, u64_of, BIN};
+use common::{random_file, sha256, MIB};
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_driveprobe");
-
-/// What one run of the binary did.
-struct Run {
-    args: Vec<String>,
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-/// `driveprobe bench ARGS...`.
-fn bench(args: &[&str]) -> Run {
-    run_cmd(Command::new(BIN), args)
-}
-
-/// `driveprobe bench ARGS...` as user and group nobody (65534), without supplementary groups.
-fn bench_as_nobody(args: &[&str]) -> Run {
-    let mut cmd = Command::new("setpriv");
-    cmd.args([
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        "--",
-        BIN,
-    ]);
-    run_cmd(cmd, args)
-}
-
-fn run_cmd(mut cmd: Command, args: &[&str]) -> Run {
-    let out = cmd
-        .arg("bench")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    let run = Run {
-        args: args.iter().map(|s| s.to_string()).collect(),
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert!(
-        !run.stderr.contains("panicked"),
-        "bench {:?} panicked:\n{}",
-        run.args,
-        run.stderr
-    );
-    assert!(
-        run.code.is_some(),
-        "bench {:?} was killed by a signal ({}):\n{}",
-        run.args,
-        out.status,
-        run.stderr
-    );
-    run
-}
-
-impl Run {
-    /// Asserts exit status 0.
-    fn ok(&self) -> &Self {
-        assert_eq!(
-            self.code,
-            Some(0),
-            "bench {:?} failed:\n{}",
-            self.args,
-            self.stderr
-        );
-        self
-    }
-
-    /// Asserts one of `codes`, exactly one `driveprobe: error:` line on stderr that contains
-    /// every needle, and no other kind of line on stderr. Returns the error line.
-    fn fails(&self, codes: &[i32], needles: &[&str]) -> String {
-        assert!(
-            self.code.is_some_and(|c| codes.contains(&c)),
-            "bench {:?}: exit status {:?}, expected one of {codes:?}; stderr:\n{}",
-            self.args,
-            self.code,
-            self.stderr
-        );
-        let errors: Vec<&str> = self
-            .stderr
-            .lines()
-            .filter(|l| l.starts_with("driveprobe: error:"))
-            .collect();
-        assert_eq!(
-            errors.len(),
-            1,
-            "bench {:?}: expected exactly one `driveprobe: error:` line, stderr:\n{}",
-            self.args,
-            self.stderr
-        );
-        assert!(
-            self.stderr.lines().all(|l| l.starts_with("driveprobe: ")),
-            "bench {:?}: stray lines on stderr:\n{}",
-            self.args,
-            self.stderr
-        );
-        let line = errors[0].to_string();
-        for n in needles {
-            assert!(
-                line.contains(n),
-                "bench {:?}: the error should mention {n:?}: {line}",
-                self.args
-            );
-        }
-        line
-    }
-
-    /// A usage error: status 2 and nothing on stdout.
-    fn usage_error(&self, needles: &[&str]) -> String {
-        let line = self.fails(&[2], needles);
-        assert_eq!(self.stdout, "", "bench {:?}: stdout on error", self.args);
-        assert_eq!(self.stderr.lines().count(), 1, "{}", self.stderr);
-        line
-    }
-
-    /// A runtime failure before any I/O: status 1, one line, nothing on stdout.
-    fn runtime_error(&self, needles: &[&str]) -> String {
-        let line = self.fails(&[1], needles);
-        assert_eq!(self.stdout, "", "bench {:?}: stdout on error", self.args);
-        assert_eq!(self.stderr.lines().count(), 1, "{}", self.stderr);
-        line
-    }
-
-    /// A usage error reported by clap: status 2, one line, `driveprobe: error:` first, a
-    /// usage hint.
-    fn clap_error(&self, needle: &str) {
-        assert_eq!(self.code, Some(2), "bench {:?}: {}", self.args, self.stderr);
-        assert_eq!(self.stderr.lines().count(), 1, "{}", self.stderr);
-        assert!(
-            self.stderr.starts_with("driveprobe: error:") && self.stderr.contains(needle),
-            "bench {:?}: unexpected clap error:\n{}",
-            self.args,
-            self.stderr
-        );
-        assert!(self.stderr.contains("--help"), "{}", self.stderr);
-        assert_eq!(self.stdout, "");
-    }
-
-    /// stdout as exactly one JSON document.
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
-            panic!(
-                "bench {:?}: stdout is not one JSON document ({e}):\n{}",
-                self.args, self.stdout
-            )
-        })
-    }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn u64_of(v: &Value, what: &str) -> u64 {
-    v.as_u64()
-        .unwrap_or_else(|| panic!("{what} is not an unsigned integer: {v}"))
-}
 
 fn f64_of(v: &Value, what: &str) -> f64 {
     v.as_f64()
@@ -304,33 +146,6 @@ fn unknown_flags_and_values_are_clap_usage_errors() {
 }
 
 #[test]
-#[cfg_attr(
-    not(feature = "system-tests"),
-    ignore = "needs root (loop devices, mounts, setpriv): scripts/test runs it"
-)]
-fn permission_denied_for_an_unprivileged_user() {
-    need_root();
-    let dir = tempfile::tempdir().unwrap();
-    // The directory is searchable by everyone: the refusal comes from the file's mode.
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let f = dir.path().join("private.img");
-    random_file(&f, 4 * MIB, 2);
-    fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
-    let before = sha256(&f);
-
-    let r = bench_as_nobody(&[s(&f), "--runtime", "1"]);
-    assert!(
-        !r.stderr.starts_with("setpriv:"),
-        "setpriv could not run the binary as nobody (is {BIN} reachable by others?): {}",
-        r.stderr
-    );
-    r.runtime_error(&[s(&f), "permission denied"]);
-    let r = bench_as_nobody(&[s(&f), "--rw", "randwrite", "--runtime", "1"]);
-    r.runtime_error(&[s(&f), "permission denied"]);
-    assert_eq!(before, sha256(&f));
-}
-
-#[test]
 fn target_smaller_than_region_is_refused_and_not_extended() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("small.img");
@@ -364,69 +179,6 @@ fn target_smaller_than_region_is_refused_and_not_extended() {
     .runtime_error(&["5242880", "4194304"]);
     assert_eq!(fs::metadata(&f).unwrap().len(), 4 * MIB, "target resized");
     assert_eq!(before, sha256(&f), "target changed");
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "system-tests"),
-    ignore = "needs root (loop devices, mounts, setpriv): scripts/test runs it"
-)]
-fn block_size_not_a_multiple_of_the_logical_block_size() {
-    need_root();
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("4kn.img");
-    fs::File::create(&img).unwrap().set_len(16 * MIB).unwrap();
-    let lo = Loop::attach(&img, &["--sector-size", "4096"]);
-    bench(&[lo.s(), "--bs", "512", "--runtime", "1"]).runtime_error(&[
-        lo.s(),
-        "512",
-        "4096",
-        "logical block size",
-    ]);
-    // A mix with one misaligned size is refused too.
-    bench(&[lo.s(), "--bs", "4k:90,2k:10", "--runtime", "1"]).runtime_error(&["2048", "4096"]);
-    // The aligned size runs.
-    let j = bench(&[
-        lo.s(),
-        "--bs",
-        "4k",
-        "--io-size",
-        "1m",
-        "--output-format",
-        "json",
-    ])
-    .ok()
-    .json();
-    assert_eq!(u64_of(&j["read"]["ops"], "read.ops"), 256);
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "system-tests"),
-    ignore = "needs root (loop devices, mounts, setpriv): scripts/test runs it"
-)]
-fn o_direct_refused_by_the_filesystem_suggests_buffered() {
-    need_root();
-    let dir = tempfile::tempdir().unwrap();
-    // ramfs has no O_DIRECT: open(O_DIRECT) fails with EINVAL.
-    let m = Mount::virtual_fs("ramfs", None, &dir.path().join("ramfs"));
-    let f = m.dir().join("data.img");
-    random_file(&f, MIB, 4);
-    bench(&[s(&f), "--runtime", "1"]).runtime_error(&[s(&f), "O_DIRECT", "--buffered"]);
-    bench(&[s(&f), "--direct", "--runtime", "1"]).runtime_error(&["--buffered"]);
-    // As suggested, --buffered (or --direct=0) works there.
-    let j = bench(&[
-        s(&f),
-        "--buffered",
-        "--io-size",
-        "256k",
-        "--output-format",
-        "json",
-    ])
-    .ok()
-    .json();
-    assert_eq!(j["target_info"]["direct"], false);
-    bench(&[s(&f), "--direct=0", "--io-size", "256k"]).ok();
 }
 
 #[test]
@@ -509,264 +261,8 @@ fn size_plus_offset_overflow_is_an_error_not_a_panic() {
     assert!(!f.exists(), "a file was created");
 }
 
-/// BUG: creating a file target bigger than its filesystem can hold (`--size 1p`, a typo for
-/// 1g) writes random data until the filesystem is full and only then fails with ENOSPC:
-/// `create_file_if_missing` ignores fallocate's EFBIG ("not supported here") and goes on
-/// writing. On a real machine that fills the disk (79 GB here) before the error. It should
-/// be refused before writing (fallocate's error, or statvfs free space).
-#[test]
-#[cfg_attr(
-    not(feature = "system-tests"),
-    ignore = "needs root (loop devices, mounts, setpriv): scripts/test runs it"
-)]
-fn oversized_file_target_is_refused_before_filling_the_filesystem() {
-    need_root();
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("fs.img");
-    fs::File::create(&img).unwrap().set_len(64 * MIB).unwrap();
-    let lo = Loop::attach(&img, &[]);
-    common::run(
-        "mkfs.ext4",
-        &["-q", "-E", "lazy_itable_init=0,lazy_journal_init=0", lo.s()],
-    );
-    let m = Mount::new(lo.path(), &dir.path().join("mnt"));
-    sync();
-    let name = lo.path().file_name().unwrap().to_str().unwrap().to_string();
-    let counter = format!("/sys/fs/ext4/{name}/session_write_kbytes");
-    let written = || -> u64 {
-        fs::read_to_string(&counter)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    };
-    let before = written();
-
-    let f = m.dir().join("new.img");
-    bench(&[s(&f), "--size", "1p", "--rw", "read", "--runtime", "1"]).fails(&[1, 2], &[s(&f)]);
-    assert!(!f.exists(), "the failed file was left behind");
-    sync();
-    let spent_kib = written() - before;
-    assert!(
-        spent_kib < 4096,
-        "driveprobe wrote {spent_kib} KiB to a 64 MiB filesystem before giving up on a 1 PiB file"
-    );
-}
-
 // ---------------------------------------------------------------------------------------
-// 2. The write gate through the CLI, on loop devices.
-
-/// A loop device over a 16 MiB file of pseudo-random data.
-fn random_loop(dir: &Path, seed: u64) -> (std::path::PathBuf, Loop) {
-    let img = dir.join("disk.img");
-    random_file(&img, 16 * MIB, seed);
-    let lo = Loop::attach(&img, &[]);
-    (img, lo)
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "system-tests"),
-    ignore = "needs root (loop devices, mounts, setpriv): scripts/test runs it"
-)]
-fn loop_write_refused_without_allow_destructive() {
-    need_root();
-    let dir = tempfile::tempdir().unwrap();
-    let (img, lo) = random_loop(dir.path(), 10);
-    let serial = loop_serial(&img);
-    let before = sha256(&img);
-    for rw in ["randwrite", "write", "randrw"] {
-        bench(&[lo.s(), "--rw", rw, "--runtime", "1"])
-            .runtime_error(&[lo.s(), "--allow-destructive"]);
-        // The right serial alone is not enough.
-        bench(&[
-            lo.s(),
-            "--rw",
-            rw,
-            "--runtime",
-            "1",
-            "--expect-serial",
-            &serial,
-        ])
-        .runtime_error(&[lo.s(), "--allow-destructive"]);
-    }
-    // --allow-destructive without an identity to check is refused too.
-    bench(&[
-        lo.s(),
-        "--rw",
-        "randwrite",
-        "--runtime",
-        "1",
-        "--allow-destructive",
-    ])
-    .runtime_error(&[lo.s()]);
-    sync();
-    assert_eq!(before, sha256(&img), "the backing file changed");
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "system-tests"),
-    ignore = "needs root (loop devices, mounts, setpriv): scripts/test runs it"
-)]
-fn loop_write_refused_with_wrong_serial() {
-    need_root();
-    let dir = tempfile::tempdir().unwrap();
-    let (img, lo) = random_loop(dir.path(), 11);
-    let serial = loop_serial(&img);
-    let wrong = format!("{serial}.other");
-    let before = sha256(&img);
-    bench(&[
-        lo.s(),
-        "--rw",
-        "randwrite",
-        "--runtime",
-        "1",
-        "--allow-destructive",
-        "--expect-serial",
-        &wrong,
-    ])
-    .runtime_error(&[lo.s(), &wrong, &serial]);
-    // A loop device has no WWN: --expect-wwn cannot match.
-    bench(&[
-        lo.s(),
-        "--rw",
-        "randwrite",
-        "--runtime",
-        "1",
-        "--allow-destructive",
-        "--expect-serial",
-        &serial,
-        "--expect-wwn",
-        "naa.5000c500a1b2c3d4",
-    ])
-    .runtime_error(&[lo.s()]);
-    sync();
-    assert_eq!(before, sha256(&img), "the backing file changed");
-}
-
-/// An ext4 filesystem on a loop device, mounted, with a file on it. Fields drop in order:
-/// unmount, then detach.
-struct MountedExt4 {
-    mount: Mount,
-    lo: Loop,
-    img: std::path::PathBuf,
-}
-
-fn mounted_ext4(dir: &Path) -> MountedExt4 {
-    let img = dir.join("fs.img");
-    fs::File::create(&img).unwrap().set_len(64 * MIB).unwrap();
-    let lo = Loop::attach(&img, &[]);
-    // No lazy init: a kernel thread would otherwise write to the device while mounted.
-    common::run(
-        "mkfs.ext4",
-        &["-q", "-E", "lazy_itable_init=0,lazy_journal_init=0", lo.s()],
-    );
-    let mount = Mount::new(lo.path(), &dir.join("mnt"));
-    random_file(&mount.dir().join("precious.dat"), 2 * MIB, 12);
-    sync();
-    MountedExt4 { mount, lo, img }
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "system-tests"),
-    ignore = "needs root (loop devices, mounts, setpriv): scripts/test runs it"
-)]
-fn loop_write_refused_on_mounted_filesystem_whatever_the_flags() {
-    need_root();
-    let dir = tempfile::tempdir().unwrap();
-    let fs_ = mounted_ext4(dir.path());
-    let precious = fs::read(fs_.mount.dir().join("precious.dat")).unwrap();
-    // Reading the file updated its atime (relatime): write that out before the checksum.
-    sync();
-    let before = sha256(&fs_.img);
-    let serial = loop_serial(&fs_.img);
-    for rw in ["randwrite", "write", "randrw"] {
-        bench(&[
-            fs_.lo.s(),
-            "--rw",
-            rw,
-            "--runtime",
-            "1",
-            "--allow-destructive",
-            "--expect-serial",
-            &serial,
-        ])
-        .runtime_error(&[fs_.lo.s(), "mounted", s(fs_.mount.dir())]);
-    }
-    sync();
-    assert_eq!(before, sha256(&fs_.img), "the mounted filesystem changed");
-    assert_eq!(
-        precious,
-        fs::read(fs_.mount.dir().join("precious.dat")).unwrap()
-    );
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "system-tests"),
-    ignore = "needs root (loop devices, mounts, setpriv): scripts/test runs it"
-)]
-fn loop_read_allowed_on_mounted_filesystem_and_changes_nothing() {
-    need_root();
-    let dir = tempfile::tempdir().unwrap();
-    let fs_ = mounted_ext4(dir.path());
-    let before = sha256(&fs_.img);
-    let j = bench(&[
-        fs_.lo.s(),
-        "--rw",
-        "randread",
-        "--runtime",
-        "1",
-        "--output-format",
-        "json",
-    ])
-    .ok()
-    .json();
-    assert!(u64_of(&j["read"]["ops"], "read.ops") > 0);
-    assert_eq!(u64_of(&j["write"]["ops"], "write.ops"), 0);
-    assert_eq!(j["target_info"]["kind"], "block_device");
-    assert_eq!(j["target_info"]["writable"], false);
-    bench(&[fs_.lo.s(), "--rw", "read", "--bs", "128k", "--size", "8m"]).ok();
-    sync();
-    assert_eq!(before, sha256(&fs_.img), "a read run changed the device");
-}
-
-#[test]
-#[cfg_attr(
-    not(feature = "system-tests"),
-    ignore = "needs root (loop devices, mounts, setpriv): scripts/test runs it"
-)]
-fn loop_write_allowed_on_free_device_with_matching_serial() {
-    need_root();
-    let dir = tempfile::tempdir().unwrap();
-    let (img, lo) = random_loop(dir.path(), 13);
-    let before = sha256(&img);
-    let j = bench(&[
-        lo.s(),
-        "--rw",
-        "randwrite",
-        "--runtime",
-        "1",
-        "--allow-destructive",
-        "--expect-serial",
-        &loop_serial(&img),
-        "--output-format",
-        "json",
-    ])
-    .ok()
-    .json();
-    assert!(u64_of(&j["write"]["ops"], "write.ops") > 0);
-    assert_eq!(j["target_info"]["kind"], "block_device");
-    assert_eq!(j["target_info"]["writable"], true);
-    sync();
-    assert_ne!(before, sha256(&img), "the write run wrote nothing");
-    assert_eq!(fs::metadata(&img).unwrap().len(), 16 * MIB);
-}
-
-// ---------------------------------------------------------------------------------------
-// 3. File targets: created when missing, never truncated, writes stay in the region.
+// 2. File targets: created when missing, never truncated, writes stay in the region.
 
 fn assert_filled(f: &Path, len: u64) {
     let meta = fs::metadata(f).unwrap();
@@ -895,7 +391,7 @@ fn write_run_changes_only_its_region() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 4. The JSON contract.
+// 3. The JSON contract.
 
 #[test]
 fn json_output_contract_and_output_file() {
@@ -1101,7 +597,7 @@ fn output_file_with_text_on_stdout() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 5. Engines.
+// 4. Engines.
 
 #[test]
 fn psync_engine_is_named_and_notes_the_depth_it_ignores() {
@@ -1176,43 +672,8 @@ fn io_uring_engine_is_named() {
     assert_eq!(u64_of(&j["read"]["ops"], "read.ops"), 256);
 }
 
-/// BUG (observed on this kernel): after an io_uring run the target's filesystem cannot be
-/// unmounted for a moment (EBUSY): the ring holds the registered file until the kernel tears
-/// the ring down asynchronously after exit. A script doing `driveprobe bench ...; umount`
-/// fails. Unregistering the files (IORING_UNREGISTER_FILES, synchronous) in the ring's
-/// Drop would release the file before the process exits. psync does not have the problem.
-#[test]
-#[cfg_attr(
-    not(feature = "system-tests"),
-    ignore = "needs root (loop devices, mounts, setpriv): scripts/test runs it"
-)]
-fn filesystem_can_be_unmounted_right_after_an_io_uring_run() {
-    need_root();
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    let m = Mount::virtual_fs("tmpfs", Some("size=16m"), &mnt);
-    let f = m.dir().join("x.img");
-    random_file(&f, MIB, 32);
-    for engine in ["psync", "io_uring"] {
-        bench(&[
-            s(&f),
-            "--buffered",
-            "--ioengine",
-            engine,
-            "--io-size",
-            "256k",
-        ])
-        .ok();
-        let st = Command::new("umount").arg(&mnt).output().unwrap();
-        common::assert_ok(&st, &format!("umount right after a {engine} run"));
-        common::run("mount", &["-t", "tmpfs", "-o", "size=16m", "none", s(&mnt)]);
-        random_file(&f, MIB, 32);
-    }
-    drop(m);
-}
-
 // ---------------------------------------------------------------------------------------
-// 6. Verify.
+// 5. Verify.
 
 #[test]
 fn verify_finds_one_flipped_byte_and_passes_clean_data() {
@@ -1296,7 +757,7 @@ fn verify_finds_one_flipped_byte_and_passes_clean_data() {
 }
 
 // ---------------------------------------------------------------------------------------
-// 7. Help.
+// 6. Help.
 
 #[test]
 fn help_lists_the_main_options() {

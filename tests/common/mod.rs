@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod bench_run;
 pub mod daemon;
 pub mod fixtures;
 pub mod http;
@@ -460,6 +461,7 @@ pub fn shm_dir(prefix: &str) -> tempfile::TempDir {
 pub struct LoopExt4 {
     mount: Mount,
     lo: Loop,
+    img: PathBuf,
 }
 
 impl LoopExt4 {
@@ -468,11 +470,22 @@ impl LoopExt4 {
         let lo = Loop::attach(&img, &[]);
         mkfs_ext4(lo.path());
         let mount = Mount::new(lo.path(), &dir.join("mnt"));
-        LoopExt4 { mount, lo }
+        LoopExt4 { mount, lo, img }
     }
 
+    /// Where the filesystem is mounted.
     pub fn dir(&self) -> &Path {
         self.mount.dir()
+    }
+
+    /// The loop device under the filesystem.
+    pub fn device(&self) -> &Loop {
+        &self.lo
+    }
+
+    /// The image file behind the loop device.
+    pub fn image(&self) -> &Path {
+        &self.img
     }
 
     /// Bytes written to the loop device so far: /sys/block/loopN/stat's sectors written
