@@ -1,7 +1,8 @@
 //! Builders for the status every surface renders (metrics goldens, the HTTP API, the
 //! status page): the canaries of a healthy drive, with the figures the tests hold them to
-//! passed in and the rest the same everywhere.
+//! passed in and the rest the same everywhere; and the drives they describe.
 
+use driveprobe::health::model::{Identity, Transport};
 use driveprobe::status::{CpuWait, OpStatus, ProbeState, ProbeStatus, WindowQuantiles};
 
 /// A 4 KiB read canary at 50 IOPS over a 60 s window, running, on a quiet host: its reads
@@ -50,5 +51,20 @@ pub fn verify_canary(
             p99_latency_seconds: Some(90e-6),
         },
         host_stall: None,
+    }
+}
+
+/// A 400 GB SAS SSD (HGST Ultrastar), the drive the status page's and the report's tests
+/// describe.
+pub fn sas_ssd() -> Identity {
+    Identity {
+        model: Some("HGST HUSMM1640ASS200".into()),
+        serial: Some("0QV1K5XA".into()),
+        firmware: Some("A204".into()),
+        wwn: Some("0x5000cca04e1a2b3c".into()),
+        transport: Transport::Sas,
+        capacity_bytes: Some(400_088_457_216),
+        logical_block_size: Some(512),
+        rotation_rpm: Some(0),
     }
 }

@@ -20,7 +20,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use driveprobe::health::endurance::{Basis, Endurance};
-use driveprobe::health::model::{HealthReport, Identity, Transport, Verdict};
+use driveprobe::health::model::{HealthReport, Identity, Verdict};
 use driveprobe::schedule::{RunRecord, RunStatus};
 use driveprobe::status::{
     CollectorStatus, ConfigStatus, DriveStatus, HealthState, HealthStatus, OpStatus, ProbeState,
@@ -72,16 +72,7 @@ fn status(bad_doc: &Path) -> Status {
     let t = now();
     let mut drives = BTreeMap::new();
 
-    let identity = Identity {
-        model: Some("HGST HUSMM1640ASS200".into()),
-        serial: Some("0QV1K5XA".into()),
-        firmware: Some("A204".into()),
-        wwn: Some("0x5000cca04e1a2b3c".into()),
-        transport: Transport::Sas,
-        capacity_bytes: Some(400_088_457_216),
-        logical_block_size: Some(512),
-        rotation_rpm: Some(0),
-    };
+    let identity = common::fixtures::sas_ssd();
     let mut probes = BTreeMap::new();
     probes.insert(
         "canary-4k-read".to_string(),
