@@ -21,7 +21,7 @@ pub use merge::{merge, Watch, Watched, CANARY};
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -207,12 +207,6 @@ pub fn class_of(transport: Transport, rotational: bool, rotation: Option<Rotatio
     }
 }
 
-fn read_trim(path: &Path) -> Option<String> {
-    let s = fs::read_to_string(path).ok()?;
-    let s = s.trim();
-    (!s.is_empty()).then(|| s.to_string())
-}
-
 /// Why the filters leave `f` out, if they do. Include: every regex given must match
 /// (an absent field does not); exclude: any regex that matches leaves it out.
 pub fn filtered_out(
@@ -300,7 +294,7 @@ pub fn scan(paths: &SystemPaths, d: &Discovery) -> Scan {
             skip(&mut out, why);
             continue;
         }
-        if read_trim(&dir.join("loop/autoclear")).as_deref() == Some("1") {
+        if device::read_attr(&dir.join("loop/autoclear")).as_deref() == Some("1") {
             // `losetup -d` on a loop device someone holds open only marks it so; a
             // canary holding it would keep it attached for ever.
             skip(
@@ -309,14 +303,14 @@ pub fn scan(paths: &SystemPaths, d: &Discovery) -> Scan {
             );
             continue;
         }
-        if read_trim(&dir.join("hidden")).as_deref() == Some("1") {
+        if device::read_attr(&dir.join("hidden")).as_deref() == Some("1") {
             skip(
                 &mut out,
                 "a hidden NVMe path: its multipath namespace is scanned".into(),
             );
             continue;
         }
-        match read_trim(&dir.join("size")).map(|s| s.parse::<u64>()) {
+        match device::read_attr(&dir.join("size")).map(|s| s.parse::<u64>()) {
             Some(Ok(0)) => {
                 skip(
                     &mut out,
@@ -341,7 +335,7 @@ pub fn scan(paths: &SystemPaths, d: &Discovery) -> Scan {
             .map(|p| p.display().to_string())
             .unwrap_or_default();
         let transport = transport_of(&name, &real);
-        let rotational = read_trim(&dir.join("queue/rotational")).as_deref() == Some("1");
+        let rotational = device::read_attr(&dir.join("queue/rotational")).as_deref() == Some("1");
         let rotation = fs::read(dir.join("device/vpd_pgb1"))
             .ok()
             .and_then(|p| rotation_of_vpd_b1(&p));
@@ -513,7 +507,7 @@ pub fn raid_controllers(paths: &SystemPaths) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(&dir)
         .map(|it| {
             it.flatten()
-                .filter_map(|e| read_trim(&dir.join(e.file_name()).join("proc_name")))
+                .filter_map(|e| device::read_attr(&dir.join(e.file_name()).join("proc_name")))
                 .filter(|n| crate::device::RAID_HOST_DRIVERS.contains(&n.as_str()))
                 .collect()
         })
@@ -638,11 +632,11 @@ pub fn fingerprint(paths: &SystemPaths) -> Vec<(String, Option<String>)> {
                 .map(|e| {
                     let n = e.file_name().to_string_lossy().into_owned();
                     let dir = class_block.join(&n);
-                    let mut size = read_trim(&dir.join("size"));
+                    let mut size = device::read_attr(&dir.join("size"));
                     if n.starts_with("loop") {
                         // A detach asked for while the device is open.
                         if let (Some(s), Some(a)) =
-                            (&mut size, read_trim(&dir.join("loop/autoclear")))
+                            (&mut size, device::read_attr(&dir.join("loop/autoclear")))
                         {
                             s.push_str(&format!(" autoclear={a}"));
                         }
