@@ -204,12 +204,12 @@ fn poisson_rate_averages_to_the_limit() {
     .validate()
     .unwrap();
     let r = run(&job, &t);
-    // 6000 expected arrivals: the Poisson standard deviation is 77 (1.3%). Counted: those
-    // completed in the window, and those the host issued too late or never.
+    // 6000 expected arrivals: the Poisson standard deviation is 77 (1.3%); within 6 of
+    // them (7.7%), a rate limiter that works is never refused. Counted: those completed
+    // in the window, and those the host issued too late or never.
     let due = (r.total.ops + r.due_missed_ops) as f64;
-    let err = (due - 6000.0).abs() / 6000.0;
     assert!(
-        err < 0.06,
+        (due - 6000.0).abs() <= 6.0 * 6000f64.sqrt(),
         "{} I/Os counted + {} missed = {due}, 6000 expected",
         r.total.ops,
         r.due_missed_ops

@@ -272,7 +272,8 @@ serial = "QM00005"
 [[probe]]
 name = "rd"
 drives = ["*"]
-workload = { rate_iops = 1 }
+# Evenly spaced: the window below must hold at least one read of each canary.
+workload = { rate_iops = 1, arrival = "linear" }
 EOF2
 RUST_LOG=driveprobe=info driveprobe daemon --config /tmp/d.toml >/tmp/out 2>/tmp/err &
 DP=$!
