@@ -232,8 +232,14 @@ pub enum PurgeError {
         path: PathBuf,
         source: nvme::AdminError,
     },
-    #[error("{path}: the ATA user password driveprobe set for the erase could not be removed ({why}): the drive locks at its next power-up; remove it now with `hdparm --user-master u --security-disable driveprobe {path}`")]
-    AtaPasswordLeft { path: PathBuf, why: Box<str> },
+    #[error("{path}: the ATA user password driveprobe set for the erase could not be removed ({why}{}): the drive locks at its next power-up; remove it now with `hdparm --user-master u --security-disable driveprobe {path}`", cause_text(.cause))]
+    AtaPasswordLeft {
+        path: PathBuf,
+        why: Box<str>,
+        /// The command's or the IDENTIFY's error, when one failed.
+        #[source]
+        cause: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     #[error("{path}: the SCSI sanitize failed (sense 31h/03h): the drive refuses reads and writes until a sanitize completes or it is told to exit failure mode (sg_sanitize --early)")]
     ScsiSanitizeFailed { path: PathBuf },
     #[error("{path}: the SCSI sanitize has not finished after {waited_s} s (progress {progress_pct:.1}%): it goes on inside the drive; follow it with `sg_requests --progress`")]
@@ -279,6 +285,11 @@ pub enum PurgeError {
     Job(#[from] JobError),
     #[error(transparent)]
     Engine(Box<EngineError>),
+}
+
+/// `: CAUSE` after a reason, when it has one.
+fn cause_text(cause: &Option<Box<dyn std::error::Error + Send + Sync>>) -> String {
+    cause.as_ref().map_or(String::new(), |c| format!(": {c}"))
 }
 
 impl From<EngineError> for PurgeError {

@@ -681,17 +681,20 @@ fn remove_password(dev: &mut dyn ScsiDevice, path: &Path, after: &str) -> Result
     .map(|_| ());
     let now = ata_identify(dev);
     if now.as_ref().map_or(true, |id| id.enabled) {
-        let why = match (disable, now) {
-            (Err(e), _) => e.to_string(),
-            (Ok(()), Err(e)) => format!(
+        type Cause = Box<dyn std::error::Error + Send + Sync>;
+        let (why, cause): (&str, Option<Cause>) = match (disable, now) {
+            (Err(e), _) => ("SECURITY DISABLE PASSWORD failed", Some(Box::new(e))),
+            (Ok(()), Err(e)) => (
                 "SECURITY DISABLE PASSWORD reported success, but the IDENTIFY DEVICE that \
-                 checks it failed: {e}"
+                 checks it failed",
+                Some(Box::new(e)),
             ),
-            (Ok(()), Ok(_)) => "IDENTIFY still shows it set".to_string(),
+            (Ok(()), Ok(_)) => ("IDENTIFY still shows it set", None),
         };
         return Err(PurgeError::AtaPasswordLeft {
             path: path.to_path_buf(),
             why: format!("after {after}: {why}").into(),
+            cause,
         });
     }
     Ok(())
@@ -867,7 +870,8 @@ pub fn purge_ata(
         Err(e) => {
             return Err(PurgeError::AtaPasswordLeft {
                 path: path.to_path_buf(),
-                why: format!("after the erase, IDENTIFY DEVICE failed: {e}").into(),
+                why: "after the erase, IDENTIFY DEVICE failed".into(),
+                cause: Some(Box::new(e)),
             })
         }
     }
@@ -1625,13 +1629,21 @@ mod tests {
             ..ata_drive()
         };
         let (r, _) = run(&mut d);
-        let e = r.unwrap_err().to_string();
+        let err = r.unwrap_err();
+        let e = err.to_string();
         assert!(d.password.is_some());
         assert!(
             e.contains(&format!(
                 "hdparm --user-master u --security-disable {ERASE_PASSWORD} /dev/sdz"
-            )) && e.contains("locks at its next power-up"),
+            )) && e.contains("locks at its next power-up")
+                && e.contains("SECURITY DISABLE PASSWORD failed: "),
             "{e}"
+        );
+        // The refusal the drive gave is kept as the source, not only as text.
+        let source = std::error::Error::source(&err).map(|s| s.to_string());
+        assert!(
+            source.is_some_and(|s| e.contains(&s)),
+            "{e}: expected the drive's refusal as the source"
         );
     }
 
