@@ -148,7 +148,6 @@ pub fn read_diskstats() -> Option<HashMap<String, DiskCounters>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{DriveStatus, OpStatus, ProbeStatus};
 
     const STATS: &str = "\
    7       0 loop0 120 0 960 12 0 0 0 0 0 16 12 0 0 0 0 0 0
@@ -174,96 +173,5 @@ mod tests {
         assert_eq!(d["sda"].io_ticks_ms, 30);
         assert_eq!(d["loop0"].ios, 120);
         assert!(!d.contains_key("sda1"));
-    }
-
-    fn drive_with_canary(ops: u64, secs: f64) -> DriveStatus {
-        let mut s = DriveStatus::default();
-        let p = ProbeStatus {
-            read: OpStatus {
-                ops_total: ops,
-                latency_sum_seconds: secs,
-                ..OpStatus::default()
-            },
-            ..ProbeStatus::default()
-        };
-        s.probes.insert("canary-4k-read".into(), p);
-        s
-    }
-
-    /// The canary's read counters of `s`.
-    fn canary(s: &mut DriveStatus) -> &mut OpStatus {
-        &mut s.probes.get_mut("canary-4k-read").unwrap().read
-    }
-
-    fn disk(ios: u64, ticks: u64) -> DiskCounters {
-        DiskCounters {
-            ios,
-            in_flight: 1,
-            io_ticks_ms: ticks,
-        }
-    }
-
-    /// The canaries' own I/O and time are taken out; the first sample adds nothing.
-    #[test]
-    fn the_canaries_own_io_is_not_the_drive_s_load() {
-        let mut s = drive_with_canary(100, 0.010);
-        s.sample_load("sda", disk(1_000, 5_000));
-        assert_eq!(s.load.as_ref().unwrap().others_ios_total, 0);
-        // 60 I/Os of the canary's (6 ms) and 440 of others; 2 s busy in all.
-        canary(&mut s).ops_total = 160;
-        canary(&mut s).latency_sum_seconds = 0.016;
-        s.sample_load("sda", disk(1_500, 7_000));
-        let l = s.load.as_ref().unwrap();
-        assert_eq!(l.others_ios_total, 440);
-        assert!((l.others_busy_seconds_total - 1.994).abs() < 1e-9, "{l:?}");
-        assert_eq!(l.in_flight, 1);
-        // Only the canary: nothing is added, even if its time exceeds the disk's ticks
-        // (ticks are whole milliseconds; its latency includes the host's part).
-        canary(&mut s).ops_total = 170;
-        canary(&mut s).latency_sum_seconds = 0.030;
-        s.sample_load("sda", disk(1_510, 7_010));
-        let l = s.load.as_ref().unwrap();
-        assert_eq!(l.others_ios_total, 440);
-        assert!((l.others_busy_seconds_total - 1.994).abs() < 1e-9, "{l:?}");
-    }
-
-    /// A canary publishes its counts once an interval: a sample that sees its I/Os on the
-    /// disk before they are counted overstates the load once, by at most that lag, and
-    /// the catch-up is not lost nor counted twice.
-    #[test]
-    fn a_canary_s_count_that_lags_is_not_load_for_long() {
-        let mut s = drive_with_canary(0, 0.0);
-        s.sample_load("sda", disk(0, 0));
-        // 50 canary I/Os on the disk, not yet published.
-        s.sample_load("sda", disk(50, 5));
-        assert_eq!(s.load.as_ref().unwrap().others_ios_total, 50);
-        // Published with the next 50; the disk saw 50 more.
-        canary(&mut s).ops_total = 100;
-        s.sample_load("sda", disk(100, 10));
-        assert_eq!(s.load.as_ref().unwrap().others_ios_total, 50);
-        // 1,000 I/Os of others: 1,000 over the true count of 0, not 1,050.
-        s.sample_load("sda", disk(1_100, 1_010));
-        assert_eq!(s.load.as_ref().unwrap().others_ios_total, 1_000);
-    }
-
-    /// The counters never go back: a disk that moved to another name, or counters that
-    /// restarted (another disk under the same name), start over from the new sample.
-    #[test]
-    fn a_moved_or_replaced_disk_starts_over_and_never_goes_back() {
-        let mut s = drive_with_canary(0, 0.0);
-        s.sample_load("sda", disk(100, 100));
-        s.sample_load("sda", disk(300, 1_100));
-        let before = s.load.clone().unwrap();
-        assert_eq!(before.others_ios_total, 200);
-        // Replaced under the same name: its counters start low.
-        s.sample_load("sda", disk(5, 10));
-        assert_eq!(s.load.as_ref().unwrap().others_ios_total, 200);
-        s.sample_load("sda", disk(55, 510));
-        assert_eq!(s.load.as_ref().unwrap().others_ios_total, 250);
-        // Moved to sdb, whose counters are higher: nothing from the jump.
-        s.sample_load("sdb", disk(90_000, 900_000));
-        let l = s.load.as_ref().unwrap();
-        assert_eq!((l.device.as_str(), l.others_ios_total), ("sdb", 250));
-        assert!((l.others_busy_seconds_total - 1.5).abs() < 1e-9, "{l:?}");
     }
 }
