@@ -45,6 +45,20 @@ pub fn read_regular(path: &Path, limit: u64) -> Result<String, FileError> {
     String::from_utf8(bytes).map_err(|_| FileError::NotText)
 }
 
+/// The whole of `file`, already open (with `O_NONBLOCK`, so that opening a FIFO did not
+/// block), if it is a regular file of at most `limit` bytes: for files found through a
+/// directory handle (the daemon's state directory) rather than a path.
+pub fn read_open_regular(file: File, limit: u64) -> Result<Vec<u8>, FileError> {
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(FileError::NotRegular(kind(meta.file_type())));
+    }
+    if meta.len() > limit {
+        return Err(FileError::TooLarge { limit });
+    }
+    read_at_most(file, limit, meta.len())
+}
+
 /// Up to `limit` bytes of `file` (`TooLarge` if there is more).
 fn read_at_most(file: File, limit: u64, hint: u64) -> Result<Vec<u8>, FileError> {
     let mut buf = Vec::with_capacity(hint.min(limit) as usize);

@@ -14,6 +14,7 @@ pub mod logging;
 pub mod metrics;
 pub mod pacing;
 pub mod schedule;
+pub mod statedir;
 pub mod status;
 pub mod version;
 

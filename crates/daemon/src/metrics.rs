@@ -379,6 +379,18 @@ impl Snapshot {
             bool01(status.config.last_reload_successful),
         );
         self.gauge(
+            "driveprobe_state_ledger_held",
+            "1 when neither copy of the state file could be read at start: what driveprobe wrote to each drive is unknown, so scheduled runs and write canaries are held and nothing is saved until the operator repairs or moves the files and restarts; 0 otherwise.",
+            vec![],
+            bool01(status.state.ledger_held.is_some()),
+        );
+        self.gauge(
+            "driveprobe_state_directory_insecure",
+            "1 when users other than driveprobe's own may write to its state directory (writable by every user, or owned by another user); 0 otherwise.",
+            vec![],
+            bool01(status.state.insecure.is_some()),
+        );
+        self.gauge(
             "driveprobe_config_last_reload_success_timestamp_seconds",
             "Unix time of the last config load that succeeded.",
             vec![],

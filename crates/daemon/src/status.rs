@@ -53,6 +53,21 @@ pub struct Status {
     pub scheduler: SchedulerStatus,
     /// What discovery found; None while it is off.
     pub discovery: Option<DiscoveryStatus>,
+    /// The state directory: what is wrong with it, when something is.
+    pub state: StateStatus,
+}
+
+/// The state directory as the daemon found it at start.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StateStatus {
+    pub dir: std::path::PathBuf,
+    /// Why users other than driveprobe's may write to it, when they may.
+    pub insecure: Option<String>,
+    /// The state file was damaged or missing and its copy was used: what happened.
+    pub recovered: Option<String>,
+    /// Neither copy of the state could be read: why scheduled runs and write canaries
+    /// are held.
+    pub ledger_held: Option<String>,
 }
 
 /// Discovery's last scan.
@@ -621,6 +636,9 @@ pub struct Shared {
     /// an unchanged drive's number, gives a changed or added drive a new one, and drops a
     /// removed drive's. Changed and read with `status` locked.
     writers: Mutex<BTreeMap<String, u64>>,
+    /// The state directory, once the daemon has opened it: where `/runs/ID/report` reads
+    /// result documents from (through its handle, never a path a record names).
+    state_dir: std::sync::OnceLock<std::sync::Arc<crate::statedir::StateDir>>,
 }
 
 impl Shared {
@@ -629,6 +647,16 @@ impl Shared {
             status: Mutex::new(status),
             ..Default::default()
         }
+    }
+
+    /// Sets the state directory (once; later calls change nothing).
+    pub fn set_state_dir(&self, dir: std::sync::Arc<crate::statedir::StateDir>) {
+        let _ = self.state_dir.set(dir);
+    }
+
+    /// The state directory, once set.
+    pub fn state_dir(&self) -> Option<&std::sync::Arc<crate::statedir::StateDir>> {
+        self.state_dir.get()
     }
 
     /// A number never given before, for one drive's threads (see [`Shared::writers`]).

@@ -422,6 +422,11 @@ fn unheld(ctx: &Ctx, drive: &DriveCtl, probe: &Probe) -> Result<super::Resolved,
     if let Some(p) = drive.paused() {
         return Err(Hold::Paused(p));
     }
+    if probe.writes {
+        if let Some(why) = ctx.store.held() {
+            return Err(Hold::Paused(format!("held: {why}")));
+        }
+    }
     if probe.writes && ctx.over_budget(drive) {
         return Err(Hold::Paused(
             "the canaries' wear budget for today is spent".into(),

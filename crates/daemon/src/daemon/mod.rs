@@ -51,13 +51,8 @@ use supervisor::Supervisor;
 pub enum DaemonError {
     #[error("{0}")]
     Config(#[from] ConfigError),
-    #[error("state directory {path}: {source}; create it or set state_dir in the config to a writable directory")]
-    StateDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{0}; fix or remove the state file")]
-    State(#[from] schedule::StateError),
+    #[error("{0}")]
+    StateDir(#[from] crate::statedir::StateDirError),
     #[error("cannot listen on {addr}: {source}; {}", listen_fix(*from_flag))]
     Listen {
         addr: SocketAddr,
@@ -1079,14 +1074,23 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         discover::log_watch(&watch);
     }
     let web = load_web(&opts)?;
-    std::fs::create_dir_all(&config.state_dir).map_err(|source| DaemonError::StateDir {
-        path: config.state_dir.clone(),
-        source,
-    })?;
-    let opened = Store::open(&config.state_dir, now_unix() as i64)?;
+    let dir = Arc::new(crate::statedir::StateDir::open(&config.state_dir)?);
+    if let Some(w) = dir.insecure() {
+        tracing::warn!("{w}");
+    }
+    let opened = Store::open(dir.clone(), now_unix() as i64);
     if let Some(w) = &opened.warning {
         tracing::warn!("{w}");
     }
+    if let Some(why) = opened.store.held() {
+        tracing::error!("{why}");
+    }
+    let state_status = crate::status::StateStatus {
+        dir: config.state_dir.clone(),
+        insecure: dir.insecure().map(str::to_string),
+        recovered: opened.warning.clone(),
+        ledger_held: opened.store.held().map(str::to_string),
+    };
     let store = Arc::new(opened.store);
     let shared = Arc::new(Shared::new(Status {
         started_unix: now_unix(),
@@ -1096,8 +1100,10 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
             last_reload_success_unix: now_unix(),
             last_error: None,
         },
+        state: state_status,
         ..Default::default()
     }));
+    shared.set_state_dir(dir);
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -1114,7 +1120,7 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
     discover::publish_watch(&shared, &base.discovery, &watch, &last_scan);
     let runs = Arc::new(Runs::default());
     scheduler::recover(&store, now_unix() as i64);
-    scheduler::start_cleanup(&config.state_dir, &store, config.runs);
+    scheduler::start_cleanup(&store, config.runs);
     let generation = Generation::start(config, shared.clone(), store.clone(), runs.clone());
     {
         // The run index and last results, from the state, for the exporters.
@@ -1671,11 +1677,15 @@ fn restore_last_runs(ctx: &Ctx) {
         if !ctx.drives.contains_key(&drive) {
             continue;
         }
-        let Some(path) = &r.result_path else { continue };
-        let Ok(text) = std::fs::read_to_string(path) else {
-            continue;
+        let bytes = match scheduler::read_result(ctx.store.dir(), &r.id) {
+            Ok(Some(b)) => b,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(run = %r.id, error = %e, "cannot read a run's result document");
+                continue;
+            }
         };
-        let Ok(doc) = serde_json::from_str::<crate::protocol::result::SuiteResult>(&text) else {
+        let Ok(doc) = serde_json::from_slice::<crate::protocol::result::SuiteResult>(&bytes) else {
             continue;
         };
         let success = runs

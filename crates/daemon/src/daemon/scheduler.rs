@@ -31,7 +31,7 @@
 //! [`Runs`] outlives config reloads: a run going on when the config is reloaded goes on.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -45,6 +45,7 @@ use crate::protocol::result::{Phase, Round, SuiteResult, WorkloadDesc};
 use crate::protocol::suite::{self, SuiteOptions};
 use crate::safety;
 use crate::schedule::{self as plan_mod, Decision, RunRecord, RunStatus};
+use crate::statedir::{Place, StateDir};
 use crate::status::{RunLatency, RunPoint, RunSummary};
 use crate::target::Target;
 
@@ -585,6 +586,15 @@ fn try_start(
     log: &mut CondLog,
 ) -> Option<String> {
     let drive = startable_drive(ctx, p, &format!("schedule {}: run due", p.key), log)?;
+    let held = format!("ledger {}", p.key);
+    if let Some(why) = ctx.store.held() {
+        log.holds(
+            &held,
+            Level::Warn,
+            format!("schedule {}: run due, held: {why}", p.key),
+        );
+        return None;
+    }
     let (bound, allowance) = bound_and_allowance(ctx, &drive, p);
     let used = ctx.store.lock().run_written_in_window(
         &p.schedule.drive,
@@ -805,7 +815,7 @@ fn finish(
     let mut note = None;
     let path = match &result {
         None => None,
-        Some(r) => match write_result(&ctx.state_dir().join("runs"), &h.id, r) {
+        Some(r) => match write_result(ctx.store.dir(), &h.id, r) {
             Ok(p) => Some(p),
             Err(e) => {
                 tracing::error!(
@@ -904,11 +914,11 @@ fn retry_pending(ctx: &Ctx) {
     if taken.is_empty() {
         return;
     }
-    let dir = ctx.state_dir().join("runs");
+    let dir = ctx.store.dir();
     let mut again = Vec::new();
     let mut written = Vec::new();
     for mut p in taken {
-        match write_result(&dir, &p.id, &p.result) {
+        match write_result(dir, &p.id, &p.result) {
             Ok(path) => {
                 tracing::warn!(run = %p.id, failed_attempts = p.attempts, "the result document is saved");
                 written.push((p, path));
@@ -973,32 +983,13 @@ fn retry_pending(ctx: &Ctx) {
     }
 }
 
-/// The result documents in `dir` (`ID.json`, not temporary files), oldest first: (path,
-/// bytes).
-fn documents(dir: &Path) -> Vec<(PathBuf, u64)> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut docs: Vec<(std::time::SystemTime, PathBuf, u64)> = rd
-        .flatten()
-        .filter(|e| {
-            let n = e.file_name();
-            let n = n.to_string_lossy();
-            !n.starts_with('.') && n.ends_with(".json")
-        })
-        .filter_map(|e| {
-            let m = e.metadata().ok()?;
-            m.is_file().then(|| {
-                (
-                    m.modified().unwrap_or(std::time::UNIX_EPOCH),
-                    e.path(),
-                    m.len(),
-                )
-            })
-        })
-        .collect();
-    docs.sort();
-    docs.into_iter().map(|(_, p, n)| (p, n)).collect()
+/// The result documents in the state directory's `runs/` (`ID.json`, regular files, not
+/// temporary ones), oldest first: (path, bytes).
+fn documents(dir: &StateDir) -> Vec<(PathBuf, u64)> {
+    dir.documents()
+        .into_iter()
+        .map(|d| (dir.path_of(Place::Runs, &d.name), d.bytes))
+        .collect()
 }
 
 /// Which of `docs` (oldest first) go so that at most `keep.keep_documents` are left and
@@ -1020,12 +1011,14 @@ pub fn over_retention(docs: &[(PathBuf, u64)], keep: crate::config::RunsRetentio
 
 /// Applies the retention policy (`[runs]` in the config) to the result documents: the
 /// oldest are deleted while there are too many or they take too much, and their runs
-/// leave the index (so every run listed with a report has its document).
+/// leave the index (so every run listed with a report has its document). Only regular
+/// files in the state directory's own `runs/` are listed or deleted, through its handle.
 pub fn prune(ctx: &Ctx) {
-    prune_dir(&ctx.state_dir().join("runs"), &ctx.store, ctx.config.runs);
+    prune_dir(&ctx.store, ctx.config.runs);
 }
 
-fn prune_dir(dir: &Path, store: &super::store::Store, keep: crate::config::RunsRetention) {
+fn prune_dir(store: &super::store::Store, keep: crate::config::RunsRetention) {
+    let dir = store.dir();
     let docs = documents(dir);
     let n = over_retention(&docs, keep);
     if n == 0 {
@@ -1033,11 +1026,9 @@ fn prune_dir(dir: &Path, store: &super::store::Store, keep: crate::config::RunsR
     }
     let mut gone = BTreeSet::new();
     for (p, _) in &docs[..n] {
-        match std::fs::remove_file(p) {
-            Ok(()) => {
-                gone.insert(p.clone());
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        match dir.remove(Place::Runs, name) {
+            Ok(_) => {
                 gone.insert(p.clone());
             }
             Err(e) => {
@@ -1051,61 +1042,65 @@ fn prune_dir(dir: &Path, store: &super::store::Store, keep: crate::config::RunsR
         keep_bytes = keep.keep_bytes,
         "old result documents deleted (the [runs] retention)"
     );
+    let names: BTreeSet<&std::ffi::OsStr> = gone.iter().filter_map(|p| p.file_name()).collect();
     store.update(|st| {
-        st.runs
-            .retain(|r| r.result_path.as_ref().is_none_or(|p| !gone.contains(p)));
+        st.runs.retain(|r| {
+            r.result_path
+                .as_ref()
+                .and_then(|p| p.file_name())
+                .is_none_or(|n| !names.contains(n))
+        });
     });
 }
 
-/// At start: removes what an interrupted write left in the state directory (temporary
-/// files of result documents), and applies the retention policy.
-pub fn start_cleanup(
-    state_dir: &Path,
-    store: &super::store::Store,
-    keep: crate::config::RunsRetention,
-) {
-    let dir = state_dir.join("runs");
-    if let Ok(rd) = std::fs::read_dir(&dir) {
-        for e in rd.flatten() {
-            let n = e.file_name();
-            let n = n.to_string_lossy();
-            if n.starts_with('.') && n.ends_with(".json.tmp") {
-                match std::fs::remove_file(e.path()) {
-                    Ok(()) => {
-                        tracing::info!(path = %e.path().display(), "removed a temporary file an interrupted write left")
-                    }
-                    Err(err) => {
-                        tracing::warn!(path = %e.path().display(), error = %err, "cannot remove a temporary file an interrupted write left")
-                    }
+/// At start: removes what an interrupted write left in `runs/` (temporary files of
+/// result documents; a link at such a name is removed, not followed), and applies the
+/// retention policy.
+pub fn start_cleanup(store: &super::store::Store, keep: crate::config::RunsRetention) {
+    let dir = store.dir();
+    for (name, _) in dir.names(Place::Runs).unwrap_or_default() {
+        if name.starts_with('.') && name.ends_with(".json.tmp") {
+            let path = dir.path_of(Place::Runs, &name);
+            match dir.remove(Place::Runs, &name) {
+                Ok(_) => {
+                    tracing::info!(path = %path.display(), "removed a temporary file an interrupted write left")
+                }
+                Err(err) => {
+                    tracing::warn!(path = %path.display(), error = %err, "cannot remove a temporary file an interrupted write left")
                 }
             }
         }
     }
-    prune_dir(&dir, store, keep);
+    prune_dir(store, keep);
     if let Err(e) = store.save_if_dirty() {
         tracing::debug!(error = %e, "cannot save the state after the cleanup");
     }
 }
 
-/// Writes the result document atomically; returns its path.
-pub fn write_result(dir: &Path, id: &str, r: &SuiteResult) -> std::io::Result<PathBuf> {
-    std::fs::create_dir_all(dir)?;
-    let path = dir.join(format!("{id}.json"));
-    let tmp = dir.join(format!(".{id}.json.tmp"));
+/// Writes the result document atomically into the state directory's `runs/`, following
+/// no link; returns its path.
+pub fn write_result(dir: &StateDir, id: &str, r: &SuiteResult) -> std::io::Result<PathBuf> {
+    let name = format!("{id}.json");
     let json = serde_json::to_vec(r).map_err(std::io::Error::other)?;
-    let written = (|| {
-        use std::io::Write;
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&json)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path)
-    })();
-    if let Err(e) = written {
-        // A short temporary file would hold the space the next attempt needs.
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
+    dir.write_atomic(Place::Runs, &name, &json)?;
+    Ok(dir.path_of(Place::Runs, &name))
+}
+
+/// The result document of run `id`, read back from the state directory's own `runs/`
+/// (whatever path its record names: a record cannot point the daemon at another file),
+/// bounded and without blocking.
+pub fn read_result(
+    dir: &StateDir,
+    id: &str,
+) -> Result<Option<Vec<u8>>, crate::statedir::ReadError> {
+    if !crate::http::routes::valid_run_id(id) {
+        return Ok(None);
     }
-    Ok(path)
+    dir.read(
+        Place::Runs,
+        &format!("{id}.json"),
+        crate::statedir::MAX_DOCUMENT_BYTES,
+    )
 }
 
 pub fn status_name(s: RunStatus) -> &'static str {
@@ -1342,8 +1337,8 @@ mod tests {
     #[test]
     fn a_failed_document_write_leaves_no_temporary_file() {
         let dir = tempfile::tempdir().unwrap();
+        let sd = StateDir::open(dir.path()).unwrap();
         let runs = dir.path().join("runs");
-        std::fs::create_dir(&runs).unwrap();
         // The document's place is a non-empty directory: the rename fails.
         std::fs::create_dir(runs.join("r1.json")).unwrap();
         std::fs::write(runs.join("r1.json").join("x"), b"x").unwrap();
@@ -1351,7 +1346,7 @@ mod tests {
             "../../../../tests/fixtures/results/enterprise-sata-5100eco.json"
         ))
         .unwrap();
-        assert!(write_result(&runs, "r1", &doc).is_err());
+        assert!(write_result(&sd, "r1", &doc).is_err());
         assert!(!runs.join(".r1.json.tmp").exists());
     }
 }

@@ -10,18 +10,22 @@
 //! failure, then the first success after it, with the count of failed attempts), so a
 //! full disk does not flood the log; [`Store::save_failures`] counts every failed save.
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::config::{Drive, WearBudget};
 use crate::schedule::{self, State, StateError};
+use crate::statedir::{Place, StateDir};
 
 pub const STATE_FILE: &str = "state.json";
+/// The second copy of [`STATE_FILE`], written after it at every save: what the daemon
+/// starts from when the first is damaged (truncated, emptied, not JSON, of a newer
+/// version, a FIFO, a link) or missing.
+pub const BACKUP_FILE: &str = "state.backup.json";
 
 #[derive(Debug)]
 pub struct Store {
-    path: PathBuf,
+    dir: Arc<StateDir>,
     state: Mutex<State>,
     dirty: AtomicBool,
     /// The last save failed (an episode of failures is going on).
@@ -30,68 +34,126 @@ pub struct Store {
     failures: AtomicU64,
     /// Failed saves in the current episode.
     episode_failures: AtomicU64,
+    /// Why the ledger is held: neither copy of the state could be read at start, so what
+    /// driveprobe wrote to each drive is unknown. Nothing is saved (the files stay for the
+    /// operator), and nothing that writes to a drive starts.
+    held: Option<String>,
 }
 
-/// Outcome of opening the state: the store, and a warning when the file could not be
-/// used (it is moved aside and the daemon starts with an empty state).
+/// Outcome of opening the state: the store, and a warning when a copy could not be used.
 pub struct Opened {
     pub store: Store,
     pub warning: Option<String>,
 }
 
+/// What one copy of the state file gave.
+enum Copy {
+    Missing,
+    Good(State),
+    Bad(StateError),
+}
+
+fn read_copy(dir: &StateDir, name: &str) -> Copy {
+    let path = dir.path_of(Place::Top, name);
+    match dir.read(Place::Top, name, crate::statedir::MAX_STATE_BYTES) {
+        Ok(None) => Copy::Missing,
+        Ok(Some(bytes)) => match schedule::decode(&path, &bytes) {
+            Ok(s) => Copy::Good(s),
+            Err(e) => Copy::Bad(e),
+        },
+        Err(source) => Copy::Bad(StateError::Unreadable { path, source }),
+    }
+}
+
 impl Store {
-    /// Loads `STATE_FILE` in `dir`. A corrupt or newer file is moved aside (to
-    /// `state.json.bad-UNIX`) so the daemon can still run, with a warning saying so; a
-    /// file that cannot be read at all is an error.
-    pub fn open(dir: &Path, now: i64) -> Result<Opened, StateError> {
-        let path = dir.join(STATE_FILE);
+    /// Loads the state from `dir`: [`STATE_FILE`], or its copy [`BACKUP_FILE`] when the
+    /// first is damaged or missing (the damaged file is moved aside to
+    /// `state.json.bad-UNIX`, and a warning says so). When both are damaged (or the only
+    /// one there is), the daemon cannot know what it wrote to each drive: the store is
+    /// *held* (see [`Store::held`]) and both files are left as they are.
+    pub fn open(dir: Arc<StateDir>, now: i64) -> Opened {
         // What a save cut short (a kill, a full disk) may have left.
-        let tmp = schedule::state::temp_path(&path);
-        if std::fs::symlink_metadata(&tmp).is_ok_and(|m| m.is_file()) {
-            match std::fs::remove_file(&tmp) {
-                Ok(()) => {
-                    tracing::info!(path = %tmp.display(), "removed a temporary file an interrupted save left")
+        for name in [STATE_FILE, BACKUP_FILE] {
+            let tmp = format!(".{name}.tmp");
+            match dir.remove(Place::Top, &tmp) {
+                Ok(true) => {
+                    tracing::info!(path = %dir.path_of(Place::Top, &tmp).display(), "removed a temporary file an interrupted save left")
                 }
+                Ok(false) => {}
                 Err(e) => {
-                    tracing::warn!(path = %tmp.display(), error = %e, "cannot remove a temporary file an interrupted save left")
+                    tracing::warn!(path = %dir.path_of(Place::Top, &tmp).display(), error = %e, "cannot remove a temporary file an interrupted save left")
                 }
             }
         }
-        match schedule::load(&path) {
-            Ok(state) => Ok(Opened {
-                store: Store::new(path, state),
-                warning: None,
-            }),
-            Err(e @ (StateError::Corrupt { .. } | StateError::Version { .. })) => {
-                let aside = dir.join(format!("{STATE_FILE}.bad-{now}"));
-                let moved = std::fs::rename(&path, &aside);
-                let warning = match moved {
-                    Ok(()) => format!(
-                        "{e}; moved it to {} and started with an empty state",
-                        aside.display()
-                    ),
-                    Err(m) => {
-                        format!("{e}; could not move it aside ({m}); started with an empty state")
-                    }
+        let (state, warning, held) = match (read_copy(&dir, STATE_FILE), read_copy(&dir, BACKUP_FILE)) {
+            (Copy::Good(s), _) => (s, None, None),
+            (Copy::Missing, Copy::Missing) => (State::default(), None, None),
+            (Copy::Missing, Copy::Good(s)) => (
+                s,
+                Some(format!(
+                    "state file {} is missing; started from its copy {} (the wear ledger and the schedules as last saved)",
+                    dir.path_of(Place::Top, STATE_FILE).display(),
+                    dir.path_of(Place::Top, BACKUP_FILE).display()
+                )),
+                None,
+            ),
+            (Copy::Bad(e), Copy::Good(s)) => {
+                let aside = format!("{STATE_FILE}.bad-{now}");
+                let moved = match dir.rename(Place::Top, STATE_FILE, &aside) {
+                    Ok(()) => format!("moved it to {}", dir.path_of(Place::Top, &aside).display()),
+                    Err(m) => format!("could not move it aside ({m})"),
                 };
-                Ok(Opened {
-                    store: Store::new(path, State::default()),
-                    warning: Some(warning),
-                })
+                (
+                    s,
+                    Some(format!(
+                        "{e}; {moved} and started from its copy {} (the wear ledger and the schedules as last saved)",
+                        dir.path_of(Place::Top, BACKUP_FILE).display()
+                    )),
+                    None,
+                )
             }
-            Err(e) => Err(e),
-        }
+            (first, second) => {
+                let why = |c: Copy, name: &str| match c {
+                    Copy::Bad(e) => e.to_string(),
+                    _ => format!("{} is missing", dir.path_of(Place::Top, name).display()),
+                };
+                let held = format!(
+                    "the wear ledger cannot be read ({}; {}), so what driveprobe wrote to each drive is unknown: \
+                     scheduled runs and write canaries are held and nothing is saved; both files are left as they are. \
+                     Repair or restore one of them, or move both aside to start a new ledger (the drives' wear budgets \
+                     then start from zero), and restart driveprobe",
+                    why(first, STATE_FILE),
+                    why(second, BACKUP_FILE)
+                );
+                (State::default(), None, Some(held))
+            }
+        };
+        let mut store = Store::new(dir, state);
+        store.held = held;
+        Opened { store, warning }
     }
 
-    pub fn new(path: PathBuf, state: State) -> Self {
+    pub fn new(dir: Arc<StateDir>, state: State) -> Self {
         Store {
-            path,
+            dir,
             state: Mutex::new(state),
             dirty: AtomicBool::new(false),
             failing: AtomicBool::new(false),
             failures: AtomicU64::new(0),
             episode_failures: AtomicU64::new(0),
+            held: None,
         }
+    }
+
+    /// The state directory.
+    pub fn dir(&self) -> &Arc<StateDir> {
+        &self.dir
+    }
+
+    /// Why the ledger is held, when it is: neither copy of the state could be read at
+    /// start. Nothing that writes to a drive may start while it is.
+    pub fn held(&self) -> Option<&str> {
+        self.held.as_deref()
     }
 
     /// Failed saves since the process started.
@@ -116,12 +178,29 @@ impl Store {
         r
     }
 
+    /// Writes both copies: the state file, then its backup.
+    fn write(&self, state: &State) -> Result<(), StateError> {
+        let bytes = schedule::encode(state);
+        for name in [STATE_FILE, BACKUP_FILE] {
+            self.dir
+                .write_atomic(Place::Top, name, &bytes)
+                .map_err(|source| StateError::Io {
+                    path: self.dir.path_of(Place::Top, name),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
     /// Saves now (under the lock, so saves never interleave).
     /// A failure is logged here, once per episode; callers need not log it again.
     pub fn save(&self) -> Result<(), StateError> {
+        if let Some(why) = &self.held {
+            return Err(StateError::Held(why.clone()));
+        }
         let state = self.lock();
         self.dirty.store(false, Ordering::Release);
-        let r = schedule::save_atomic(&self.path, &state);
+        let r = self.write(&state);
         match &r {
             Err(e) => {
                 self.dirty.store(true, Ordering::Release);
@@ -129,7 +208,7 @@ impl Store {
                 self.episode_failures.fetch_add(1, Ordering::AcqRel);
                 if !self.failing.swap(true, Ordering::AcqRel) {
                     tracing::error!(
-                        path = %self.path.display(),
+                        path = %self.dir.path().display(),
                         "cannot save the state: {e}; the last saved file is kept as it was, \
                          probes and metrics go on, scheduled runs do not start until it can be \
                          saved, and saving is retried every few seconds: free space in or make \
@@ -141,17 +220,12 @@ impl Store {
                 if self.failing.swap(false, Ordering::AcqRel) {
                     let n = self.episode_failures.swap(0, Ordering::AcqRel);
                     tracing::warn!(
-                        path = %self.path.display(),
+                        path = %self.dir.path().display(),
                         failed_attempts = n,
                         "the state is saved again"
                     );
                 }
             }
-        }
-        // A failed save leaves its temporary file (possibly short) behind: remove it (still
-        // under the lock), so it does not hold the space that the next save needs.
-        if r.is_err() {
-            let _ = std::fs::remove_file(schedule::state::temp_path(&self.path));
         }
         drop(state);
         r
@@ -286,18 +360,24 @@ mod tests {
         assert_eq!(admit(u64::MAX, None, u128::MAX), Admission::Admit);
     }
 
+    fn open(dir: &std::path::Path, now: i64) -> Opened {
+        Store::open(Arc::new(StateDir::open(dir).unwrap()), now)
+    }
+
     #[test]
     fn a_failed_save_keeps_the_file_counts_and_recovers() {
         let dir = tempfile::tempdir().unwrap();
         let sub = dir.path().join("s");
         std::fs::create_dir(&sub).unwrap();
-        let o = Store::open(&sub, 1).unwrap();
+        let o = open(&sub, 1);
         o.store.update(|s| s.add_self_written("d", 0, 5));
         o.store.save().unwrap();
         let saved = std::fs::read(sub.join(STATE_FILE)).unwrap();
+        assert_eq!(std::fs::read(sub.join(BACKUP_FILE)).unwrap(), saved);
         // The state file's place is taken by a directory entry we cannot replace: a
         // directory named like the temporary file makes every save fail, even as root.
-        std::fs::create_dir(schedule::state::temp_path(&sub.join(STATE_FILE))).unwrap();
+        let tmp = schedule::state::temp_path(&sub.join(STATE_FILE));
+        std::fs::create_dir(&tmp).unwrap();
         o.store.update(|s| s.add_self_written("d", 0, 7));
         for _ in 0..3 {
             assert!(o.store.save_if_dirty().is_err());
@@ -305,27 +385,98 @@ mod tests {
         assert!(o.store.save_failing());
         assert_eq!(o.store.save_failures(), 3);
         assert_eq!(std::fs::read(sub.join(STATE_FILE)).unwrap(), saved);
-        std::fs::remove_dir(schedule::state::temp_path(&sub.join(STATE_FILE))).unwrap();
+        std::fs::remove_dir(&tmp).unwrap();
         assert!(o.store.save_if_dirty().unwrap());
         assert!(!o.store.save_failing());
         assert_eq!(o.store.save_failures(), 3);
-        let again = Store::open(&sub, 2).unwrap();
+        drop(o);
+        let again = open(&sub, 2);
         assert_eq!(again.store.lock().self_written_lifetime("d"), 12);
     }
 
+    /// The ways one file is damaged that the adversarial review used (truncated, emptied,
+    /// `{}`, a newer version, a FIFO, a link to another file), and a missing file: the
+    /// ledger comes back whole from the other copy, with a warning.
     #[test]
-    fn a_corrupt_state_is_moved_aside_with_a_warning() {
+    fn damage_to_one_copy_keeps_the_wear_ledger() {
+        type Damage = fn(&std::path::Path);
+        let damages: [(&str, Damage); 7] = [
+            ("truncated", |p| std::fs::write(p, b"").unwrap()),
+            ("cut short", |p| {
+                let b = std::fs::read(p).unwrap();
+                std::fs::write(p, &b[..b.len() / 2]).unwrap()
+            }),
+            ("{}", |p| std::fs::write(p, b"{}").unwrap()),
+            ("newer", |p| {
+                std::fs::write(p, b"{\"version\": 99}").unwrap()
+            }),
+            ("fifo", |p| {
+                std::fs::remove_file(p).unwrap();
+                rustix::fs::mkfifoat(rustix::fs::CWD, p, rustix::fs::Mode::from_raw_mode(0o600))
+                    .unwrap()
+            }),
+            ("link", |p| {
+                std::fs::remove_file(p).unwrap();
+                std::os::unix::fs::symlink("/etc/hostname", p).unwrap()
+            }),
+            ("missing", |p| std::fs::remove_file(p).unwrap()),
+        ];
+        for (what, damage) in damages {
+            for name in [STATE_FILE, BACKUP_FILE] {
+                let dir = tempfile::tempdir().unwrap();
+                let o = open(dir.path(), 1);
+                o.store.update(|s| s.add_run_written("d", 100, 40 << 20));
+                o.store.save().unwrap();
+                drop(o);
+                damage(&dir.path().join(name));
+                let o = open(dir.path(), 7);
+                assert!(o.store.held().is_none(), "{what} {name}");
+                assert_eq!(
+                    o.store.lock().run_written_in_window("d", 100, 30),
+                    40 << 20,
+                    "{what} {name}: the ledger was lost"
+                );
+                if name == STATE_FILE {
+                    let w = o.warning.unwrap_or_default();
+                    assert!(w.contains(BACKUP_FILE), "{what}: {w}");
+                }
+                // The next save makes both copies whole again.
+                o.store.update(|s| s.add_run_written("d", 100, 1));
+                o.store.save().unwrap();
+                for n in [STATE_FILE, BACKUP_FILE] {
+                    let st = schedule::load(&dir.path().join(n)).unwrap();
+                    assert_eq!(st.run_written_in_window("d", 100, 30), (40 << 20) + 1);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn with_both_copies_damaged_the_ledger_is_held_and_the_files_kept() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(STATE_FILE), b"{ not json").unwrap();
-        let o = Store::open(dir.path(), 1234).unwrap();
-        let w = o.warning.unwrap();
-        assert!(w.contains("corrupt") && w.contains("bad-1234"), "{w}");
-        assert!(dir.path().join("state.json.bad-1234").exists());
+        let o = open(dir.path(), 1234);
+        let why = o.store.held().unwrap().to_string();
+        assert!(
+            why.contains("corrupt") && why.contains("held") && why.contains("move both aside"),
+            "{why}"
+        );
+        o.store.update(|s| s.add_self_written("d", 0, 5));
+        assert!(matches!(o.store.save(), Err(StateError::Held(_))));
+        assert_eq!(
+            std::fs::read(dir.path().join(STATE_FILE)).unwrap(),
+            b"{ not json"
+        );
+        assert!(!dir.path().join(BACKUP_FILE).exists());
+        drop(o);
+        std::fs::write(dir.path().join(BACKUP_FILE), b"{\"version\": 2}").unwrap();
+        assert!(open(dir.path(), 1235).store.held().is_some());
+        // The operator's decision: both moved aside; a new ledger.
+        std::fs::remove_file(dir.path().join(STATE_FILE)).unwrap();
+        std::fs::remove_file(dir.path().join(BACKUP_FILE)).unwrap();
+        let o = open(dir.path(), 1236);
+        assert!(o.store.held().is_none() && o.warning.is_none());
         o.store.update(|s| s.add_self_written("d", 0, 5));
         assert!(o.store.save_if_dirty().unwrap());
-        assert!(!o.store.save_if_dirty().unwrap());
-        let again = Store::open(dir.path(), 1235).unwrap();
-        assert!(again.warning.is_none());
-        assert_eq!(again.store.lock().self_written_lifetime("d"), 5);
     }
 }

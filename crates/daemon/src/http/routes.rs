@@ -8,7 +8,6 @@
 //! connection, let alone the server, down.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -29,7 +28,7 @@ pub const HEARTBEAT_LIMIT_SECONDS: f64 = 30.0;
 /// The longest run id `/runs/ID/report` accepts.
 pub const MAX_RUN_ID_LEN: usize = 128;
 /// The largest result document `/runs/ID/report` reads.
-pub const MAX_RESULT_BYTES: u64 = 64 << 20;
+pub const MAX_RESULT_BYTES: u64 = crate::statedir::MAX_DOCUMENT_BYTES;
 /// Reports rendered at the same time (each reads and renders on a blocking thread);
 /// further requests wait their turn.
 const CONCURRENT_REPORTS: usize = 2;
@@ -450,30 +449,36 @@ impl App {
     }
 
     async fn report(&self, id: &str) -> Reply {
-        let path = {
+        let has = {
             let s = self.shared.lock();
             s.runs
                 .iter()
                 .rev()
                 .find(|r| r.id == id)
-                .map(|r| r.result_path.clone())
+                .map(|r| r.result_path.is_some())
         };
-        let path = match path {
+        match has {
             None => return Reply::line(StatusCode::NOT_FOUND, &format!("no run {id}")),
-            Some(None) => {
+            Some(false) => {
                 return Reply::line(
                     StatusCode::NOT_FOUND,
                     &format!("run {id} has no result document"),
                 )
             }
-            Some(Some(p)) => p,
+            Some(true) => {}
+        }
+        let Some(dir) = self.shared.state_dir().cloned() else {
+            return Reply::line(
+                StatusCode::NOT_FOUND,
+                &format!("run {id} has no result document"),
+            );
         };
         let Ok(_permit) = self.reports.acquire().await else {
             return Reply::line(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
         };
         let id = id.to_string();
         let id_for_log = id.clone();
-        match tokio::task::spawn_blocking(move || report_page(&id, &path)).await {
+        match tokio::task::spawn_blocking(move || report_page(&id, &dir)).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(run = %id_for_log, error = %e, "http: rendering a report failed");
@@ -518,31 +523,24 @@ pub fn heartbeat(tick: f64, now: f64) -> Result<(), Unhealthy> {
 
 /// Reads and renders one result document (blocking). A document that is not there is a
 /// 404; one that cannot be read or is not a valid document is a 500.
-fn report_page(id: &str, path: &Path) -> Reply {
-    use std::io::Read;
+fn report_page(id: &str, dir: &crate::statedir::StateDir) -> Reply {
+    let path = dir.path_of(crate::statedir::Place::Runs, &format!("{id}.json"));
     let name = path.display().to_string();
-    let read = std::fs::File::open(path).and_then(|f| {
-        let mut bytes = Vec::new();
-        f.take(MAX_RESULT_BYTES + 1).read_to_end(&mut bytes)?;
-        Ok(bytes)
-    });
-    let bytes = match read {
-        Ok(b) if b.len() as u64 > MAX_RESULT_BYTES => {
-            return Reply::line(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &format!(
-                "run {id}: {name}: larger than {} MiB, not rendered here; use driveprobe report",
-                MAX_RESULT_BYTES >> 20
-            ),
-            )
-        }
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    let bytes = match crate::daemon::scheduler::read_result(dir, id) {
+        Ok(Some(b)) => b,
+        Ok(None) => {
             return Reply::line(
                 StatusCode::NOT_FOUND,
                 &format!("run {id}: result document {name} is gone"),
             )
         }
+        Err(crate::statedir::ReadError::TooLarge { limit }) => return Reply::line(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!(
+                "run {id}: {name}: larger than {} MiB, not rendered here; use driveprobe report",
+                limit >> 20
+            ),
+        ),
         Err(e) => {
             return Reply::line(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -552,7 +550,7 @@ fn report_page(id: &str, path: &Path) -> Reply {
     };
     match crate::report::parse(&bytes, &name) {
         Ok(doc) => {
-            let label = crate::report::document_label(path, &doc);
+            let label = crate::report::document_label(&path, &doc);
             Reply::html(crate::report::render(&[(label, doc)]))
         }
         Err(e) => Reply::line(StatusCode::INTERNAL_SERVER_ERROR, &format!("run {id}: {e}")),

@@ -145,7 +145,33 @@ fn overview(h: &mut String, s: &Status, now: f64) {
     if let Some(e) = &c.last_error {
         let _ = write!(h, "<br><span class=\"bad small\">{}</span>", esc(e));
     }
-    h.push_str("</dd>\n</dl></section>\n");
+    h.push_str("</dd>\n");
+    state_overview(h, &s.state);
+    h.push_str("</dl></section>\n");
+}
+
+/// The state directory's line: its path, and whatever is wrong with it.
+fn state_overview(h: &mut String, st: &crate::status::StateStatus) {
+    let _ = write!(
+        h,
+        "<dt>State</dt><dd><code>{}</code>",
+        esc(&st.dir.display().to_string())
+    );
+    let mut fine = true;
+    for (cls, text) in [
+        ("bad", &st.ledger_held),
+        ("warn", &st.insecure),
+        ("warn", &st.recovered),
+    ] {
+        if let Some(t) = text {
+            fine = false;
+            let _ = write!(h, "<br><span class=\"{cls} small\">{}</span>", esc(t));
+        }
+    }
+    if fine {
+        h.push_str(": <span class=\"ok\">ok</span>");
+    }
+    h.push_str("</dd>\n");
 }
 
 /// The drives' health in one line: verdicts of those read, then how many failed, are

@@ -10,5 +10,5 @@ pub mod window;
 
 pub use cron::{CivilTime, Cron, CronError};
 pub use plan::{deadline, decide, plan_all, Bookkeeping, Decision, Schedule};
-pub use state::{load, save_atomic, RunRecord, RunStatus, State, StateError};
+pub use state::{decode, encode, load, save_atomic, RunRecord, RunStatus, State, StateError};
 pub use window::{Weekdays, Window, WindowError};

@@ -2,18 +2,19 @@
 //! index and the bytes driveprobe wrote to each drive per day, as one JSON file.
 //!
 //! Saving is atomic: the JSON goes to `.<name>.tmp` in the same directory, is fsynced,
-//! renamed over the file, and the directory is fsynced. A kill -9 (or power loss) at any
-//! moment leaves either the old or the new complete file, never a mix, so no `.prev` copy
-//! is kept: the rename is the commit point. A leftover `.tmp` is simply overwritten by the
-//! next save. One writer at a time (the daemon); readers may load concurrently.
+//! renamed over the file, and the directory is fsynced, never through a link
+//! ([`crate::statedir`]). A kill -9 (or power loss) at any moment leaves either the old or
+//! the new complete file, never a mix. The daemon keeps a second copy of the file against
+//! damage to one ([`crate::daemon::store`]). One writer at a time (the daemon, by the
+//! state directory's lock); readers may load concurrently. A file without a `version` is
+//! damaged, not empty.
 //!
 //! Size is bounded: at most [`MAX_SAMPLES_PER_DRIVE`] health samples per drive and
 //! [`MAX_RUNS`] runs in the index (oldest dropped), [`MAX_DAYS_PER_DRIVE`] days of
 //! self-written bytes per drive.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -41,6 +42,15 @@ pub enum StateError {
     },
     #[error("state file {path} has version {found}; this driveprobe reads up to {STATE_VERSION}")]
     Version { path: PathBuf, found: u32 },
+    #[error("state file {path} cannot be read: {source}")]
+    Unreadable {
+        path: PathBuf,
+        source: crate::statedir::ReadError,
+    },
+    /// The wear ledger could not be read at start: nothing is saved (the files are left
+    /// for the operator) until the daemon starts on a readable ledger.
+    #[error("{0}")]
+    Held(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -257,13 +267,6 @@ fn trim_front<T>(v: &mut Vec<T>, max: usize) {
     }
 }
 
-fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
-    move |source| StateError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 /// The temporary file [`save_atomic`] writes before the rename.
 pub fn temp_path(path: &Path) -> PathBuf {
     let name = path
@@ -273,56 +276,72 @@ pub fn temp_path(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.tmp"))
 }
 
-/// Writes `state` to `path` atomically: temp file in the same directory, fsync, rename,
-/// fsync of the directory.
-pub fn save_atomic(path: &Path, state: &State) -> Result<(), StateError> {
-    let json = serde_json::to_vec_pretty(state).map_err(|source| StateError::Corrupt {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let tmp = temp_path(path);
-    let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
-    f.write_all(&json).map_err(io_err(&tmp))?;
-    f.write_all(b"\n").map_err(io_err(&tmp))?;
-    f.sync_all().map_err(io_err(&tmp))?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(io_err(path))?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(dir))?;
-    Ok(())
+/// The state as the file holds it (compact JSON and a newline).
+pub fn encode(state: &State) -> Vec<u8> {
+    let mut v = serde_json::to_vec(state).expect("the state is plain data: it always serializes");
+    v.push(b'\n');
+    v
 }
 
-/// Reads the state. A missing file is an empty state; an unreadable, corrupt or newer
-/// file is an error naming it.
-pub fn load(path: &Path) -> Result<State, StateError> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(State::default()),
-        Err(e) => return Err(io_err(path)(e)),
+/// The version every state file names: a file without one (`{}`, or something else's
+/// JSON) is not a state that lost its fields but a damaged file.
+#[derive(Deserialize)]
+struct Header {
+    version: u32,
+}
+
+/// The state a file's bytes hold; `path` names it in errors.
+pub fn decode(path: &Path, bytes: &[u8]) -> Result<State, StateError> {
+    let corrupt = |source| StateError::Corrupt {
+        path: path.to_path_buf(),
+        source,
     };
-    let mut state: State =
-        serde_json::from_slice(&bytes).map_err(|source| StateError::Corrupt {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    if state.version > STATE_VERSION {
+    let header: Header = serde_json::from_slice(bytes).map_err(corrupt)?;
+    if header.version > STATE_VERSION {
         return Err(StateError::Version {
             path: path.to_path_buf(),
-            found: state.version,
+            found: header.version,
         });
     }
+    let mut state: State = serde_json::from_slice(bytes).map_err(corrupt)?;
     state.trim();
     Ok(state)
+}
+
+/// Writes `state` to `path` atomically, following no link in its folder (temp file,
+/// fsync, rename, fsync of the folder: [`crate::statedir::write_atomic_at`]).
+pub fn save_atomic(path: &Path, state: &State) -> Result<(), StateError> {
+    let io = |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let (dir, name) = crate::statedir::open_parent(path).map_err(io)?;
+    crate::statedir::write_atomic_at(&dir, &name, &encode(state)).map_err(io)
+}
+
+/// Reads the state at `path` (a regular file, at most
+/// [`crate::statedir::MAX_STATE_BYTES`], not through a link). A missing file is an empty
+/// state; an unreadable, corrupt or newer file is an error naming it.
+pub fn load(path: &Path) -> Result<State, StateError> {
+    let io = |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let (dir, name) = crate::statedir::open_parent(path).map_err(io)?;
+    match crate::statedir::read_at(&dir, &name, crate::statedir::MAX_STATE_BYTES) {
+        Ok(None) => Ok(State::default()),
+        Ok(Some(bytes)) => decode(path, &bytes),
+        Err(e) => Err(StateError::Unreadable {
+            path: path.to_path_buf(),
+            source: e,
+        }),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn sample(t: f64) -> Sample {
         Sample {
@@ -389,6 +408,13 @@ mod tests {
         fs::write(&path, b"{\"version\": 99}").unwrap();
         let e = load(&path).unwrap_err().to_string();
         assert!(e.contains("version 99"), "{e}");
+        // No version: a damaged file (emptied, or another program's JSON), not an empty
+        // state that would reset the wear ledger.
+        for bad in [&b"{}"[..], b"", b"[]", b"{\"runs\": []}"] {
+            fs::write(&path, bad).unwrap();
+            let e = load(&path).unwrap_err().to_string();
+            assert!(e.contains("corrupt"), "{e}");
+        }
         // Missing fields default; unknown ones are ignored (older and newer daemons).
         fs::write(&path, b"{\"version\": 1, \"later\": true}").unwrap();
         assert_eq!(load(&path).unwrap(), State::default());
