@@ -13,7 +13,8 @@ pub use driveprobe_core::{
     calendar, device, engine, file, fmt, ownmark, process, rng, safety, target, units,
 };
 pub use driveprobe_daemon::{
-    config, daemon, discovery, http, load, logging, metrics, pacing, schedule, status, version,
+    config, daemon, discovery, http, load, logging, metrics, pacing, schedule, statedir, status,
+    version,
 };
 pub use driveprobe_health as health;
 pub use driveprobe_protocol as protocol;

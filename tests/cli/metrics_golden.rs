@@ -469,6 +469,7 @@ fn rich_status() -> Status {
             scans_total: 12,
             last_scan_unix: NOW - 30.0,
         }),
+        state: Default::default(),
     }
 }
 

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 /// the document.
 const COVERED: &[&str] = &[
     "tests/daemon/reliability.rs",
+    "tests/daemon/state_attacks.rs",
     "tests/safety/safety_loop.rs",
     "tests/safety/safety_matrix.rs",
     "tests/vm/faults.rs",

@@ -253,6 +253,7 @@ fn status(bad_doc: &Path) -> Status {
             running: BTreeMap::new(),
         },
         discovery: None,
+        state: Default::default(),
     }
 }
 
@@ -273,6 +274,17 @@ impl Server {
         let bad = dir.path().join("bad.json");
         std::fs::write(&bad, b"{this is not json").unwrap();
         let shared = Arc::new(Shared::new(status(&bad)));
+        // The documents as the daemon keeps them: runs/ID.json in its state directory
+        // (the route reads there, whatever path a record names).
+        let state = driveprobe::statedir::StateDir::open(&dir.path().join("state")).unwrap();
+        let runs = dir.path().join("state/runs");
+        std::fs::copy(&bad, runs.join(format!("{RUN_BAD_DOC}.json"))).unwrap();
+        std::fs::copy(
+            fixture("enterprise-sas-ssd800mm.json"),
+            runs.join(format!("{RUN_WITH_REPORT}.json")),
+        )
+        .unwrap();
+        shared.set_state_dir(Arc::new(state));
         let (stop, rx) = watch::channel(false);
         let (tx_addr, rx_addr) = std::sync::mpsc::channel();
         let s = shared.clone();
@@ -578,7 +590,7 @@ fn unknown_paths_and_bad_run_ids_are_404() {
     assert_eq!(r.status, 500);
     let line = one_line(&r);
     assert!(
-        line.contains("bad.json") && line.contains("not valid JSON"),
+        line.contains(&format!("{RUN_BAD_DOC}.json")) && line.contains("not valid JSON"),
         "{line}"
     );
     // Query strings do not change the route.

@@ -18,3 +18,4 @@ mod http_security;
 mod reliability;
 mod schedule;
 mod schedule_fio_job;
+mod state_attacks;

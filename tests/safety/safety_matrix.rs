@@ -667,6 +667,7 @@ fn a_free_device_is_written_only_with_allow_destructive_and_its_serial() {
     );
     // The canary alone (no run due), so its write counter shows the writes.
     std::fs::remove_file(dir.path().join("state/state.json")).unwrap();
+    let _ = std::fs::remove_file(dir.path().join("state/state.backup.json"));
     let before = checksum(&file);
     let d = Daemon::start(&cfg, &[]);
     d.wait_for("write ops", Duration::from_secs(30), |_| {

@@ -85,7 +85,11 @@ impl Store {
                 }
             }
         }
-        let (state, warning, held) = match (read_copy(&dir, STATE_FILE), read_copy(&dir, BACKUP_FILE)) {
+        let (first, second) = (read_copy(&dir, STATE_FILE), read_copy(&dir, BACKUP_FILE));
+        // Unless both copies were read, write both at the first save (an upgrade from a
+        // daemon that kept one copy gets its second at once).
+        let whole = matches!((&first, &second), (Copy::Good(_), Copy::Good(_)));
+        let (state, warning, held) = match (first, second) {
             (Copy::Good(s), _) => (s, None, None),
             (Copy::Missing, Copy::Missing) => (State::default(), None, None),
             (Copy::Missing, Copy::Good(s)) => (
@@ -129,6 +133,7 @@ impl Store {
             }
         };
         let mut store = Store::new(dir, state);
+        store.dirty = AtomicBool::new(!whole && held.is_none());
         store.held = held;
         Opened { store, warning }
     }

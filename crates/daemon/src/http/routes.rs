@@ -534,13 +534,15 @@ fn report_page(id: &str, dir: &crate::statedir::StateDir) -> Reply {
                 &format!("run {id}: result document {name} is gone"),
             )
         }
-        Err(crate::statedir::ReadError::TooLarge { limit }) => return Reply::line(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!(
+        Err(crate::statedir::ReadError::TooLarge { limit }) => {
+            return Reply::line(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!(
                 "run {id}: {name}: larger than {} MiB, not rendered here; use driveprobe report",
                 limit >> 20
             ),
-        ),
+            )
+        }
         Err(e) => {
             return Reply::line(
                 StatusCode::INTERNAL_SERVER_ERROR,
