@@ -469,6 +469,13 @@ fn rich_status() -> Status {
             scans_total: 12,
             last_scan_unix: NOW - 30.0,
         }),
+        threads: driveprobe::status::ThreadsStatus {
+            start_failures_total: 7,
+            unstarted: BTreeMap::from([(
+                "canary latency on drive archive1".to_string(),
+                "Resource temporarily unavailable (os error 11)".to_string(),
+            )]),
+        },
     }
 }
 

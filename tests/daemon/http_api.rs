@@ -253,6 +253,7 @@ fn status(bad_doc: &Path) -> Status {
             running: BTreeMap::new(),
         },
         discovery: None,
+        threads: Default::default(),
     }
 }
 
