@@ -470,6 +470,13 @@ fn rich_status() -> Status {
             last_scan_unix: NOW - 30.0,
         }),
         state: Default::default(),
+        threads: driveprobe::status::ThreadsStatus {
+            start_failures_total: 7,
+            unstarted: BTreeMap::from([(
+                "canary latency on drive archive1".to_string(),
+                "Resource temporarily unavailable (os error 11)".to_string(),
+            )]),
+        },
     }
 }
 

@@ -38,8 +38,25 @@ impl Daemon {
         Daemon::spawn(config, &[], env)
     }
 
+    /// [`Daemon::start`] under `prefix` (a program that runs the daemon, as `prlimit ...
+    /// setpriv ... --`; the daemon's path follows it).
+    pub fn start_under(prefix: &[&str], config: &Path, env: &[(&str, &str)]) -> Daemon {
+        Daemon::spawn_under(prefix, config, &["--listen", "127.0.0.1:0"], env)
+    }
+
     fn spawn(config: &Path, args: &[&str], env: &[(&str, &str)]) -> Daemon {
-        let mut cmd = Command::new(BIN);
+        Daemon::spawn_under(&[], config, args, env)
+    }
+
+    fn spawn_under(prefix: &[&str], config: &Path, args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let mut cmd = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
         cmd.args(["daemon", "--config"])
             .arg(config)
             .args(args)

@@ -236,7 +236,8 @@ fn a_loop_device_plugged_in_appears_and_one_removed_goes_down_then_is_dropped() 
 /// Issue 18: a hot-plugged disk swapped the whole generation: every drive's canary and
 /// health poller stopped and started again (on a 256-drive host, 768 threads for one
 /// disk). A loop device plugged in beside a watched one leaves the watched one's threads
-/// running (the same thread ids; its read count goes on, not from 0).
+/// running (the same thread ids; its read count goes on, not from 0), and the health
+/// pool's worker (issue 33: one per drive up to 4, shared) with it.
 #[test]
 fn a_hot_added_drive_does_not_restart_the_others() {
     need_root();
@@ -250,7 +251,7 @@ fn a_hot_added_drive_does_not_restart_the_others() {
     let (na, nb) = (label(&a), label(&b));
     d.wait_for("a read", Duration::from_secs(30), |e| reads(e, &na) > 0.0);
     // Thread names are cut to 15 bytes: every loop drive's are the same.
-    let (canary, health) = ("dp-canary-loop:", "dp-health-loop:");
+    let (canary, health) = ("dp-canary-loop:", "dp-health");
     let (canary_a, health_a) = (
         common::threads_named(d.pid(), canary),
         common::threads_named(d.pid(), health),

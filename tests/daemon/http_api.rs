@@ -254,6 +254,7 @@ fn status(bad_doc: &Path) -> Status {
         },
         discovery: None,
         state: Default::default(),
+        threads: Default::default(),
     }
 }
 

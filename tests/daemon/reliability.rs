@@ -1115,9 +1115,11 @@ fn health_reads_of_many_drives_go_a_few_at_a_time() {
 /// Issue 18: a drive whose health read hangs (a smartctl that does not return, as on a
 /// disk hung in the kernel) left one thread behind at every swap, and each swap started
 /// another that hung the same way. Two SIGHUPs that change the drive (a canary added,
-/// then its rate changed) leave exactly one health thread of it and start no canary (its
-/// probe says why on /metrics: `failing`, "did not stop"), and no second smartctl runs;
-/// once the hung read ends, the drive's new threads start within a few seconds, and run.
+/// then its rate changed) leave the health threads as they were (the pool's worker in the
+/// read; issue 33: health polling is a job of a shared pool, not a thread per drive) and
+/// start no canary (its probe says why on /metrics: `failing`, "did not stop"), and no
+/// second smartctl runs; once the hung read ends, the drive's new threads start within a
+/// few seconds, and run.
 #[test]
 fn a_drive_whose_thread_hangs_is_not_given_a_second_one_at_each_swap() {
     need_root();
@@ -1155,9 +1157,12 @@ fn a_drive_whose_thread_hangs_is_not_given_a_second_one_at_each_swap() {
         !pids(&calls).is_empty()
     });
     let threads = |name: &str| common::threads_named(d.pid(), name);
-    // The health thread, and the two threads reading smartctl's pipes (they inherit its
-    // name): the drive's threads while the read hangs.
-    let hung = threads("dp-health-a");
+    // The health worker, and the two threads reading smartctl's pipes (they inherit its
+    // name, and may start a moment after smartctl): the health threads while the read hangs.
+    wait_until("smartctl's pipes read", Duration::from_secs(20), &d, || {
+        threads("dp-health").len() == 3
+    });
+    let hung = threads("dp-health");
     assert!(!hung.is_empty());
     let failing = |e: &common::daemon::Exposition| {
         e.value(
@@ -1178,7 +1183,7 @@ fn a_drive_whose_thread_hangs_is_not_given_a_second_one_at_each_swap() {
             e.value("driveprobe_config_last_reload_successful", &[]),
             Some(1.0)
         );
-        let (health, canary) = (threads("dp-health-a"), threads("dp-canary-a"));
+        let (health, canary) = (threads("dp-health"), threads("dp-canary-a"));
         assert_eq!(
             (&health, canary.len()),
             (&hung, 0),
@@ -1199,13 +1204,9 @@ fn a_drive_whose_thread_hangs_is_not_given_a_second_one_at_each_swap() {
         ) == Some(1.0)
     });
     wait_until("one health thread", Duration::from_secs(20), &d, || {
-        threads("dp-health-a").len() == 1
+        threads("dp-health").len() == 1
     });
     assert_eq!(threads("dp-canary-a").len(), 1);
-    assert!(
-        !hung.contains(&threads("dp-health-a")[0]),
-        "the health thread is the new config's"
-    );
     let log = d.log();
     assert!(log.contains("its threads start"), "{log}");
     let (st, _) = d.terminate(Duration::from_secs(10));
@@ -1472,4 +1473,116 @@ fn a_folder_swapped_for_a_link_while_the_daemon_runs_steers_no_write() {
     assert!(st.success());
     assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
     assert_eq!(common::sha256(&owned.join("t.dat")), owned_sum);
+}
+
+/// Drives in the thread-limit test below.
+const LIMIT_DRIVES: usize = 20;
+/// The tasks its daemon may have (RLIMIT_NPROC, for a user of its own): fewer than its 20
+/// canaries need.
+const LIMIT_TASKS: usize = 12;
+
+/// Issue 33, item 8: at the process's limit on tasks the scheduler never started (`/healthz`
+/// "has not run yet") and drives were left without a probe, said only in the log. A daemon
+/// with 20 canaried drives under RLIMIT_NPROC 12 (as a user of its own, so only its own
+/// threads count): `/healthz` 503 names the threads that cannot start, so do
+/// `driveprobe_threads_unstarted`, `driveprobe_thread_start_failures_total`, the status
+/// page and each drive's probe (`failing`, in `/metrics` and `/api/v1/drives`); once the
+/// limit is raised they are all started by the retries: every canary runs, the scheduler
+/// ticks, `/healthz` 200.
+#[test]
+fn a_thread_that_cannot_start_is_on_every_surface_and_retried() {
+    need_root();
+    let dir = common::shm_dir("dp-rel-");
+    // A user no process of this host runs as.
+    let uid = "64123";
+    let mut cfg = format!(
+        "state_dir = \"{}\"\ndiscovery.enabled = false\n\n",
+        dir.path().join("state").display()
+    );
+    for i in 0..LIMIT_DRIVES {
+        cfg += &file_drive(
+            &format!("d{i}"),
+            &dir.path().join(format!("d{i}.dat")),
+            "1MiB",
+        );
+    }
+    cfg += "[[probe]]\nname = \"rd\"\ndrives = [\"*\"]\nworkload = { rate_iops = 1 }\n";
+    let cfg_path = dir.path().join("d.toml");
+    std::fs::write(&cfg_path, cfg).unwrap();
+    let chown = std::process::Command::new("chown")
+        .args(["-R", &format!("{uid}:{uid}")])
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    // The soft limit is the daemon's; the hard one lets the same user raise it later.
+    let hard = "65536";
+    let setpriv = [
+        "setpriv",
+        &format!("--reuid={uid}"),
+        &format!("--regid={uid}"),
+        "--clear-groups",
+        "--",
+    ];
+    let lim = format!("--nproc={LIMIT_TASKS}:{hard}");
+    let prefix: Vec<&str> = [&["prlimit", lim.as_str()][..], &setpriv[..]].concat();
+    let d = Daemon::start_under(&prefix, &cfg_path, &[]);
+    let e = d.wait_for("threads refused", Duration::from_secs(30), |e| {
+        e.value("driveprobe_threads_unstarted", &[])
+            .is_some_and(|v| v > 0.0)
+    });
+    let unstarted = e.value("driveprobe_threads_unstarted", &[]).unwrap();
+    assert!(
+        e.value("driveprobe_thread_start_failures_total", &[])
+            .unwrap()
+            >= unstarted,
+        "{}",
+        e.text
+    );
+    let failing: Vec<String> = (0..LIMIT_DRIVES)
+        .map(|i| format!("d{i}"))
+        .filter(|n| {
+            e.value(
+                "driveprobe_probe_state",
+                &[("drive", n), ("probe", "rd"), ("state", "failing")],
+            ) == Some(1.0)
+        })
+        .collect();
+    assert!(!failing.is_empty(), "no probe says it failed\n{}", e.text);
+    let (code, _, body) = d.get("/healthz");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("cannot start the threads of"), "{body}");
+    let (_, _, page) = d.get("/");
+    assert!(page.contains("without a thread:"), "{page}");
+    let (_, _, api) = d.get("/api/v1/drives");
+    assert!(api.contains("cannot start its thread"), "{api}");
+    assert!(d.log().contains("cannot start a thread"), "{}", d.log());
+    // The limit raised (by the same user: up to its hard limit): the retries start them.
+    let pid = d.pid().to_string();
+    let raise = std::process::Command::new(setpriv[0])
+        .args(&setpriv[1..])
+        .args(["prlimit", "--pid", &pid, &format!("--nproc={hard}:{hard}")])
+        .status()
+        .unwrap();
+    assert!(raise.success());
+    let e = d.wait_for("every canary running", Duration::from_secs(60), |e| {
+        e.value("driveprobe_threads_unstarted", &[]) == Some(0.0)
+            && (0..LIMIT_DRIVES).all(|i| {
+                e.value(
+                    "driveprobe_probe_running",
+                    &[("drive", &format!("d{i}")), ("probe", "rd")],
+                ) == Some(1.0)
+            })
+    });
+    assert!(
+        e.value("driveprobe_scheduler_last_tick_timestamp_seconds", &[])
+            .is_some_and(|t| t > 0.0),
+        "{}",
+        e.text
+    );
+    wait_until("/healthz ok", Duration::from_secs(30), &d, || {
+        d.get("/healthz").0 == 200
+    });
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success(), "{st}");
 }

@@ -43,6 +43,10 @@ const KNOWN_CLASSES: &[&str] = &[
     "char-sg",
 ];
 
+/// The unit's sizing of `TasksMax=`: tasks = fixed + per canary x canaries.
+const TASKS_FIXED: u64 = 256;
+const TASKS_PER_CANARY: u64 = 2;
+
 fn unit_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("systemd/driveprobe.service")
 }
@@ -353,6 +357,21 @@ fn the_unit_keeps_the_daemon_contract() {
     assert_eq!(single(&unit, "Restart"), "on-failure");
     assert!(!single(&unit, "RestartSec").is_empty());
     assert_eq!(single(&unit, "TimeoutStopSec"), "10s");
+    // Issue 33: the default (15% of pid_max, 4,915 on many hosts) was reached by 2,000
+    // drives. The unit states its formula, and its figure holds 2,000 drives of one probe.
+    let tasks: u64 = single(&unit, "TasksMax")
+        .parse()
+        .expect("TasksMax= is a number");
+    assert!(
+        tasks >= TASKS_FIXED + TASKS_PER_CANARY * 2_000,
+        "TasksMax={tasks}"
+    );
+    assert!(
+        unit_text().contains(&format!(
+            "tasks = {TASKS_FIXED} + {TASKS_PER_CANARY} x canaries"
+        )),
+        "the unit states how TasksMax= is sized"
+    );
     assert_eq!(single(&unit, "StateDirectory"), "driveprobe");
 
     // Extra flags come from /etc/default/driveprobe (the package's, optional: "-").

@@ -402,6 +402,18 @@ impl Snapshot {
             vec![],
             status.scheduler.last_tick_unix,
         );
+        self.counter(
+            "driveprobe_thread_start_failures_total",
+            "Attempts to start a thread (the scheduler, health polling, a canary) that failed: the limit on tasks (TasksMax=, ulimit -u) reached. Each is retried.",
+            vec![],
+            status.threads.start_failures_total,
+        );
+        self.gauge(
+            "driveprobe_threads_unstarted",
+            "What has no thread now because one could not be started (the scheduler, health polling, a canary each count 1); the status page and /healthz name them. Not 0: drives are not watched as configured.",
+            vec![],
+            status.threads.unstarted.len() as f64,
+        );
         for (schedule, due) in &status.scheduler.next_due {
             self.gauge(
                 "driveprobe_schedule_next_run_timestamp_seconds",

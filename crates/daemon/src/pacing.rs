@@ -52,13 +52,26 @@ impl Inner {
 
 static GLOBAL: OnceLock<ReadLimiter> = OnceLock::new();
 
+/// How many drives are due for a read and wait for a thread to make it (the health pool's
+/// queue), counted with those waiting for a permit.
+pub type QueuedCount = Box<dyn Fn() -> usize + Send + Sync>;
+
 /// A counting semaphore whose permits run out after a lease.
-#[derive(Debug)]
 pub struct ReadLimiter {
     limit: usize,
     lease: Duration,
     inner: Mutex<Inner>,
     cv: Condvar,
+    queued: OnceLock<QueuedCount>,
+}
+
+impl std::fmt::Debug for ReadLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadLimiter")
+            .field("limit", &self.limit)
+            .field("lease", &self.lease)
+            .finish()
+    }
 }
 
 /// A read's right to run; released when dropped.
@@ -84,7 +97,13 @@ impl ReadLimiter {
             lease,
             inner: Mutex::new(Inner::default()),
             cv: Condvar::new(),
+            queued: OnceLock::new(),
         }
+    }
+
+    /// Counts the drives `queued` says are due and wait for a thread as waiting (once).
+    pub fn count_queued_with(&self, queued: QueuedCount) {
+        let _ = self.queued.set(queued);
     }
 
     /// The daemon's one limiter ([`READS_AT_ONCE`], [`LEASE`]): it outlives generations.
@@ -141,12 +160,14 @@ impl ReadLimiter {
     }
 
     pub fn stats(&self) -> ReadStats {
+        // Outside the limiter's lock: the queue has a lock of its own.
+        let queued = self.queued.get().map_or(0, |q| q());
         let mut g = self.lock();
         let in_flight = g.live(Instant::now());
         ReadStats {
             limit: self.limit,
             in_flight,
-            waiting: g.waiting,
+            waiting: g.waiting + queued,
             in_flight_max: g.in_flight_max,
             overdue_total: g.overdue_total,
         }

@@ -55,6 +55,8 @@ pub struct Status {
     pub discovery: Option<DiscoveryStatus>,
     /// The state directory: what is wrong with it, when something is.
     pub state: StateStatus,
+    /// Threads the daemon could not start (a limit on tasks reached), retried.
+    pub threads: ThreadsStatus,
 }
 
 /// The state directory as the daemon found it at start.
@@ -68,6 +70,34 @@ pub struct StateStatus {
     /// Neither copy of the state could be read: why scheduled runs and write canaries
     /// are held.
     pub ledger_held: Option<String>,
+}
+
+/// Threads the daemon needs and could not start: the process's or its unit's limit on
+/// tasks (`RLIMIT_NPROC`, the cgroup's `pids.max`, systemd's `TasksMax=`) was reached.
+/// Each is retried every tick of the control loop; until it starts, every surface says
+/// what is missing (`/healthz` 503, `driveprobe_threads_unstarted`, the status page, the
+/// drive's probe or health state in `/api/v1/drives`, the log).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ThreadsStatus {
+    /// Attempts to start a thread that failed, since the process started.
+    pub start_failures_total: u64,
+    /// What has no thread now, by what it is (`scheduler`, `health polling`,
+    /// `canary rd on drive a`...): the last error.
+    pub unstarted: BTreeMap<String, String>,
+}
+
+impl ThreadsStatus {
+    /// The one line `/healthz` and the status page give while something has no thread.
+    pub fn summary(&self) -> Option<String> {
+        let (first, err) = self.unstarted.iter().next()?;
+        let more = match self.unstarted.len() - 1 {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        Some(format!(
+            "cannot start the threads of {first}{more}: {err} (the limit on tasks, TasksMax= or ulimit -u, is reached?); retried every few seconds"
+        ))
+    }
 }
 
 /// Discovery's last scan.
@@ -719,6 +749,42 @@ impl Shared {
     /// behind (no invariant spans two fields), so a poisoned lock is used as it is.
     pub fn lock(&self) -> MutexGuard<'_, Status> {
         self.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records that the thread of `what` could not start (`error`): counted, shown on every
+    /// surface until [`Shared::thread_started`]; logged when the failure begins.
+    pub fn thread_failed(&self, what: &str, error: &std::io::Error) {
+        let mut s = self.lock();
+        s.threads.start_failures_total += 1;
+        let first = s
+            .threads
+            .unstarted
+            .insert(what.to_string(), error.to_string())
+            .is_none();
+        drop(s);
+        if first {
+            tracing::error!(thread = what, error = %error, "cannot start a thread (the limit on tasks reached?); it is retried, and the failure shown on /healthz, /metrics and the status page until it starts");
+        } else {
+            tracing::debug!(thread = what, error = %error, "still cannot start a thread");
+        }
+    }
+
+    /// Records that the thread of `what` runs (after a failure: logged, and off the surfaces).
+    pub fn thread_started(&self, what: &str) {
+        let mut s = self.lock();
+        if s.threads.unstarted.is_empty() {
+            return;
+        }
+        let was = s.threads.unstarted.remove(what).is_some();
+        drop(s);
+        if was {
+            tracing::info!(thread = what, "the thread started after all");
+        }
+    }
+
+    /// Forgets a failure of what no longer needs a thread (its drive or probe was removed).
+    pub fn thread_not_needed(&self, what: &str) {
+        self.lock().threads.unstarted.remove(what);
     }
 
     /// Runs `f` on one drive's entry, creating it when missing.

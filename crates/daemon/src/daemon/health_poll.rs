@@ -1,5 +1,6 @@
-//! Health polling of one drive: a dedicated thread (a hung device stalls only its own
-//! drive's health), reading SMART/Health every `health_interval` at the drive's own slot
+//! Health polling of one drive: a job of the daemon's health pool (a few threads for
+//! every drive; a hung device stalls only its own drive's health, [`super::health_pool`]),
+//! reading SMART/Health every `health_interval` at the drive's own slot
 //! in the interval, at most a few drives at a time ([`crate::pacing`]), with the sleeping-disk
 //! rule (smartctl runs with `--nocheck=standby`; a disk found asleep keeps its last
 //! reading and is not woken), the verdict, and the endurance estimate from the samples
@@ -15,6 +16,7 @@ use crate::health::model::{PowerState, Verdict};
 use crate::health::{self, Assessment, HealthReport, ReadOptions};
 use crate::status::{CollectorStatus, HealthState, HealthStatus, ProbeStatus};
 
+use super::health_pool;
 use super::identity::{NoDrive, Resolved};
 use super::{now_unix, Ctx, DriveCtl};
 use crate::condlog::{CondLog, Level};
@@ -24,22 +26,17 @@ use crate::pacing;
 const SAMPLE_EVERY: f64 = 3600.0;
 use crate::status::HEALTH_COLLECTOR as COLLECTOR;
 
-pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>) {
+/// Starts the drive's health polling in the daemon's health pool ([`super::health_pool`]):
+/// its first read at once, or at its slot when a read less than an interval ago (the
+/// generation before a reload read it) is fresh. The handle is finished once the drive is
+/// stopped and no read of it is going on.
+pub fn start(ctx: Arc<Ctx>, drive: Arc<DriveCtl>) -> health_pool::Handle {
     let name = drive.cfg.name.clone();
-    let opts = ReadOptions {
-        // A drive behind a RAID controller is read with its `-d` type.
-        smartctl_type: drive.cfg.smartctl_type.clone(),
-        ..ReadOptions::default()
-    };
-    let mut mark = ErrorMark::default();
-    let mut log = CondLog::new(format!("drive {name}"));
     let interval = ctx.config.health_interval;
     // Made here, so that /metrics shows the limit from the start.
     let limiter = pacing::ReadLimiter::global();
     let offset = pacing::offset_of(&name, interval);
     let origin = pacing::origin();
-    // A drive read less than an interval ago (the generation before a reload read it)
-    // waits for its slot; any other reads at once.
     let fresh = ctx
         .shared
         .lock()
@@ -47,20 +44,72 @@ pub fn run(ctx: Arc<Ctx>, drive: Arc<DriveCtl>) {
         .get(&name)
         .and_then(|d| d.collectors.get(COLLECTOR))
         .is_some_and(|c| now_unix() - c.last_unix < interval.as_secs_f64());
-    if fresh {
-        let now = origin.elapsed();
-        drive.sleep(pacing::next_slot(now, offset, interval) - now);
+    let now = origin.elapsed();
+    let due = if fresh {
+        origin + pacing::next_slot(now, offset, interval)
+    } else {
+        Instant::now()
+    };
+    let shared = ctx.shared.clone();
+    let poller = Poller {
+        opts: ReadOptions {
+            // A drive behind a RAID controller is read with its `-d` type.
+            smartctl_type: drive.cfg.smartctl_type.clone(),
+            ..ReadOptions::default()
+        },
+        mark: ErrorMark::default(),
+        log: CondLog::new(format!("drive {name}")),
+        limiter,
+        offset,
+        interval,
+        origin,
+        ctx,
+        drive,
+    };
+    health_pool::Pool::global().add(Box::new(poller), due, &shared)
+}
+
+/// One drive's health polling: what it carries from one read to the next.
+struct Poller {
+    ctx: Arc<Ctx>,
+    drive: Arc<DriveCtl>,
+    opts: ReadOptions,
+    mark: ErrorMark,
+    log: CondLog,
+    limiter: &'static pacing::ReadLimiter,
+    offset: Duration,
+    interval: Duration,
+    origin: Instant,
+}
+
+impl health_pool::Job for Poller {
+    fn poll(&mut self) -> Instant {
+        let polled = self.origin.elapsed();
+        poll_once(
+            &self.ctx,
+            &self.drive,
+            self.limiter,
+            &self.opts,
+            &mut self.mark,
+            &mut self.log,
+        );
+        let now = self.origin.elapsed();
+        let next = pacing::after_poll(polled, self.offset, self.interval).max(pacing::next_slot(
+            now,
+            self.offset,
+            self.interval,
+        ));
+        self.origin + next
     }
-    while !drive.stopped() {
-        let polled = origin.elapsed();
-        poll_once(&ctx, &drive, limiter, &opts, &mut mark, &mut log);
-        let now = origin.elapsed();
-        let next = pacing::after_poll(polled, offset, interval)
-            .max(pacing::next_slot(now, offset, interval));
-        drive.sleep(next - now);
+
+    fn stopped(&self) -> bool {
+        self.drive.stopped()
     }
-    // A stop ends no condition (a failing read goes on failing): nothing to log.
-    log.close();
+
+    fn finish(&mut self) {
+        // A stop ends no condition (a failing read goes on failing): nothing to log.
+        self.log.close();
+    }
 }
 
 /// Why a drive resolved to a file target on a disk-less filesystem has no health.

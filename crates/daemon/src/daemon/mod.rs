@@ -2,9 +2,11 @@
 //! scheduled runs, served as Prometheus metrics and a status page.
 //!
 //! Threads: the main thread runs a small tokio runtime (HTTP, signals, the systemd
-//! watchdog); everything that touches a drive runs on dedicated OS threads, one per
-//! canary (plus its engine worker), one health poller per drive (a hung device stalls
-//! only its own drive), one scheduler, one per scheduled run. They meet in
+//! watchdog); everything that touches a drive runs on dedicated OS threads: one per
+//! canary (their I/O on the shared reactor, `reactor`), a few health workers for every
+//! drive (`health_pool`: a hung device stalls only its own drive), one scheduler, one per
+//! scheduled run. A thread that cannot be started (the limit on tasks reached) is on every
+//! surface ([`Shared::thread_failed`]) and retried at every tick. They meet in
 //! [`crate::status::Shared`] (what is exported) and [`store::Store`] (what survives a
 //! restart).
 //!
@@ -20,6 +22,7 @@ pub mod canary;
 pub mod canary_io;
 pub mod discover;
 pub mod health_poll;
+pub mod health_pool;
 pub mod identity;
 pub mod reactor;
 pub mod scheduler;
@@ -561,19 +564,40 @@ fn fingerprint(slice: &Config) -> String {
     format!("{c:?}")
 }
 
-/// One drive's threads: its health poller and its canaries, and what they share.
+/// What a scheduler that cannot be started is recorded as ([`Shared::thread_failed`]).
+const SCHEDULER: &str = "the scheduler";
+
+/// What a canary whose thread cannot be started is recorded as.
+fn canary_what(probe: &str, drive: &str) -> String {
+    format!("canary {probe} on drive {drive}")
+}
+
+/// Starts a thread named `name` running `f`.
+fn spawn_thread(
+    name: String,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(name).spawn(f)
+}
+
+/// One drive's tasks: its health polling (a job of the health pool) and its canaries'
+/// threads, and what they share.
 struct DriveThreads {
     /// Their context: the drive's [`slice`] of the config, and their writer number (see
     /// [`Shared::drive_of_generation`]).
     ctx: Arc<Ctx>,
     drive: Arc<DriveCtl>,
     fingerprint: String,
-    threads: Vec<JoinHandle<()>>,
+    /// Started (once the earlier tasks it waited for had ended).
+    started: bool,
+    threads: Vec<Task>,
     beats: Vec<Arc<Beat>>,
-    /// Threads of this drive's previous config (or of a removed drive of the same name)
+    /// The probes whose canary thread could not be started: retried every tick.
+    unstarted: Vec<config::Probe>,
+    /// Tasks of this drive's previous config (or of a removed drive of the same name)
     /// that did not stop in time: this drive's own start only when they have ended, so
     /// a drive hung in the kernel never has more than one set of threads behind it.
-    waiting: Vec<JoinHandle<()>>,
+    waiting: Vec<Task>,
 }
 
 impl DriveThreads {
@@ -604,8 +628,10 @@ impl DriveThreads {
             ctx,
             drive,
             fingerprint,
+            started: false,
             threads: Vec::new(),
             beats: Vec::new(),
+            unstarted: Vec::new(),
             waiting: Vec::new(),
         }
     }
@@ -614,37 +640,51 @@ impl DriveThreads {
         &self.drive.cfg.name
     }
 
-    /// Starts the health poller and the canaries.
+    /// Starts the health polling and the canaries.
     fn spawn(&mut self) {
-        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
-            std::thread::Builder::new().name(name).spawn(f)
-        };
+        self.started = true;
+        let (c, d) = (self.ctx.clone(), self.drive.clone());
+        self.threads.push(Task::Health(health_poll::start(c, d)));
+        self.unstarted = self.ctx.config.probes.clone();
+        self.start_canaries();
+    }
+
+    /// Starts the canaries not started yet; one whose thread cannot be started says so
+    /// on every surface (its probe `failing`, [`Shared::thread_failed`]) and stays in
+    /// `unstarted`, retried at the next tick.
+    fn start_canaries(&mut self) {
         let (ctx, d) = (&self.ctx, &self.drive);
-        let (c, dd) = (ctx.clone(), d.clone());
-        match spawn(
-            format!("dp-health-{}", d.cfg.name),
-            Box::new(move || health_poll::run(c, dd)),
-        ) {
-            Ok(h) => self.threads.push(h),
-            Err(e) => {
-                tracing::error!(drive = %d.cfg.name, error = %e, "cannot start the health thread")
-            }
-        }
-        for p in &ctx.config.probes {
+        let mut left = Vec::new();
+        for p in std::mem::take(&mut self.unstarted) {
+            let what = canary_what(&p.name, &d.cfg.name);
             let beat = Beat::new(format!("canary {} on {}", p.name, d.cfg.name));
             beat.beat();
-            self.beats.push(beat.clone());
-            let (c, dd, pp) = (ctx.clone(), d.clone(), p.clone());
-            match spawn(
-                format!("dp-canary-{}", d.cfg.name),
-                Box::new(move || canary::run(c, dd, pp, beat)),
-            ) {
-                Ok(h) => self.threads.push(h),
+            let (c, dd, pp, b) = (ctx.clone(), d.clone(), p.clone(), beat.clone());
+            match spawn_thread(format!("dp-canary-{}", d.cfg.name), move || {
+                canary::run(c, dd, pp, b)
+            }) {
+                Ok(h) => {
+                    ctx.shared.thread_started(&what);
+                    self.threads.push(Task::Thread(h));
+                    self.beats.push(beat);
+                }
                 Err(e) => {
-                    tracing::error!(drive = %d.cfg.name, error = %e, "cannot start a canary thread")
+                    ctx.shared.thread_failed(&what, &e);
+                    let reason = format!(
+                        "cannot start its thread: {e} (the limit on tasks, TasksMax= or ulimit -u, is reached?); retried every few seconds"
+                    );
+                    ctx.drive_status(&d.cfg.name, |s| {
+                        let ps = s.probes.entry(p.name.clone()).or_default();
+                        ps.writes = p.writes;
+                        ps.window_seconds = p.window.as_secs_f64();
+                        ps.rate_iops = p.job.rate().map(|r| r.iops);
+                        ps.state = crate::status::ProbeState::Failing { reason };
+                    });
+                    left.push(p);
                 }
             }
         }
+        self.unstarted = left;
     }
 
     /// Says on every surface why the drive's threads wait, once, when they begin to.
@@ -669,56 +709,93 @@ impl DriveThreads {
         });
     }
 
-    /// Starts the threads when those it waits for have ended; true once they run.
+    /// Starts the threads when those it waits for have ended (and retries those that
+    /// could not be started); true once they run.
     fn start_when_free(&mut self) -> bool {
         if self.waiting.iter().any(|t| !t.is_finished()) {
             return false;
         }
         let was_waiting = !self.waiting.is_empty();
         for t in self.waiting.drain(..) {
-            let _ = t.join();
+            t.join();
         }
-        if self.threads.is_empty() && !self.drive.stopped() {
+        if self.drive.stopped() {
+            return true;
+        }
+        if !self.started {
             if was_waiting {
                 tracing::info!(drive = %self.name(), "the threads of the drive's previous config have ended; its threads start");
             }
             self.spawn();
+        } else if !self.unstarted.is_empty() {
+            self.start_canaries();
         }
         true
     }
 
     /// Tells the threads to stop; their handles, to wait for (with those it waited for).
-    fn stop(self) -> Vec<JoinHandle<()>> {
+    fn stop(self) -> Vec<Task> {
         self.drive.request_stop();
+        for p in &self.unstarted {
+            self.ctx
+                .shared
+                .thread_not_needed(&canary_what(&p.name, self.name()));
+        }
         let mut all = self.threads;
         all.extend(self.waiting);
         all
     }
 }
 
+/// A drive's thread, or its place in the health pool: what a swap stops and waits for.
+#[derive(Debug)]
+enum Task {
+    Thread(JoinHandle<()>),
+    Health(health_pool::Handle),
+}
+
+impl Task {
+    fn is_finished(&self) -> bool {
+        match self {
+            Task::Thread(t) => t.is_finished(),
+            Task::Health(h) => h.is_finished(),
+        }
+    }
+
+    /// Joins a finished thread (a health job has nothing to join).
+    fn join(self) {
+        if let Task::Thread(t) = self {
+            let _ = t.join();
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Task::Thread(t) => t.thread().name().unwrap_or("?").to_string(),
+            Task::Health(_) => "health polling".to_string(),
+        }
+    }
+}
+
 /// Waits until `deadline` for every thread of `stopping` (by drive name); returns those
 /// still going then, by drive name (joined the others).
 fn wait_for_threads(
-    stopping: BTreeMap<String, Vec<JoinHandle<()>>>,
+    stopping: BTreeMap<String, Vec<Task>>,
     deadline: Instant,
-) -> BTreeMap<String, Vec<JoinHandle<()>>> {
+) -> BTreeMap<String, Vec<Task>> {
     // Health pollers waiting for a read permit see their stop.
     crate::pacing::ReadLimiter::global().wake_all();
-    while Instant::now() < deadline
-        && stopping
-            .values()
-            .flatten()
-            .any(|t: &JoinHandle<()>| !t.is_finished())
+    while Instant::now() < deadline && stopping.values().flatten().any(|t: &Task| !t.is_finished())
     {
         std::thread::sleep(Duration::from_millis(10));
     }
     let mut left = BTreeMap::new();
     for (name, threads) in stopping {
-        let going: Vec<JoinHandle<()>> = threads
+        let going: Vec<Task> = threads
             .into_iter()
             .filter_map(|t| {
                 if t.is_finished() {
-                    let _ = t.join();
+                    t.join();
                     None
                 } else {
                     Some(t)
@@ -726,10 +803,7 @@ fn wait_for_threads(
             })
             .collect();
         if !going.is_empty() {
-            let names: Vec<_> = going
-                .iter()
-                .map(|t| t.thread().name().unwrap_or("?").to_string())
-                .collect();
+            let names: Vec<_> = going.iter().map(Task::name).collect();
             tracing::warn!(drive = %name, threads = ?names, "threads did not stop in time; leaving them (the drive's new threads, if any, wait for them)");
             left.insert(name, going);
         }
@@ -745,7 +819,8 @@ struct Generation {
     drives: BTreeMap<String, DriveThreads>,
     /// Threads of removed drives that did not stop in time, by drive name: a drive of
     /// that name added again starts only once they have ended.
-    leftovers: BTreeMap<String, Vec<JoinHandle<()>>>,
+    leftovers: BTreeMap<String, Vec<Task>>,
+    /// None when stopped, or when it could not be started (retried every tick).
     scheduler: Option<JoinHandle<()>>,
     scheduler_stop: Arc<AtomicBool>,
     scheduler_beat: Arc<Beat>,
@@ -809,7 +884,10 @@ impl Generation {
             ));
         }
         if let Some(s) = sched {
-            stopping.entry(String::new()).or_default().push(s);
+            stopping
+                .entry(String::new())
+                .or_default()
+                .push(Task::Thread(s));
         }
         for (name, left) in wait_for_threads(stopping, deadline) {
             if !name.is_empty() {
@@ -817,7 +895,7 @@ impl Generation {
             }
         }
         // Leftovers that have ended since are forgotten.
-        leftovers.retain(|_, ts: &mut Vec<JoinHandle<()>>| {
+        leftovers.retain(|_, ts: &mut Vec<Task>| {
             ts.retain(|t| !t.is_finished());
             !ts.is_empty()
         });
@@ -859,38 +937,61 @@ impl Generation {
             }
             kept.insert(t.name().to_string(), t);
         }
-        let scheduler_stop = Arc::new(AtomicBool::new(false));
         let beat = Beat::new("scheduler".into());
         beat.beat();
-        let (c, s, b) = (ctx.clone(), scheduler_stop.clone(), beat.clone());
-        let scheduler = match std::thread::Builder::new()
-            .name("dp-scheduler".into())
-            .spawn(move || scheduler::run(c, b, s))
-        {
-            Ok(h) => Some(h),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot start the scheduler thread");
-                None
-            }
-        };
-        Generation {
+        let mut g = Generation {
             ctx,
             drives: kept,
             leftovers,
-            scheduler,
-            scheduler_stop,
+            scheduler: None,
+            scheduler_stop: Arc::new(AtomicBool::new(false)),
             scheduler_beat: beat,
+        };
+        g.start_scheduler();
+        g
+    }
+
+    /// Starts the scheduler's thread; one that cannot be started is recorded on every
+    /// surface and tried again at the next tick ([`Generation::start_waiting`]).
+    fn start_scheduler(&mut self) {
+        let (c, s, b) = (
+            self.ctx.clone(),
+            self.scheduler_stop.clone(),
+            self.scheduler_beat.clone(),
+        );
+        let shared = &self.ctx.shared;
+        match spawn_thread("dp-scheduler".into(), move || scheduler::run(c, b, s)) {
+            Ok(h) => {
+                shared.thread_started(SCHEDULER);
+                self.scheduler = Some(h);
+            }
+            Err(e) => shared.thread_failed(SCHEDULER, &e),
         }
+    }
+
+    /// The scheduler could not be started, and is to run.
+    fn scheduler_missing(&self) -> bool {
+        self.scheduler.is_none() && !self.scheduler_stop.load(Ordering::Acquire)
     }
 
     /// Starts the threads of drives that waited for their earlier threads to end, and
     /// forgets the leftovers that have ended (every tick of the main loop).
+    /// Also retries the threads that could not be started (the scheduler, a drive's
+    /// canaries, the health pool's workers).
     fn start_waiting(&mut self) {
         for t in self.drives.values_mut() {
-            if !t.waiting.is_empty() {
+            if !t.waiting.is_empty() || !t.unstarted.is_empty() {
                 t.start_when_free();
             }
         }
+        if self.scheduler_missing() {
+            self.start_scheduler();
+            if self.scheduler.is_some() {
+                // Its last beat is from the failure: not a wedged scheduler.
+                self.scheduler_beat.beat();
+            }
+        }
+        health_pool::Pool::global().grow();
         self.leftovers.retain(|_, ts| {
             ts.retain(|t| !t.is_finished());
             !ts.is_empty()
@@ -919,13 +1020,16 @@ impl Generation {
     /// going then (a device that does not answer) are left behind, detached.
     fn stop(self, deadline: Instant) {
         self.scheduler_stop.store(true, Ordering::Release);
-        let mut stopping: BTreeMap<String, Vec<JoinHandle<()>>> = self
+        let mut stopping: BTreeMap<String, Vec<Task>> = self
             .drives
             .into_iter()
             .map(|(name, t)| (name, t.stop()))
             .collect();
         if let Some(s) = self.scheduler {
-            stopping.entry(String::new()).or_default().push(s);
+            stopping
+                .entry(String::new())
+                .or_default()
+                .push(Task::Thread(s));
         }
         wait_for_threads(stopping, deadline);
     }
@@ -935,8 +1039,11 @@ impl Generation {
     /// answer (a failing disk's minutes of retries, a hung controller) is the drive's
     /// fault, a restart cannot end a thread stuck in the kernel, and it would stop the
     /// watch of every other drive on the host ([`Generation::stalled_canaries`] says it).
+    /// A scheduler that could not be started is not wedged: it is retried, and every
+    /// surface says so (a restart would meet the same limit on tasks).
     fn wedged(&self, max: Duration) -> Vec<String> {
         std::iter::once(&self.scheduler_beat)
+            .filter(|_| !self.scheduler_missing())
             .filter(|b| b.age() > max)
             .map(|b| b.name.clone())
             .collect()

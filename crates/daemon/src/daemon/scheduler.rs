@@ -656,6 +656,8 @@ fn try_start(
             Some(id)
         }
         Err(e) => {
+            // Counted with the daemon's other threads that could not start (issue 33).
+            ctx.shared.lock().threads.start_failures_total += 1;
             ctx.runs.lock().remove(&handle.drive);
             finish(
                 ctx,

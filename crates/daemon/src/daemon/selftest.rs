@@ -140,6 +140,8 @@ pub fn spawn(
             true
         }
         Err(e) => {
+            // Counted with the daemon's other threads that could not start (issue 33).
+            ctx.shared.lock().threads.start_failures_total += 1;
             finish(
                 ctx,
                 &h,

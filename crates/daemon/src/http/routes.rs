@@ -410,7 +410,17 @@ impl App {
     }
 
     fn healthz(&self) -> Reply {
-        let tick = self.shared.lock().scheduler.last_tick_unix;
+        let (tick, unstarted) = {
+            let s = self.shared.lock();
+            (s.scheduler.last_tick_unix, s.threads.summary())
+        };
+        // A thread that cannot start leaves drives unwatched however the scheduler ticks.
+        if let Some(why) = unstarted {
+            return Reply::line(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("unhealthy: {why}"),
+            );
+        }
         match heartbeat(tick, now_unix()) {
             Ok(()) => Reply::line(StatusCode::OK, "ok"),
             Err(why) => Reply::line(StatusCode::SERVICE_UNAVAILABLE, &why.to_string()),

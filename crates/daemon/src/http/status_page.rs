@@ -123,6 +123,15 @@ fn overview(h: &mut String, s: &Status, now: f64) {
         Err(why) => format!("<span class=\"bad\">{}</span>", esc(&why.to_string())),
     };
     let _ = writeln!(h, "<dt>Scheduler</dt><dd>{sched}</dd>");
+    if let Some(why) = s.threads.summary() {
+        let names: Vec<&str> = s.threads.unstarted.keys().map(String::as_str).collect();
+        let _ = writeln!(
+            h,
+            "<dt>Threads</dt><dd><span class=\"bad\">{}</span><br><span class=\"small\">without a thread: {}</span></dd>",
+            esc(&why),
+            esc(&names.join(", "))
+        );
+    }
 
     let c = &s.config;
     let file = match &c.path {
