@@ -56,7 +56,8 @@ pub fn read_open_regular(file: File, limit: u64) -> Result<Vec<u8>, FileError> {
     if meta.len() > limit {
         return Err(FileError::TooLarge { limit });
     }
-    read_at_most(file, limit, meta.len())
+    // Not sized by `st_size` beyond 64 MiB: a sparse file claims what it does not hold.
+    read_at_most(file, limit, meta.len().min(64 << 20))
 }
 
 /// Up to `limit` bytes of `file` (`TooLarge` if there is more).

@@ -20,6 +20,7 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
@@ -50,8 +51,12 @@ pub enum StateDirError {
         name: &'static str,
         kind: &'static str,
     },
-    #[error("state directory {path}: cannot take its lock file {LOCK_FILE}: {source}; remove whatever is at that name and start again")]
-    Lock { path: PathBuf, source: io::Error },
+    #[error("state directory {path}: cannot take its lock file {LOCK_FILE}: {source}; {fix}")]
+    Lock {
+        path: PathBuf,
+        source: io::Error,
+        fix: &'static str,
+    },
     #[error("state directory {path} is in use by another driveprobe ({holder}); stop that one, or give this one another state directory (--state-dir, or state_dir in the config)")]
     InUse { path: PathBuf, holder: String },
 }
@@ -63,6 +68,8 @@ pub enum ReadError {
     Link,
     #[error("it is larger than {} MiB", .limit >> 20)]
     TooLarge { limit: u64 },
+    #[error("it is {0}, not a regular file")]
+    NotRegular(&'static str),
     #[error("{0}")]
     File(FileError),
 }
@@ -90,7 +97,9 @@ pub struct Listed {
 pub struct StateDir {
     path: PathBuf,
     top: OwnedFd,
-    runs: OwnedFd,
+    /// `runs/`, once opened: at start, or at first use when it could not be made then
+    /// (a read-only or full filesystem: the daemon still starts and probes).
+    runs: std::sync::OnceLock<OwnedFd>,
     _lock: OwnedFd,
     insecure: Option<String>,
 }
@@ -105,13 +114,21 @@ impl StateDir {
         };
         std::fs::DirBuilder::new()
             .recursive(true)
+            .mode(0o700)
             .create(path)
             .map_err(open_err)?;
         let top = rfs::open(path, dir_flags(), Mode::empty()).map_err(|e| open_err(e.into()))?;
         let lock = take_lock(path, &top)?;
-        let runs = open_runs(path, &top)?;
-        let insecure =
-            insecure(&top).map(|why| format!("the state directory {} {why}", path.display()));
+        let runs = std::sync::OnceLock::new();
+        match open_runs(path, &top) {
+            Ok(fd) => {
+                let _ = runs.set(fd);
+            }
+            Err(e @ StateDirError::RunsNotFolder { .. }) => return Err(e),
+            Err(e) => tracing::warn!("{e}; result documents wait until it can be made"),
+        }
+        let insecure = insecure(&top, runs.get())
+            .map(|why| format!("the state directory {} {why}", path.display()));
         Ok(StateDir {
             path: path.to_path_buf(),
             top,
@@ -132,10 +149,17 @@ impl StateDir {
         self.insecure.as_deref()
     }
 
-    fn fd(&self, place: Place) -> &OwnedFd {
+    fn fd(&self, place: Place) -> io::Result<&OwnedFd> {
         match place {
-            Place::Top => &self.top,
-            Place::Runs => &self.runs,
+            Place::Top => Ok(&self.top),
+            Place::Runs => {
+                if let Some(fd) = self.runs.get() {
+                    return Ok(fd);
+                }
+                let fd = open_runs(&self.path, &self.top).map_err(io::Error::other)?;
+                let _ = self.runs.set(fd);
+                Ok(self.runs.get().expect("just set"))
+            }
         }
     }
 
@@ -149,36 +173,55 @@ impl StateDir {
 
     /// Writes `bytes` as `name` in `place` atomically (see the module's documentation).
     pub fn write_atomic(&self, place: Place, name: &str, bytes: &[u8]) -> io::Result<()> {
-        write_atomic_at(self.fd(place), name, bytes)
+        write_atomic_at(self.fd(place)?, name, bytes)
     }
 
     /// The regular file `name` in `place`, at most `limit` bytes; `None` when there is
     /// nothing at that name.
     pub fn read(&self, place: Place, name: &str, limit: u64) -> Result<Option<Vec<u8>>, ReadError> {
-        read_at(self.fd(place), name, limit)
+        let fd = self
+            .fd(place)
+            .map_err(|e| ReadError::File(FileError::Io(e)))?;
+        read_at(fd, name, limit)
     }
 
     /// Removes `name` from `place` (a link is removed, not what it names); false when
     /// nothing had that name.
     pub fn remove(&self, place: Place, name: &str) -> io::Result<bool> {
-        match rfs::unlinkat(self.fd(place), name, AtFlags::empty()) {
+        match rfs::unlinkat(self.fd(place)?, name, AtFlags::empty()) {
             Ok(()) => Ok(true),
             Err(Errno::NOENT) => Ok(false),
             Err(e) => Err(e.into()),
         }
     }
 
-    /// Renames `from` to `to` in `place`.
-    pub fn rename(&self, place: Place, from: &str, to: &str) -> io::Result<()> {
-        let fd = self.fd(place);
-        rfs::renameat(fd, from, fd, to)?;
-        rfs::fsync(fd)?;
-        Ok(())
+    /// Renames `from` to `to` in `place`, never over an existing name: `to`, else
+    /// `to.1`, `to.2`... Returns the name it got.
+    pub fn rename_aside(&self, place: Place, from: &str, to: &str) -> io::Result<String> {
+        let fd = self.fd(place)?;
+        let mut last = None;
+        for k in 0..100 {
+            let name = if k == 0 {
+                to.to_string()
+            } else {
+                format!("{to}.{k}")
+            };
+            match rfs::renameat_with(fd, from, fd, name.as_str(), rfs::RenameFlags::NOREPLACE) {
+                Ok(()) => {
+                    rfs::fsync(fd)?;
+                    return Ok(name);
+                }
+                Err(Errno::EXIST) => last = Some(Errno::EXIST),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(last.unwrap_or(Errno::EXIST).into())
     }
 
     /// What `place` holds: every name, with whether it is a regular file (not followed).
     pub fn names(&self, place: Place) -> io::Result<Vec<(String, bool)>> {
-        let dir = rfs::Dir::read_from(self.fd(place))?;
+        let fd = self.fd(place)?;
+        let dir = rfs::Dir::read_from(fd)?;
         let mut out = Vec::new();
         for e in dir {
             let e = e?;
@@ -188,7 +231,7 @@ impl StateDir {
             if name == "." || name == ".." {
                 continue;
             }
-            let regular = rfs::statat(self.fd(place), name, AtFlags::SYMLINK_NOFOLLOW)
+            let regular = rfs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW)
                 .is_ok_and(|st| rfs::FileType::from_raw_mode(st.st_mode).is_file());
             out.push((name.to_string(), regular));
         }
@@ -198,7 +241,10 @@ impl StateDir {
     /// The result documents in `runs/` (regular files named `*.json`, not hidden), oldest
     /// first.
     pub fn documents(&self) -> Vec<Listed> {
-        let Ok(dir) = rfs::Dir::read_from(&self.runs) else {
+        let Ok(runs) = self.fd(Place::Runs) else {
+            return Vec::new();
+        };
+        let Ok(dir) = rfs::Dir::read_from(runs) else {
             return Vec::new();
         };
         let mut docs: Vec<Listed> = dir
@@ -208,7 +254,7 @@ impl StateDir {
                 if name.starts_with('.') || !name.ends_with(".json") {
                     return None;
                 }
-                let st = rfs::statat(&self.runs, name.as_str(), AtFlags::SYMLINK_NOFOLLOW).ok()?;
+                let st = rfs::statat(runs, name.as_str(), AtFlags::SYMLINK_NOFOLLOW).ok()?;
                 rfs::FileType::from_raw_mode(st.st_mode)
                     .is_file()
                     .then(|| Listed {
@@ -271,44 +317,76 @@ fn article_kind(mode: rfs::RawMode) -> &'static str {
     }
 }
 
-/// Takes the lock file: created when missing (never through a link), held with an
-/// exclusive `flock` while the returned descriptor is open, and rewritten with this
-/// process's pid and start time.
+/// Takes the lock file: created (0600, `O_EXCL`) when missing; when there, used only if it
+/// is a regular file of driveprobe's own user with one link (never a link, nor another
+/// user's file, nor a hard link to a file elsewhere: it is truncated and written). It is
+/// held with an exclusive `flock` while the returned descriptor is open, and names this
+/// process's pid and start. On a read-only filesystem it is taken read-only (or, when it
+/// cannot be made there, the folder itself is locked), and the pid is not written.
 fn take_lock(path: &Path, top: &OwnedFd) -> Result<OwnedFd, StateDirError> {
-    let lock_err = |source: io::Error| StateDirError::Lock {
+    let lock_err = |source: io::Error, fix: &'static str| StateDirError::Lock {
         path: path.to_path_buf(),
         source,
+        fix,
     };
-    let fd = rfs::openat(
+    let base = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let mode = Mode::from_raw_mode(0o600);
+    let opened = match rfs::openat(
         top,
         LOCK_FILE,
-        OFlags::RDWR
-            | OFlags::CREATE
-            | OFlags::NOFOLLOW
-            | OFlags::NONBLOCK
-            | OFlags::CLOEXEC
-            | OFlags::NOCTTY,
-        Mode::from_raw_mode(0o644),
-    )
-    .map_err(|e| lock_err(e.into()))?;
-    let st = rfs::fstat(&fd).map_err(|e| lock_err(e.into()))?;
-    if !rfs::FileType::from_raw_mode(st.st_mode).is_file() {
-        return Err(lock_err(io::Error::other(format!(
-            "it is {}, not a regular file",
-            article_kind(st.st_mode)
-        ))));
+        base | OFlags::RDWR | OFlags::CREATE | OFlags::EXCL,
+        mode,
+    ) {
+        Err(Errno::EXIST) => match rfs::openat(top, LOCK_FILE, base | OFlags::RDWR, mode) {
+            Err(Errno::ROFS) => {
+                rfs::openat(top, LOCK_FILE, base | OFlags::RDONLY, mode).map(|fd| (fd, false))
+            }
+            r => r.map(|fd| (fd, true)),
+        },
+        // Nothing there, and nothing can be made: lock the folder itself.
+        Err(Errno::ROFS) => rfs::openat(top, ".", dir_flags(), Mode::empty()).map(|fd| (fd, false)),
+        r => r.map(|fd| (fd, true)),
+    };
+    let (fd, writable) = opened.map_err(|e| match e {
+        Errno::LOOP => lock_err(e.into(), "it is a symbolic link: remove it"),
+        _ => lock_err(e.into(), "check the state directory's permissions"),
+    })?;
+    let st = rfs::fstat(&fd).map_err(|e| lock_err(e.into(), "check the state directory"))?;
+    let kind = rfs::FileType::from_raw_mode(st.st_mode);
+    let me = rustix::process::geteuid().as_raw();
+    if kind.is_file() && (st.st_uid != me || st.st_nlink != 1) {
+        return Err(lock_err(
+            io::Error::other(format!(
+                "it is not driveprobe's own (owner uid {}, {} links; driveprobe runs as uid {me})",
+                st.st_uid, st.st_nlink
+            )),
+            "remove it (another user may have planted it)",
+        ));
+    }
+    if !kind.is_file() && !kind.is_dir() {
+        return Err(lock_err(
+            io::Error::other(format!(
+                "it is {}, not a regular file",
+                article_kind(st.st_mode)
+            )),
+            "remove it",
+        ));
     }
     match rfs::flock(&fd, rfs::FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {}
         Err(Errno::WOULDBLOCK) => {
             let mut buf = [0u8; 128];
-            let n = rustix::io::pread(&fd, &mut buf[..], 0).unwrap_or(0);
+            let n = if kind.is_file() {
+                rustix::io::pread(&fd, &mut buf[..], 0).unwrap_or(0)
+            } else {
+                0
+            };
             let text: String = String::from_utf8_lossy(&buf[..n])
                 .chars()
                 .filter(|c| !c.is_control())
                 .collect();
             let holder = if text.trim().is_empty() {
-                "its lock file is held".to_string()
+                "its lock is held".to_string()
             } else {
                 text.trim().to_string()
             };
@@ -317,36 +395,53 @@ fn take_lock(path: &Path, top: &OwnedFd) -> Result<OwnedFd, StateDirError> {
                 holder,
             });
         }
-        Err(e) => return Err(lock_err(e.into())),
+        Err(e) => return Err(lock_err(e.into(), "check the state directory")),
     }
-    let me = format!(
-        "pid {}, started {}\n",
-        std::process::id(),
-        driveprobe_core::fmt::utc(crate::daemon::now_unix())
-    );
-    rfs::ftruncate(&fd, 0).map_err(|e| lock_err(e.into()))?;
-    rustix::io::pwrite(&fd, me.as_bytes(), 0).map_err(|e| lock_err(e.into()))?;
+    if writable {
+        // Best effort: the lock is what matters, the pid only names its holder.
+        let me = format!(
+            "pid {}, started {}\n",
+            std::process::id(),
+            driveprobe_core::fmt::utc(crate::daemon::now_unix())
+        );
+        let _ = rfs::fchmod(&fd, mode);
+        let _ = rfs::ftruncate(&fd, 0);
+        let _ = rustix::io::pwrite(&fd, me.as_bytes(), 0);
+    }
     Ok(fd)
 }
 
-/// Why other users than the daemon's may write to the folder open at `top`, if they may.
-fn insecure(top: &OwnedFd) -> Option<String> {
-    let st = rfs::fstat(top).ok()?;
-    let mode = st.st_mode & 0o7777;
+/// Why other users than the daemon's may write to the folder open at `top` (or to `runs/`
+/// in it), if they may.
+fn insecure(top: &OwnedFd, runs: Option<&OwnedFd>) -> Option<String> {
     let me = rustix::process::geteuid().as_raw();
-    if mode & 0o002 != 0 {
-        return Some(format!(
-            "is writable by every user (mode {mode:04o}): anyone on the host can plant files there; \
-             driveprobe follows no link there, but make it writable by its own user only \
-             (chmod 0755, owned by that user)"
-        ));
-    }
-    if st.st_uid != me && st.st_uid != 0 {
-        return Some(format!(
-            "belongs to another user (uid {}) who can plant files there; make it owned by \
-             driveprobe's own user (uid {me}) or root",
-            st.st_uid
-        ));
+    let my_group = rustix::process::getegid().as_raw();
+    for (fd, what) in [(Some(top), "is"), (runs, "has runs/, which is")] {
+        let Some(st) = fd.and_then(|fd| rfs::fstat(fd).ok()) else {
+            continue;
+        };
+        let mode = st.st_mode & 0o7777;
+        if mode & 0o002 != 0 {
+            return Some(format!(
+                "{what} writable by every user (mode {mode:04o}): anyone on the host can plant files there; \
+                 driveprobe follows no link there, but make it writable by its own user only \
+                 (chmod 0700, owned by that user)"
+            ));
+        }
+        if mode & 0o020 != 0 && st.st_gid != my_group && st.st_gid != 0 {
+            return Some(format!(
+                "{what} writable by group gid {} (mode {mode:04o}), whose members can plant files there; \
+                 make it writable by driveprobe's own user only (chmod 0700)",
+                st.st_gid
+            ));
+        }
+        if st.st_uid != me && st.st_uid != 0 {
+            return Some(format!(
+                "{what} owned by another user (uid {}) who can plant files there; make it owned by \
+                 driveprobe's own user (uid {me}) or root",
+                st.st_uid
+            ));
+        }
     }
     None
 }
@@ -395,6 +490,10 @@ pub fn read_at(dir: impl AsFd, name: &str, limit: u64) -> Result<Option<Vec<u8>>
         Err(Errno::LOOP) => return Err(ReadError::Link),
         Err(e) => return Err(ReadError::File(FileError::Io(e.into()))),
     };
+    let st = rfs::fstat(&fd).map_err(|e| ReadError::File(FileError::Io(e.into())))?;
+    if !rfs::FileType::from_raw_mode(st.st_mode).is_file() {
+        return Err(ReadError::NotRegular(article_kind(st.st_mode)));
+    }
     match read_open_regular(File::from(fd), limit) {
         Ok(b) => Ok(Some(b)),
         Err(FileError::TooLarge { limit }) => Err(ReadError::TooLarge { limit }),
@@ -501,13 +600,53 @@ mod tests {
     }
 
     #[test]
+    fn a_lock_file_that_is_not_driveprobes_own_is_refused_and_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = dir.path().join("s");
+        std::fs::create_dir(&s).unwrap();
+        let precious = dir.path().join("precious");
+        std::fs::write(&precious, b"root:secret\n").unwrap();
+        // A hard link to another file (same filesystem): two links.
+        std::fs::hard_link(&precious, s.join(LOCK_FILE)).unwrap();
+        let e = StateDir::open(&s).unwrap_err().to_string();
+        assert!(
+            e.contains("is not driveprobe's own") && e.contains("2 links"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read(&precious).unwrap(), b"root:secret\n");
+        std::fs::remove_file(s.join(LOCK_FILE)).unwrap();
+        // A symbolic link.
+        symlink(&precious, s.join(LOCK_FILE)).unwrap();
+        let e = StateDir::open(&s).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read(&precious).unwrap(), b"root:secret\n");
+        std::fs::remove_file(s.join(LOCK_FILE)).unwrap();
+        // Another user's file.
+        std::fs::write(s.join(LOCK_FILE), b"").unwrap();
+        rustix::fs::chown(
+            &s.join(LOCK_FILE),
+            Some(rustix::fs::Uid::from_raw(65534)),
+            None,
+        )
+        .unwrap();
+        let e = StateDir::open(&s).unwrap_err().to_string();
+        assert!(e.contains("owner uid 65534"), "{e}");
+        std::fs::remove_file(s.join(LOCK_FILE)).unwrap();
+        // Its own, made 0600.
+        let _sd = StateDir::open(&s).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let m = std::fs::metadata(s.join(LOCK_FILE)).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o600);
+    }
+
+    #[test]
     fn a_folder_others_may_write_to_is_reported() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
         let sd = StateDir::open(dir.path()).unwrap();
         let w = sd.insecure().unwrap();
-        assert!(w.contains("writable by every user (mode 1777)"), "{w}");
+        assert!(w.contains("is writable by every user (mode 1777)"), "{w}");
         drop(sd);
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(StateDir::open(dir.path()).unwrap().insecure().is_none());

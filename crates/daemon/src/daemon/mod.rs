@@ -1108,6 +1108,9 @@ impl supervisor::Estate for Estate {
         crate::process::terminate_all(grace);
     }
     fn save(&self) {
+        if self.store.held().is_some() {
+            return; // logged at the start; nothing is saved while held
+        }
         if let Err(e) = self.store.save() {
             tracing::error!(error = %e, "cannot save the state at exit");
         }

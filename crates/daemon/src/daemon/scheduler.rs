@@ -261,6 +261,9 @@ pub fn recover(store: &super::store::Store, now: i64) {
             r.status = RunStatus::Interrupted;
         }
     });
+    if store.held().is_some() {
+        return; // logged at the start; nothing is saved while held
+    }
     if let Err(e) = store.save() {
         tracing::error!(error = %e, "cannot save the state");
     }
@@ -572,6 +575,16 @@ fn startable_drive(ctx: &Ctx, p: &Plan, what: &str, log: &mut CondLog) -> Option
         return None;
     }
     log.ends(&waiting);
+    // Nothing starts while the wear ledger is held: a run's or a self-test's start could
+    // not be saved, and a run's writes could not be counted.
+    if let Some(why) = ctx.store.held() {
+        log.holds(
+            &format!("ledger {}", p.key),
+            Level::Warn,
+            format!("{what}, held: {why}"),
+        );
+        return None;
+    }
     (!unread(ctx, p, log)).then_some(drive)
 }
 
@@ -586,15 +599,6 @@ fn try_start(
     log: &mut CondLog,
 ) -> Option<String> {
     let drive = startable_drive(ctx, p, &format!("schedule {}: run due", p.key), log)?;
-    let held = format!("ledger {}", p.key);
-    if let Some(why) = ctx.store.held() {
-        log.holds(
-            &held,
-            Level::Warn,
-            format!("schedule {}: run due, held: {why}", p.key),
-        );
-        return None;
-    }
     let (bound, allowance) = bound_and_allowance(ctx, &drive, p);
     let used = ctx.store.lock().run_written_in_window(
         &p.schedule.drive,

@@ -80,6 +80,8 @@ impl Store {
                     tracing::info!(path = %dir.path_of(Place::Top, &tmp).display(), "removed a temporary file an interrupted save left")
                 }
                 Ok(false) => {}
+                // A read-only filesystem refuses an unlink before it looks: nothing to do.
+                Err(e) if e.raw_os_error() == Some(libc::EROFS) => {}
                 Err(e) => {
                     tracing::warn!(path = %dir.path_of(Place::Top, &tmp).display(), error = %e, "cannot remove a temporary file an interrupted save left")
                 }
@@ -88,10 +90,29 @@ impl Store {
         let (first, second) = (read_copy(&dir, STATE_FILE), read_copy(&dir, BACKUP_FILE));
         // Unless both copies were read, write both at the first save (an upgrade from a
         // daemon that kept one copy gets its second at once).
-        let whole = matches!((&first, &second), (Copy::Good(_), Copy::Good(_)));
+        let whole = matches!((&first, &second), (Copy::Good(a), Copy::Good(b)) if a == b);
+        let backup_damaged = match (&first, &second) {
+            (Copy::Good(_), Copy::Bad(e)) => Some(format!(
+                "{e}; it is written again from {}",
+                dir.path_of(Place::Top, STATE_FILE).display()
+            )),
+            _ => None,
+        };
         let (state, warning, held) = match (first, second) {
-            (Copy::Good(s), _) => (s, None, None),
-            (Copy::Missing, Copy::Missing) => (State::default(), None, None),
+            (Copy::Good(s), _) => (s, backup_damaged, None),
+            (Copy::Missing, Copy::Missing) => {
+                // A first start, or an operator who removed both to start anew; but if a
+                // daemon kept documents here, say that the ledger starts from zero.
+                let docs = dir.documents().len();
+                let warning = (docs > 0).then(|| {
+                    format!(
+                        "state file {} and its copy are missing although {docs} result documents are in runs/: \
+                         started a new, empty state (the drives' wear ledger starts from zero)",
+                        dir.path_of(Place::Top, STATE_FILE).display()
+                    )
+                });
+                (State::default(), warning, None)
+            }
             (Copy::Missing, Copy::Good(s)) => (
                 s,
                 Some(format!(
@@ -103,8 +124,8 @@ impl Store {
             ),
             (Copy::Bad(e), Copy::Good(s)) => {
                 let aside = format!("{STATE_FILE}.bad-{now}");
-                let moved = match dir.rename(Place::Top, STATE_FILE, &aside) {
-                    Ok(()) => format!("moved it to {}", dir.path_of(Place::Top, &aside).display()),
+                let moved = match dir.rename_aside(Place::Top, STATE_FILE, &aside) {
+                    Ok(name) => format!("moved it to {}", dir.path_of(Place::Top, &name).display()),
                     Err(m) => format!("could not move it aside ({m})"),
                 };
                 (
@@ -214,7 +235,7 @@ impl Store {
                 if !self.failing.swap(true, Ordering::AcqRel) {
                     tracing::error!(
                         path = %self.dir.path().display(),
-                        "cannot save the state: {e}; the last saved file is kept as it was, \
+                        "cannot save the state: {e}; the last saved copy is kept as it was, \
                          probes and metrics go on, scheduled runs do not start until it can be \
                          saved, and saving is retried every few seconds: free space in or make \
                          the state directory writable"
