@@ -18,6 +18,7 @@
 
 pub mod canary;
 pub mod canary_io;
+pub mod clock;
 pub mod discover;
 pub mod health_poll;
 pub mod identity;

@@ -56,18 +56,20 @@ pub(crate) enum Route<'a> {
     Healthz,
     Drives,
     Runs,
+    Scheduler,
     Report(&'a str),
     NotFound,
 }
 
 /// Every route the server serves, as docs/api.md names them (`{id}`: a run id). A test
 /// holds docs/api.md to this list and this list to the server.
-pub const ROUTES: [&str; 6] = [
+pub const ROUTES: [&str; 7] = [
     "/",
     "/metrics",
     "/healthz",
     "/api/v1/drives",
     "/api/v1/runs",
+    "/api/v1/scheduler",
     "/runs/{id}/report",
 ];
 
@@ -81,7 +83,8 @@ impl Route<'_> {
             Route::Healthz => 2,
             Route::Drives => 3,
             Route::Runs => 4,
-            Route::Report(_) => 5,
+            Route::Scheduler => 5,
+            Route::Report(_) => 6,
             Route::NotFound => return None,
         };
         Some(ROUTES[i])
@@ -95,6 +98,7 @@ pub(crate) fn route(path: &str) -> Route<'_> {
         "/healthz" => Route::Healthz,
         "/api/v1/drives" => Route::Drives,
         "/api/v1/runs" => Route::Runs,
+        "/api/v1/scheduler" => Route::Scheduler,
         _ => match path
             .strip_prefix("/runs/")
             .and_then(|rest| rest.strip_suffix("/report"))
@@ -362,6 +366,7 @@ impl App {
             Route::Healthz => self.healthz(),
             Route::Drives => guarded("the drives", || self.drives()),
             Route::Runs => guarded("the runs", || self.runs()),
+            Route::Scheduler => guarded("the scheduler", || self.scheduler()),
             Route::Report(id) => self.report(id).await,
             Route::NotFound => Reply::line(
                 StatusCode::NOT_FOUND,
@@ -447,6 +452,13 @@ impl App {
             })
             .collect();
         Reply::json(&runs)
+    }
+
+    /// The schedules as the scheduler saw them at its last pass: next due times, runs
+    /// going, what is held and why, and the wall clock's steps.
+    fn scheduler(&self) -> Reply {
+        let s = self.shared.lock();
+        Reply::json(&s.scheduler)
     }
 
     async fn report(&self, id: &str) -> Reply {
@@ -616,6 +628,7 @@ mod tests {
         assert_eq!(route("/healthz"), Route::Healthz);
         assert_eq!(route("/api/v1/drives"), Route::Drives);
         assert_eq!(route("/api/v1/runs"), Route::Runs);
+        assert_eq!(route("/api/v1/scheduler"), Route::Scheduler);
         assert_eq!(route("/runs/r-1.a_b/report"), Route::Report("r-1.a_b"));
         for bad in [
             "/metrics/",
