@@ -461,6 +461,22 @@ fn rich_status() -> Status {
             last_tick_unix: NOW - 0.5,
             next_due,
             running,
+            held: [(
+                "nightly-latency".to_string(),
+                driveprobe::status::HeldStatus {
+                    reason: "selftest".into(),
+                    message: "nightly-latency: due, held".into(),
+                    due_unix: NOW as i64 - 41,
+                    since_unix: NOW - 40.0,
+                },
+            )]
+            .into(),
+            clock: driveprobe::status::ClockStatus {
+                steps_total: 2,
+                last_step_seconds: -31_536_000.0,
+                last_step_unix: NOW - 600.0,
+                clamped_total: 1,
+            },
         },
         discovery: Some(driveprobe::status::DiscoveryStatus {
             watched: 3,

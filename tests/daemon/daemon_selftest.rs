@@ -331,6 +331,44 @@ fn self_tests_and_suites_never_share_a_drive_and_a_test_is_aborted_at_stop() {
         assert!(seen.elapsed() < LIMIT, "no new health readings: {v:#}");
         std::thread::sleep(Duration::from_millis(200));
     }
+    // Held, and saying so where one looks (issue 33: before, the page said "next due
+    // 41 s ago" and nothing was logged).
+    let (_, _, body) = d.get("/api/v1/scheduler");
+    let sched: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let held = &sched["held"]["s/a"];
+    assert_eq!(held["reason"], "selftest", "{sched:#}");
+    let why = held["message"].as_str().unwrap();
+    assert!(
+        why.contains("s/a") && why.contains("drive a reports a self-test in progress"),
+        "{why}"
+    );
+    let e = d.scrape();
+    assert_eq!(
+        e.value(
+            "driveprobe_schedule_held",
+            &[("schedule", "s/a"), ("reason", "selftest")]
+        ),
+        Some(1.0),
+        "{}",
+        e.text
+    );
+    let (_, _, page) = d.get("/");
+    let row = page
+        .split("<tr class=\"schedule\"><td>s/a</td>")
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .unwrap_or_else(|| panic!("no row for s/a:\n{page}"));
+    assert!(
+        row.contains("held since") && !row.contains(" ago)</span></td>"),
+        "{row}"
+    );
+    let log = d.log();
+    assert_eq!(
+        log.matches("s/a: due, held: drive a reports a self-test")
+            .count(),
+        1,
+        "logged once when the hold starts:\n{log}"
+    );
     // The hand-started test ends: the suite (listed first) takes the drive; the
     // self-test waits for it. (Held: the scheduled test, once started, runs until the
     // daemon stops.)
@@ -356,6 +394,12 @@ fn self_tests_and_suites_never_share_a_drive_and_a_test_is_aborted_at_stop() {
         );
         if !running {
             assert_eq!(runs[0]["status"], "passed", "{runs:?}\n{}", d.log());
+            assert!(
+                d.log()
+                    .contains("ended: s/a: due, held: drive a reports a self-test"),
+                "the hold's end is logged:\n{}",
+                d.log()
+            );
             break;
         }
         std::thread::sleep(Duration::from_millis(200));

@@ -251,6 +251,7 @@ fn status(bad_doc: &Path) -> Status {
             last_tick_unix: t,
             next_due,
             running: BTreeMap::new(),
+            ..Default::default()
         },
         discovery: None,
         state: Default::default(),
@@ -388,12 +389,13 @@ fn one_line(r: &Resp) -> String {
 
 // ------------------------------------------------------------------ routes
 
-const ROUTES: [&str; 6] = [
+const ROUTES: [&str; 7] = [
     "/",
     "/metrics",
     "/healthz",
     "/api/v1/drives",
     "/api/v1/runs",
+    "/api/v1/scheduler",
     "/runs/20261130T030000Z-db1-enterprise/report",
 ];
 
@@ -873,7 +875,7 @@ fn chromium_shows_the_drive_table() {
 /// Every key path of a JSON value: `a.b`, `a[].c`; the keys of objects that are maps by
 /// name (drives' probes, collectors, last runs; the scheduler's due times and runs) are `*`.
 fn key_paths(v: &serde_json::Value, path: &str, out: &mut std::collections::BTreeSet<String>) {
-    const MAPS: [&str; 7] = [
+    const MAPS: [&str; 8] = [
         "last",
         "probes",
         "collectors",
@@ -881,6 +883,7 @@ fn key_paths(v: &serde_json::Value, path: &str, out: &mut std::collections::BTre
         "next_due",
         "running",
         "skipped",
+        "held",
     ];
     let last = path.rsplit(['.', ']']).next().unwrap_or("");
     match v {
@@ -989,6 +992,17 @@ fn docs_api_md_matches_the_routes_and_the_live_json() {
         s.run_notes.insert(
             RUN_NO_DOC.into(),
             "result pending: not saved: disk full".into(),
+        );
+        // A schedule due and held by the drive's self-test.
+        s.scheduler.next_due.insert("monthly-long/db1".into(), 1);
+        s.scheduler.held.insert(
+            "monthly-long/db1".into(),
+            driveprobe::status::HeldStatus {
+                reason: "selftest".into(),
+                message: "held".into(),
+                due_unix: 1,
+                since_unix: 2.0,
+            },
         );
         // A run stopped at its safety limit: every optional key of a run record.
         let mut stopped = s.runs[0].clone();

@@ -6,6 +6,7 @@ mod common;
 #[path = "../common/prometheus.rs"]
 mod prometheus;
 
+mod clock;
 mod daemon;
 mod daemon_budget;
 mod daemon_selftest;

@@ -437,6 +437,30 @@ impl Snapshot {
                 bool01(on),
             );
         }
+        for (schedule, h) in &status.scheduler.held {
+            self.gauge(
+                "driveprobe_schedule_held",
+                "1 while the schedule does not start what it is due for, by reason: selftest (the drive is testing itself), run (another run holds the drive), clock (the wall clock stepped back behind a due time already handled). The status page and /api/v1/scheduler say more.",
+                vec![
+                    ("schedule", schedule.clone()),
+                    ("reason", h.reason.clone()),
+                ],
+                1.0,
+            );
+        }
+        let clock = &status.scheduler.clock;
+        self.counter(
+            "driveprobe_clock_steps_total",
+            "Steps of the wall clock the scheduler saw: it moved 2 s or more against the monotonic clock between two passes (set by hand or by NTP, or a suspend).",
+            vec![],
+            clock.steps_total,
+        );
+        self.gauge(
+            "driveprobe_clock_last_step_seconds",
+            "The last step of the wall clock the scheduler saw, in seconds (negative: back); 0 before any.",
+            vec![],
+            clock.last_step_seconds,
+        );
         if let Some(d) = &status.discovery {
             for (state, n) in [("watched", d.watched), ("skipped", d.skipped)] {
                 self.gauge(

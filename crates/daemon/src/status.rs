@@ -136,6 +136,40 @@ pub struct SchedulerStatus {
     pub next_due: BTreeMap<String, i64>,
     /// Per schedule name, the run going now (its id).
     pub running: BTreeMap<String, String>,
+    /// Per schedule name, why a schedule does not start what `next_due` says: a due run
+    /// waiting for its drive (a self-test or another run holds it), or a due time
+    /// already handled ahead of a wall clock that stepped back.
+    pub held: BTreeMap<String, HeldStatus>,
+    /// Steps of the wall clock the scheduler saw.
+    pub clock: ClockStatus,
+}
+
+/// Why a schedule is held, and since when.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct HeldStatus {
+    /// `selftest` (the drive is testing itself), `run` (another run holds the drive) or
+    /// `clock` (the wall clock stepped back behind a due time already handled).
+    pub reason: String,
+    /// One line saying what holds it and what happens next.
+    pub message: String,
+    /// The due time waiting (for `clock`: the due time already handled), Unix seconds.
+    pub due_unix: i64,
+    /// Unix seconds of the first pass that saw the hold.
+    pub since_unix: f64,
+}
+
+/// What the scheduler saw of the wall clock (see `daemon::clock`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ClockStatus {
+    /// Steps seen since the daemon started: the wall clock moved by 2 s or more against
+    /// the monotonic clock between two passes.
+    pub steps_total: u64,
+    /// The last step, in seconds (negative: back); 0 before any.
+    pub last_step_seconds: f64,
+    /// Unix seconds (after the step) at which it was seen; 0 before any.
+    pub last_step_unix: f64,
+    /// Schedules whose saved times were brought back from ahead of the wall clock.
+    pub clamped_total: u64,
 }
 
 /// One registered drive.

@@ -20,6 +20,7 @@
 
 pub mod canary;
 pub mod canary_io;
+pub mod clock;
 pub mod discover;
 pub mod health_poll;
 pub mod health_pool;

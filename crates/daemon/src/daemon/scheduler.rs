@@ -70,6 +70,23 @@ pub struct RunHandle {
     /// Bytes of `control.written_bytes()` already accounted to the drive.
     pub accounted: AtomicU64,
     pub thread: Mutex<Option<JoinHandle<()>>>,
+    /// The wall clock (its record's `started`) and the monotonic clock when it started:
+    /// its end is `started` plus the monotonic time since, so a step of the wall clock
+    /// during the run never gives an `ended` before `started`, nor a wrong duration.
+    pub started: i64,
+    pub began: Instant,
+}
+
+impl RunHandle {
+    /// The wall-clock time of the run's end, if it ends now (see `started`).
+    pub fn ended_at(&self) -> i64 {
+        ended_from(self.started, self.began.elapsed())
+    }
+}
+
+/// `started` plus `elapsed` (monotonic), in whole seconds.
+pub fn ended_from(started: i64, elapsed: Duration) -> i64 {
+    started.saturating_add(elapsed.as_secs().min(i64::MAX as u64) as i64)
 }
 
 /// The runs going on, by drive name, and the results not saved yet. Long-lived (across
@@ -274,9 +291,14 @@ pub fn run(ctx: Arc<Ctx>, beat: Arc<Beat>, stop: Arc<AtomicBool>) {
     let plans = plans(&ctx);
     let mut last_save = Instant::now();
     let mut log = CondLog::new("scheduler");
+    let mut watch = super::clock::ClockWatch::default();
     while !stop.load(Ordering::Acquire) {
         beat.beat();
-        tick(&ctx, &plans, now_unix() as i64, &mut log);
+        let wall = now_unix();
+        if let Some(step) = watch.observe(wall, Instant::now()) {
+            super::clock::record_step(&ctx, step, wall);
+        }
+        tick(&ctx, &plans, wall as i64, &mut log);
         if last_save.elapsed() >= Duration::from_secs(5) {
             ctx.save_state();
             last_save = Instant::now();
@@ -299,6 +321,7 @@ pub fn run(ctx: Arc<Ctx>, beat: Arc<Beat>, stop: Arc<AtomicBool>) {
 /// due run waiting for its drive), so each is logged when it starts and when it ends.
 pub fn tick(ctx: &Arc<Ctx>, plans: &[Plan], now: i64, log: &mut CondLog) {
     retry_pending(ctx);
+    super::clock::guard(ctx, plans, now);
     for r in ctx.runs.all() {
         account_writes(ctx, &r, now);
     }
@@ -311,20 +334,8 @@ pub fn tick(ctx: &Arc<Ctx>, plans: &[Plan], now: i64, log: &mut CondLog) {
     // latest health reading shows running (one started by hand): a suite never starts
     // on a drive testing itself, and a self-test never on a drive busy with a run (and
     // neither starts before the drive's first health reading: `unread`).
-    let mut busy: BTreeSet<String> = ctx.runs.all().iter().map(|r| r.drive.clone()).collect();
-    busy.extend(ctx.runs.selftests.all().iter().map(|h| h.drive.clone()));
-    busy.extend(
-        ctx.shared
-            .lock()
-            .drives
-            .iter()
-            .filter(|(_, d)| {
-                d.health
-                    .as_ref()
-                    .is_some_and(|h| h.report.self_test_running.is_some())
-            })
-            .map(|(n, _)| n.clone()),
-    );
+    let holders = holders(ctx);
+    let busy: BTreeSet<String> = holders.keys().cloned().collect();
     let schedules: Vec<plan_mod::Schedule> = plans.iter().map(|p| p.schedule.clone()).collect();
     let books: Vec<plan_mod::Bookkeeping> = ctx.store.update(|st| {
         plans
@@ -335,7 +346,11 @@ pub fn tick(ctx: &Arc<Ctx>, plans: &[Plan], now: i64, log: &mut CondLog) {
     let decisions = plan_mod::plan_all(&schedules, &books, now, &busy);
     let mut next_due = BTreeMap::new();
     let mut running = BTreeMap::new();
-    for (p, d) in plans.iter().zip(decisions) {
+    let mut held = BTreeMap::new();
+    for ((p, d), b) in plans.iter().zip(decisions).zip(&books) {
+        if let Some(h) = hold(p, &d, b, now, &holders) {
+            held.insert(p.key.clone(), h);
+        }
         match d {
             Decision::Wait { until } => {
                 next_due.insert(p.key.clone(), until);
@@ -411,11 +426,131 @@ pub fn tick(ctx: &Arc<Ctx>, plans: &[Plan], now: i64, log: &mut CondLog) {
             Decision::Never => {}
         }
     }
+    log_holds(plans, &mut held, ctx, log);
     let mut s = ctx.shared.lock();
     s.scheduler.last_tick_unix = now_unix();
     s.scheduler.next_due = next_due;
     s.scheduler.running = running;
+    s.scheduler.held = held;
     s.runs = ctx.store.lock().runs.clone();
+}
+
+/// What holds each drive busy now: (reason label, what, in words). A run, a self-test
+/// the daemon follows, or a self-test the drive's latest health reading shows running
+/// (one started by hand).
+fn holders(ctx: &Ctx) -> BTreeMap<String, (&'static str, String)> {
+    let mut out = BTreeMap::new();
+    for (n, d) in &ctx.shared.lock().drives {
+        if d.health
+            .as_ref()
+            .is_some_and(|h| h.report.self_test_running.is_some())
+        {
+            out.insert(
+                n.clone(),
+                (
+                    "selftest",
+                    format!(
+                        "drive {n} reports a self-test in progress (one driveprobe did not start)"
+                    ),
+                ),
+            );
+        }
+    }
+    for h in ctx.runs.selftests.all() {
+        out.insert(
+            h.drive.clone(),
+            (
+                "selftest",
+                format!("drive {} is running self-test {}", h.drive, h.key),
+            ),
+        );
+    }
+    for r in ctx.runs.all() {
+        out.insert(
+            r.drive.clone(),
+            (
+                "run",
+                format!("drive {} is busy with run {}", r.drive, r.id),
+            ),
+        );
+    }
+    out
+}
+
+/// Why plan `p`, decided `d` on bookkeeping `b`, does not start what it is due for, if
+/// it is held (`since_unix` is filled by [`log_holds`]).
+fn hold(
+    p: &Plan,
+    d: &Decision,
+    b: &plan_mod::Bookkeeping,
+    now: i64,
+    holders: &BTreeMap<String, (&'static str, String)>,
+) -> Option<crate::status::HeldStatus> {
+    let (reason, message, due) = match d {
+        Decision::DriveBusy { due } => {
+            let (reason, what) = holders.get(&p.schedule.drive).cloned().unwrap_or((
+                "run",
+                format!(
+                    "another schedule's run starts on drive {}",
+                    p.schedule.drive
+                ),
+            ));
+            (
+                reason,
+                format!(
+                    "{}: due, held: {what}; it starts when the drive is free",
+                    p.key
+                ),
+                *due,
+            )
+        }
+        Decision::Wait { until } => {
+            let handled = b.held_until(now)?;
+            (
+                "clock",
+                format!(
+                    "{}: held: the wall clock stepped back behind {}, a due time already handled; the next run is at {}",
+                    p.key,
+                    crate::fmt::utc(handled as f64),
+                    crate::fmt::utc(*until as f64),
+                ),
+                handled,
+            )
+        }
+        _ => return None,
+    };
+    Some(crate::status::HeldStatus {
+        reason: reason.to_string(),
+        message,
+        due_unix: due,
+        since_unix: 0.0,
+    })
+}
+
+/// Logs each hold once when it starts and once when it ends (with the schedule and the
+/// drive in its line), and dates it from the pass that first saw it.
+fn log_holds(
+    plans: &[Plan],
+    held: &mut BTreeMap<String, crate::status::HeldStatus>,
+    ctx: &Ctx,
+    log: &mut CondLog,
+) {
+    let before = ctx.shared.lock().scheduler.held.clone();
+    for p in plans {
+        let key = format!("held {}", p.key);
+        match held.get_mut(&p.key) {
+            Some(h) => {
+                log.holds(&key, Level::Info, h.message.clone());
+                h.since_unix = before
+                    .get(&p.key)
+                    .filter(|b| b.reason == h.reason && b.due_unix == h.due_unix)
+                    .map_or_else(now_unix, |b| b.since_unix);
+            }
+            None => {
+                log.ends(&key);
+            }
+        }
+    }
 }
 
 /// Moves the bytes a run wrote since the last tick into the drive's account of scheduled
@@ -647,6 +782,8 @@ fn try_start(
         bound,
         accounted: AtomicU64::new(0),
         thread: Mutex::new(None),
+        started: now,
+        began: Instant::now(),
     });
     ctx.runs.lock().insert(handle.drive.clone(), handle.clone());
     let (c, h, scale, fio_job) = (ctx.clone(), handle.clone(), p.scale, p.fio_job.clone());
@@ -807,7 +944,8 @@ fn finish(
     result: Option<SuiteResult>,
     why: Option<StopReason>,
 ) {
-    let now = now_unix() as i64;
+    // Not the wall clock now: it may have stepped during the run (see `RunHandle`).
+    let now = h.ended_at();
     // Bounded: an error may carry a program's output into the log and the status.
     let why = why.map(|w| match w {
         StopReason::Error { message } => StopReason::Error {
@@ -1354,5 +1492,74 @@ mod tests {
         .unwrap();
         assert!(write_result(&sd, "r1", &doc).is_err());
         assert!(!runs.join(".r1.json.tmp").exists());
+    }
+
+    fn plan(key: &str, drive: &str) -> Plan {
+        Plan {
+            schedule: plan_mod::Schedule {
+                name: key.into(),
+                drive: drive.into(),
+                cron: plan_mod::Cron::parse("0 * * * *").unwrap(),
+                window: None,
+                max_duration: 60,
+            },
+            key: key.into(),
+            config_name: "s".into(),
+            suite: "latency".into(),
+            scale: suite::Scale::named("quick").unwrap(),
+            fio_job: None,
+            wear_budget: ScheduleBudget::Unlimited,
+            selftest: None,
+            hist_digits: None,
+        }
+    }
+
+    /// Issue 33: a run held by a self-test was held silently. Each hold says what holds
+    /// which drive, for which schedule; a wait is a hold only when a step of the clock
+    /// makes it one.
+    #[test]
+    fn a_held_schedule_names_its_drive_what_holds_it_and_why() {
+        let p = plan("s/a", "a");
+        let b = plan_mod::Bookkeeping::new(0);
+        let holders: BTreeMap<String, (&'static str, String)> = [(
+            "a".to_string(),
+            ("selftest", "drive a is running self-test t/a".to_string()),
+        )]
+        .into();
+        let h = hold(&p, &Decision::DriveBusy { due: 3600 }, &b, 3641, &holders).unwrap();
+        assert_eq!((h.reason.as_str(), h.due_unix), ("selftest", 3600));
+        assert!(
+            h.message
+                .starts_with("s/a: due, held: drive a is running self-test t/a"),
+            "{}",
+            h.message
+        );
+        // Held in this pass by a schedule before it.
+        let h = hold(
+            &p,
+            &Decision::DriveBusy { due: 3600 },
+            &b,
+            3641,
+            &BTreeMap::new(),
+        );
+        assert_eq!(h.unwrap().reason, "run");
+        // Waiting for its next due time: not held.
+        let wait = Decision::Wait { until: 7200 };
+        assert_eq!(hold(&p, &wait, &b, 3641, &holders), None);
+        // Waiting behind a due time handled before the clock stepped back: held.
+        let mut b = b;
+        b.start(7200, 7205);
+        b.finish(7260);
+        let h = hold(&p, &Decision::Wait { until: 10_800 }, &b, 3700, &holders).unwrap();
+        assert_eq!((h.reason.as_str(), h.due_unix), ("clock", 7200));
+        assert!(h.message.contains("stepped back"), "{}", h.message);
+    }
+
+    /// A step of the wall clock during a run gives an `ended` at its start plus the
+    /// monotonic time it took, never before `started`.
+    #[test]
+    fn a_runs_end_counts_from_its_start_on_the_monotonic_clock() {
+        assert_eq!(ended_from(1_000, Duration::from_millis(90_500)), 1_090);
+        assert_eq!(ended_from(i64::MAX - 1, Duration::from_secs(10)), i64::MAX);
     }
 }

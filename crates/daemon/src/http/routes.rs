@@ -55,18 +55,20 @@ pub(crate) enum Route<'a> {
     Healthz,
     Drives,
     Runs,
+    Scheduler,
     Report(&'a str),
     NotFound,
 }
 
 /// Every route the server serves, as docs/api.md names them (`{id}`: a run id). A test
 /// holds docs/api.md to this list and this list to the server.
-pub const ROUTES: [&str; 6] = [
+pub const ROUTES: [&str; 7] = [
     "/",
     "/metrics",
     "/healthz",
     "/api/v1/drives",
     "/api/v1/runs",
+    "/api/v1/scheduler",
     "/runs/{id}/report",
 ];
 
@@ -80,7 +82,8 @@ impl Route<'_> {
             Route::Healthz => 2,
             Route::Drives => 3,
             Route::Runs => 4,
-            Route::Report(_) => 5,
+            Route::Scheduler => 5,
+            Route::Report(_) => 6,
             Route::NotFound => return None,
         };
         Some(ROUTES[i])
@@ -94,6 +97,7 @@ pub(crate) fn route(path: &str) -> Route<'_> {
         "/healthz" => Route::Healthz,
         "/api/v1/drives" => Route::Drives,
         "/api/v1/runs" => Route::Runs,
+        "/api/v1/scheduler" => Route::Scheduler,
         _ => match path
             .strip_prefix("/runs/")
             .and_then(|rest| rest.strip_suffix("/report"))
@@ -361,6 +365,7 @@ impl App {
             Route::Healthz => self.healthz(),
             Route::Drives => guarded("the drives", || self.drives()),
             Route::Runs => guarded("the runs", || self.runs()),
+            Route::Scheduler => guarded("the scheduler", || self.scheduler()),
             Route::Report(id) => self.report(id).await,
             Route::NotFound => Reply::line(
                 StatusCode::NOT_FOUND,
@@ -456,6 +461,13 @@ impl App {
             })
             .collect();
         Reply::json(&runs)
+    }
+
+    /// The schedules as the scheduler saw them at its last pass: next due times, runs
+    /// going, what is held and why, and the wall clock's steps.
+    fn scheduler(&self) -> Reply {
+        let s = self.shared.lock();
+        Reply::json(&s.scheduler)
     }
 
     async fn report(&self, id: &str) -> Reply {
@@ -626,6 +638,7 @@ mod tests {
         assert_eq!(route("/healthz"), Route::Healthz);
         assert_eq!(route("/api/v1/drives"), Route::Drives);
         assert_eq!(route("/api/v1/runs"), Route::Runs);
+        assert_eq!(route("/api/v1/scheduler"), Route::Scheduler);
         assert_eq!(route("/runs/r-1.a_b/report"), Route::Report("r-1.a_b"));
         for bad in [
             "/metrics/",

@@ -788,6 +788,21 @@ fn schedules(h: &mut String, s: &Status, now: f64) {
         .keys()
         .chain(s.scheduler.running.keys())
         .collect();
+    let clock = &s.scheduler.clock;
+    if clock.steps_total > 0 {
+        let step = clock.last_step_seconds;
+        let _ = writeln!(
+            h,
+            "<p class=\"warn clock\">The wall clock stepped {} {} at {} ({} step{} seen since the daemon started; {} schedule{} brought back from times saved while it was ahead).</p>",
+            if step < 0.0 { "back" } else { "forward" },
+            f::span(step.abs()),
+            f::utc(clock.last_step_unix),
+            clock.steps_total,
+            if clock.steps_total == 1 { "" } else { "s" },
+            clock.clamped_total,
+            if clock.clamped_total == 1 { "" } else { "s" },
+        );
+    }
     if names.is_empty() {
         h.push_str("<p class=\"dim\">No schedules.</p></section>\n");
         return;
@@ -797,13 +812,19 @@ fn schedules(h: &mut String, s: &Status, now: f64) {
          <th>Running now</th></tr></thead>\n<tbody>\n",
     );
     for name in names {
-        let due = match s.scheduler.next_due.get(name) {
-            Some(&t) => format!(
+        let due = match (s.scheduler.held.get(name), s.scheduler.next_due.get(name)) {
+            (Some(held), _) => format!(
+                "<span class=\"warn held\">held since {} ({}): {}</span>",
+                f::utc(held.since_unix),
+                f::relative(held.since_unix, now),
+                esc(&held.message)
+            ),
+            (None, Some(&t)) => format!(
                 "{} <span class=\"dim small\">({})</span>",
                 f::utc(t as f64),
                 f::relative(t as f64, now)
             ),
-            None => NONE.to_string(),
+            (None, None) => NONE.to_string(),
         };
         let running = match s.scheduler.running.get(name) {
             Some(id) => format!("<span class=\"warn\">{}</span>", esc(id)),
@@ -910,6 +931,15 @@ mod tests {
         s.config.path = Some(evil.into());
         s.scheduler.next_due.insert(evil.into(), i64::MAX);
         s.scheduler.running.insert(evil.into(), evil.into());
+        s.scheduler.held.insert(
+            evil.into(),
+            crate::status::HeldStatus {
+                reason: evil.into(),
+                message: evil.into(),
+                due_unix: i64::MIN,
+                since_unix: f64::NAN,
+            },
+        );
         s.runs.push(crate::schedule::RunRecord {
             id: evil.into(),
             suite: evil.into(),
@@ -1132,5 +1162,42 @@ mod tests {
             });
             assert!(!render(&s, 2000.0).contains("host CPU busy"), "{ratio:?}");
         }
+    }
+
+    /// Issue 33: a due run held by the drive's self-test said "next due 41 s ago"; it
+    /// says why it waits, and a step of the wall clock is shown.
+    #[test]
+    fn a_held_schedule_says_why_and_a_clock_step_is_shown() {
+        let now = 1.8e9;
+        let mut s = Status::default();
+        s.scheduler.next_due.insert("s/a".into(), now as i64 - 41);
+        s.scheduler.held.insert(
+            "s/a".into(),
+            crate::status::HeldStatus {
+                reason: "selftest".into(),
+                message: "s/a: due, held: drive a is running self-test st/a".into(),
+                due_unix: now as i64 - 41,
+                since_unix: now - 40.0,
+            },
+        );
+        s.scheduler.clock = crate::status::ClockStatus {
+            steps_total: 2,
+            last_step_seconds: -31_536_000.0,
+            last_step_unix: now - 10.0,
+            clamped_total: 1,
+        };
+        let html = render(&s, now);
+        let row = html
+            .split("<tr class=\"schedule\">")
+            .nth(1)
+            .and_then(|r| r.split("</tr>").next())
+            .unwrap();
+        assert!(
+            row.contains("held since") && row.contains("drive a is running self-test st/a"),
+            "{row}"
+        );
+        assert!(!row.contains("41 s ago"), "{row}");
+        assert!(html.contains("The wall clock stepped back"), "{html}");
+        assert!(html.contains("2 steps seen") && html.contains("1 schedule brought back"));
     }
 }

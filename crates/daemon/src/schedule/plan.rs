@@ -16,7 +16,15 @@
 //! - a run past `started + max_duration` is [`Decision::TimedOut`]: the caller stops it,
 //!   marks it "timed out" and calls [`Bookkeeping::finish`];
 //! - a run found `running` after a restart was interrupted by the restart: the caller
-//!   calls [`Bookkeeping::recover`] and marks it "interrupted"; it is not repeated.
+//!   calls [`Bookkeeping::recover`] and marks it "interrupted"; it is not repeated;
+//! - the wall clock can step. A saved time ahead of the clock by at most
+//!   [`CLOCK_TOLERANCE`] (a small step back) is waited for, so a due time already handled
+//!   does not run again (cron's rule for steps back of under 3 hours), and [`decide`]'s
+//!   next due time is the first one the schedule will really start, not one it will pass
+//!   by. A saved time further ahead was saved while the clock was wrong (an excursion
+//!   since corrected): it would hold the schedule until the clock caught up, a year for a
+//!   clock that was a year ahead, so [`Bookkeeping::clamp_future`] brings it back to now
+//!   (the caller logs it); the next due time after now then runs.
 
 use std::collections::BTreeSet;
 
@@ -26,6 +34,11 @@ use super::cron::Cron;
 use super::window::Window;
 
 /// One scheduled suite on one drive.
+/// Seconds a saved time may be ahead of the wall clock and still be waited for (see the
+/// module docs): a step back of up to this holds a schedule at most this long, and never
+/// repeats a due time it handled; beyond it, saved times are brought back to now.
+pub const CLOCK_TOLERANCE: i64 = 3 * 3600;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schedule {
     pub name: String,
@@ -68,6 +81,44 @@ impl Bookkeeping {
     pub fn finish(&mut self, now: i64) {
         self.running = false;
         self.last_run_ended = Some(now);
+    }
+
+    /// Brings every saved time more than `tolerance` ahead of `now` back to `now` (the
+    /// wall clock was ahead when they were saved and has come back). Returns how far the
+    /// furthest was ahead, when one was. The due times up to `now` then count as handled
+    /// (no catch-up burst for what the excursion ran), and a run marked running gets its
+    /// deadline from `now`.
+    pub fn clamp_future(&mut self, now: i64, tolerance: i64) -> Option<i64> {
+        let limit = now.saturating_add(tolerance.max(0));
+        let mut ahead = None;
+        let mut clamp = |t: &mut i64| {
+            if *t > limit {
+                ahead = Some(ahead.unwrap_or(0).max(*t - now));
+                *t = now;
+            }
+        };
+        clamp(&mut self.first_seen);
+        for t in [
+            &mut self.last_due_handled,
+            &mut self.last_run_started,
+            &mut self.last_run_ended,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            clamp(t);
+        }
+        ahead
+    }
+
+    /// The saved time ahead of `now` that holds the schedule (a due time handled, or when
+    /// it was first seen, after a step back of the clock within the tolerance), if any.
+    pub fn held_until(&self, now: i64) -> Option<i64> {
+        let t = self
+            .last_due_handled
+            .unwrap_or(i64::MIN)
+            .max(self.first_seen.saturating_sub(1));
+        (t > now).then_some(t)
     }
 
     /// After a restart: a run still marked running was cut short by the restart. Ends it
@@ -135,8 +186,10 @@ pub fn decide(s: &Schedule, b: &Bookkeeping, now: i64, drive_busy: bool) -> Deci
             },
         };
     }
-    // Nothing pending: the next due time, carried to the window's next opening.
-    let next_due = match s.cron.next_after(now) {
+    // Nothing pending: the next due time, carried to the window's next opening. After a
+    // step back of the clock, due times up to a saved time ahead of it are handled (or
+    // before the schedule was seen): the next one after that is the next run.
+    let next_due = match s.cron.next_after(b.held_until(now).unwrap_or(now)) {
         Some(d) => d,
         None => return Decision::Never,
     };
@@ -372,5 +425,82 @@ mod tests {
                 until: t(2026, 12, 1, 3, 0)
             }
         );
+    }
+
+    const DAY: i64 = 86_400;
+
+    /// Issue 33: the wall clock a year ahead, a run there, then the clock back. Before,
+    /// the saved times a year ahead held the schedule for a year.
+    #[test]
+    fn a_year_ahead_excursion_is_clamped_and_the_schedule_runs_again() {
+        let s = sched("0 * * * *", None);
+        let t0 = t(2026, 11, 30, 1, 30);
+        let mut b = Bookkeeping::new(t0);
+        let ahead = t0 + 365 * DAY;
+        let Decision::Start { due, .. } = decide(&s, &b, ahead, false) else {
+            panic!("due a year ahead");
+        };
+        b.start(due, ahead);
+        b.finish(ahead + 60);
+        let back = t0 + 120;
+        assert_eq!(
+            b.clamp_future(back, CLOCK_TOLERANCE),
+            Some(ahead + 60 - back)
+        );
+        assert_eq!(b.clamp_future(back, CLOCK_TOLERANCE), None, "once");
+        assert_eq!(b.last_due_handled, Some(back));
+        assert_eq!(b.last_run_ended, Some(back));
+        // No burst for 01:00, which the run a year ahead stands for; 02:00 starts.
+        assert_eq!(
+            decide(&s, &b, back, false),
+            Decision::Wait {
+                until: t(2026, 11, 30, 2, 0)
+            }
+        );
+        assert!(matches!(
+            decide(&s, &b, t(2026, 11, 30, 2, 0), false),
+            Decision::Start { .. }
+        ));
+        // A schedule first seen while the clock was ahead, and a run started there.
+        let mut seen = Bookkeeping::new(ahead);
+        seen.start(ahead, ahead);
+        assert!(seen.clamp_future(back, CLOCK_TOLERANCE).is_some());
+        assert_eq!(
+            decide(&s, &seen, back + 60, false),
+            Decision::Running {
+                deadline: back + 3600
+            },
+            "its deadline counts from now, not from a year ahead"
+        );
+    }
+
+    /// A step back within the tolerance: the due time handled is not run again, and the
+    /// next due time said is one the schedule starts at (before, it said 03:00, the due
+    /// time handled, and passed it by).
+    #[test]
+    fn a_small_step_back_neither_repeats_a_run_nor_announces_one_it_passes_by() {
+        let s = sched("0 * * * *", None);
+        let due = t(2026, 11, 30, 3, 0);
+        let mut b = Bookkeeping::new(due - 7200);
+        b.start(due, due + 5);
+        b.finish(due + 65);
+        let back = due + 70 - 3600;
+        assert_eq!(b.clamp_future(back, CLOCK_TOLERANCE), None);
+        assert_eq!(b.held_until(back), Some(due));
+        let next = t(2026, 11, 30, 4, 0);
+        let mut said = None;
+        for m in 0..(next - back) / 60 {
+            let d = decide(&s, &b, back + m * 60, false);
+            assert!(!matches!(d, Decision::Start { .. }), "{m} min: {d:?}");
+            if let Decision::Wait { until } = d {
+                said.get_or_insert(until);
+                assert_eq!(until, next, "{m} min");
+            }
+        }
+        assert_eq!(said, Some(next));
+        assert!(matches!(
+            decide(&s, &b, next, false),
+            Decision::Start { due, .. } if due == next
+        ));
     }
 }

@@ -196,14 +196,44 @@ impl State {
     }
 
     /// Bytes scheduled runs wrote to `drive` over the rolling window of `days` UTC days
-    /// that ends with the day of `t` (today and the `days - 1` before it).
+    /// that ends with the day of `t` (today and the `days - 1` before it). Days after
+    /// today count too: they were written while the wall clock was ahead, and bytes
+    /// written are written whatever the clock said ([`State::redate_future_days`] brings
+    /// them back to today).
     pub fn run_written_in_window(&self, drive: &str, t: i64, days: u32) -> u128 {
         let Some(kept) = self.run_written.get(drive) else {
             return 0;
         };
         let first = utc_day(t - (days.max(1) as i64 - 1) * DAY);
-        let last = utc_day(t);
-        kept.range(first..=last).map(|(_, b)| *b).sum()
+        kept.range(first..).map(|(_, b)| *b).sum()
+    }
+
+    /// After the wall clock came back from ahead: bytes recorded on days after the UTC
+    /// day of `t` (scheduled runs' and all of driveprobe's) move to that day, where they
+    /// were really written, so they count in today's budgets and leave the rolling window
+    /// when today does, not a year later. Returns the bytes moved (of `self_written`).
+    pub fn redate_future_days(&mut self, t: i64) -> u128 {
+        let today = utc_day(t);
+        let mut moved = 0;
+        for (i, per_drive) in [&mut self.self_written, &mut self.run_written]
+            .into_iter()
+            .enumerate()
+        {
+            for days in per_drive.values_mut() {
+                if days.last_key_value().is_none_or(|(last, _)| *last <= today) {
+                    continue;
+                }
+                let mut later = days.split_off(&today);
+                // `split_off` keeps today with the later days: put it back.
+                let kept = later.remove(&today).unwrap_or(0);
+                let bytes: u128 = later.values().sum();
+                days.insert(today.clone(), kept + bytes);
+                if i == 0 {
+                    moved += bytes;
+                }
+            }
+        }
+        moved
     }
 
     /// Bytes the canaries wrote to `drive` on the UTC day of `t`: what driveprobe wrote
@@ -472,5 +502,28 @@ mod tests {
         assert_eq!(utc_day(0), "1970-01-01");
         assert_eq!(utc_day(-1), "1969-12-31");
         assert_eq!(utc_day(1_795_996_800), "2026-11-30");
+    }
+
+    /// Issue 33: bytes written while the clock was a year ahead, then the clock back.
+    /// Before, the window left out the days after today: 43 MiB of a 40 MiB allowance
+    /// used, and the window said a fraction of it.
+    #[test]
+    fn bytes_written_while_the_clock_was_ahead_still_count() {
+        let mut s = State::default();
+        let today = 20_000 * DAY + 3600;
+        s.add_run_written("a", today - DAY, 3);
+        s.add_run_written("a", today + 365 * DAY, 40);
+        s.add_run_written("a", today + 366 * DAY, 2);
+        s.add_self_written("a", today + 365 * DAY, 5);
+        assert_eq!(s.run_written_in_window("a", today, 30), 45);
+        assert_eq!(s.redate_future_days(today), 47);
+        assert_eq!(s.redate_future_days(today), 0, "once");
+        assert_eq!(s.run_written_in_window("a", today, 30), 45);
+        assert_eq!(s.run_written_in_window("a", today, 1), 42);
+        assert_eq!(s.canary_written_on("a", today), 5);
+        assert_eq!(s.self_written_on("a", today), 47);
+        assert_eq!(s.self_written_lifetime("a"), 50);
+        // They leave the window when today does.
+        assert_eq!(s.run_written_in_window("a", today + 30 * DAY, 30), 0);
     }
 }
