@@ -622,7 +622,7 @@ pub fn skip_message(bound: u64, remaining: f64, allowance: f64, period_days: u32
 /// Records a due run skipped up front: its due time handled (so it is decided, and
 /// logged, once), a `skipped` entry in the run index with the figures, the skip counter.
 fn skip(ctx: &Ctx, p: &Plan, due: i64, now: i64, bound: WriteBound, message: String) {
-    let id = format!("{}-{}", now, sanitize(&p.key));
+    let id = new_run_id(ctx, now, &p.key);
     tracing::warn!(run = %id, schedule = %p.key, bound_bytes = bound.bytes, "scheduled run {message}");
     ctx.store.update(|st| {
         let b = st.schedule_mut(&p.key, now);
@@ -753,7 +753,7 @@ fn try_start(
         skip(ctx, p, due, now, bound, message);
         return None;
     }
-    let id = format!("{}-{}", now, sanitize(&p.key));
+    let id = new_run_id(ctx, now, &p.key);
     let books_before = ctx.store.update(|st| {
         let before = *st.schedule_mut(&p.key, now);
         st.schedule_mut(&p.key, now).start(due, now);
@@ -812,6 +812,29 @@ fn try_start(
             None
         }
     }
+}
+
+/// A run id not used before in this state directory: `UNIX-KEY`, with `-2`, `-3`... added
+/// when a run of the same second is already indexed or has a document (after the wall
+/// clock stepped back, a second comes again: its document must not replace an older one).
+fn new_run_id(ctx: &Ctx, now: i64, key: &str) -> String {
+    let base = format!("{}-{}", now, sanitize(key));
+    let taken = |id: &str| {
+        ctx.store.lock().runs.iter().any(|r| r.id == id)
+            || ctx
+                .store
+                .dir()
+                .documents()
+                .iter()
+                .any(|d| d.name == format!("{id}.json"))
+    };
+    let mut id = base.clone();
+    let mut k = 1;
+    while taken(&id) {
+        k += 1;
+        id = format!("{base}-{k}");
+    }
+    id
 }
 
 fn sanitize(s: &str) -> String {
