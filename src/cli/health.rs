@@ -1,12 +1,13 @@
 //! `driveprobe health`: one drive's health, verdict and endurance estimate.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use serde::Serialize;
 
 use super::Failure;
+use crate::file::{read_regular_bytes, Limit};
 use crate::health::endurance::{self, Endurance, Rating};
 use crate::health::model::{assess, Assessment, HealthReport, Source, Verdict};
 use crate::health::{self, nvme, smartctl, ReadOptions};
@@ -76,8 +77,24 @@ fn positive(flag: &str, v: Option<f64>) -> Result<Option<f64>, Failure> {
     }
 }
 
-fn read_file(p: &PathBuf) -> Result<Vec<u8>, Failure> {
-    std::fs::read(p).map_err(|e| Failure::runtime(format!("{}: {e}", p.display())))
+/// The most of a saved `smartctl --json` output read: its largest real ones (`-x` of a
+/// SAS disk with every log) are a few hundred kB.
+const SMARTCTL_JSON: Limit = Limit {
+    bytes: 16 << 20,
+    what: "saved smartctl --json output",
+};
+/// The most of a saved NVMe log page or identify data read: 512 and 4096 bytes, padded by
+/// some tools.
+const NVME_DATA: Limit = Limit {
+    bytes: 64 << 10,
+    what: "a saved NVMe log page or identify data",
+};
+
+/// A saved file, bounded and only a regular one: `/dev/zero` or a FIFO is refused at once
+/// rather than read forever or waited on.
+fn read_file(p: &Path, limit: Limit) -> Result<Vec<u8>, Failure> {
+    read_regular_bytes(p, limit)
+        .map_err(|e| Failure::runtime(format!("{}: cannot read it: {e}", p.display())))
 }
 
 /// What `health --json` prints when there is no reading: the device and the error.
@@ -134,7 +151,7 @@ fn read_and_print(a: HealthArgs) -> Result<u8, Failure> {
     let timeout = units::parse_duration(&a.smartctl_timeout)
         .map_err(|e| Failure::usage(format!("--smartctl-timeout: {e}")))?;
     let (device, report) = if let Some(p) = &a.from_smartctl_json {
-        let text = String::from_utf8(read_file(p)?).map_err(|_| {
+        let text = String::from_utf8(read_file(p, SMARTCTL_JSON)?).map_err(|_| {
             Failure::runtime(format!(
                 "{}: not UTF-8 text, so not smartctl JSON output",
                 p.display()
@@ -144,18 +161,18 @@ fn read_and_print(a: HealthArgs) -> Result<u8, Failure> {
             .map_err(|e| Failure::runtime(format!("{}: {e}", p.display())))?;
         (p.display().to_string(), r)
     } else if let Some(p) = &a.from_nvme_log {
-        let smart = nvme::parse_smart_log(&read_file(p)?)
+        let smart = nvme::parse_smart_log(&read_file(p, NVME_DATA)?)
             .map_err(|e| Failure::runtime(format!("{}: {e}", p.display())))?;
         let ctrl = match &a.nvme_id_ctrl {
             Some(f) => Some(
-                nvme::parse_id_ctrl(&read_file(f)?)
+                nvme::parse_id_ctrl(&read_file(f, NVME_DATA)?)
                     .map_err(|e| Failure::runtime(format!("{}: {e}", f.display())))?,
             ),
             None => None,
         };
         let ns = match &a.nvme_id_ns {
             Some(f) => Some(
-                nvme::parse_id_ns(&read_file(f)?)
+                nvme::parse_id_ns(&read_file(f, NVME_DATA)?)
                     .map_err(|e| Failure::runtime(format!("{}: {e}", f.display())))?,
             ),
             None => None,
@@ -243,29 +260,36 @@ fn text(device: &str, r: &HealthReport, a: &Assessment, e: &Endurance, now: f64)
     o
 }
 
+/// A string from the drive (or a file) as the text output shows it: one line, bounded
+/// ([`fmt::drive_text`](crate::fmt::drive_text)), whatever the reader let through.
+fn drive(s: Option<&str>, unknown: &str) -> String {
+    s.and_then(crate::fmt::drive_text)
+        .unwrap_or_else(|| unknown.to_string())
+}
+
 /// The identity line, the verdict and its reasons.
 fn text_header(o: &mut String, device: &str, r: &HealthReport, a: &Assessment) {
     use std::fmt::Write as _;
     let id = &r.identity;
     // One spelling for what is not known: "unknown" (not "?" beside "(unknown)").
-    let unknown = "unknown".to_string();
     let _ = writeln!(
         o,
-        "{device}: {}{}, serial {}, firmware {}{}",
-        id.model.as_deref().unwrap_or("unknown model"),
+        "{}: {}{}, serial {}, firmware {}{}",
+        crate::fmt::one_line(device),
+        drive(id.model.as_deref(), "unknown model"),
         match &id.transport {
             crate::health::model::Transport::Unknown => String::new(),
             t => format!(" ({})", t.name()),
         },
-        id.serial.as_ref().unwrap_or(&unknown),
-        id.firmware.as_ref().unwrap_or(&unknown),
+        drive(id.serial.as_deref(), "unknown"),
+        drive(id.firmware.as_deref(), "unknown"),
         id.capacity_bytes
             .map(|c| format!(", {}", bytes(c as f64)))
             .unwrap_or_default()
     );
     let _ = writeln!(o, "verdict: {}", a.verdict.name().to_uppercase());
     for reason in &a.reasons {
-        let _ = writeln!(o, "  - {reason}");
+        let _ = writeln!(o, "  - {}", crate::fmt::one_line(reason));
     }
 }
 
@@ -274,6 +298,7 @@ fn text_smart(o: &mut String, r: &HealthReport) {
     use std::fmt::Write as _;
     let mut line = |k: &str, v: Option<String>| {
         if let Some(v) = v {
+            let (k, v) = (crate::fmt::one_line(k), crate::fmt::one_line(&v));
             let _ = writeln!(o, "  {k:<22} {v}");
         }
     };
@@ -349,7 +374,7 @@ fn text_smart(o: &mut String, r: &HealthReport) {
     }
     // The reader's notes belong to the SMART data above, the estimate's to endurance.
     for n in &r.notes {
-        let _ = writeln!(o, "  note: {n}");
+        let _ = writeln!(o, "  note: {}", crate::fmt::one_line(n));
     }
 }
 
@@ -501,7 +526,7 @@ fn text_endurance(o: &mut String, e: &Endurance, now: f64) {
         e.annual_failure_rate.map(|f| format!("{:.2}%", f * 100.0)),
     );
     for n in &e.notes {
-        let _ = writeln!(o, "  note: {n}");
+        let _ = writeln!(o, "  note: {}", crate::fmt::one_line(n));
     }
 }
 

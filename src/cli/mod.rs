@@ -175,8 +175,9 @@ pub fn main() -> ExitCode {
     match result {
         Ok(status) => ExitCode::from(status),
         Err(f) => {
-            // One line: what went wrong and what to do.
-            let msg = f.message.replace('\n', " ");
+            // One line: what went wrong and what to do (no control character from a
+            // drive's or a file's text can break it or drive the terminal).
+            let msg = crate::fmt::one_line(&f.message);
             eprintln!("driveprobe: error: {msg}");
             ExitCode::from(f.status)
         }

@@ -162,7 +162,12 @@ fn qos_suite(a: &BenchArgs) -> Result<suite::Suite, Failure> {
     use crate::protocol::qos::QosTable;
     let table = match &a.qos_targets {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
+            // A table of a few classes: a regular file of text, bounded, not waited on.
+            const QOS_TABLE: crate::file::Limit = crate::file::Limit {
+                bytes: 1 << 20,
+                what: "a QoS targets table",
+            };
+            let text = crate::file::read_regular_text(path, QOS_TABLE)
                 .map_err(|e| Failure::usage(format!("--qos-targets {}: {e}", path.display())))?;
             QosTable::parse(&text, &path.display().to_string()).map_err(Failure::usage)?
         }

@@ -12,6 +12,7 @@ mod dashboards;
 
 mod bench_cli;
 mod cli_help;
+mod cli_inputs;
 mod config;
 mod dashboards_lint;
 mod docs_agree;

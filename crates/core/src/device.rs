@@ -553,21 +553,30 @@ fn read_identity(paths: &SystemPaths, disk: &str, major: u32, minor: u32) -> Dev
             .unwrap_or(backing);
         Some(format!("loop:{canonical}"))
     };
-    let serial = read_attr(&dir.join("device/serial"))
-        // virtio-blk: the disk's own `serial` (udev has it as ID_SERIAL only)
-        .or_else(|| read_attr(&dir.join("serial")))
-        .or_else(|| udev_prop("ID_SERIAL_SHORT"))
-        .or_else(|| {
-            fs::read(dir.join("device/vpd_pg80"))
-                .ok()
-                .and_then(|b| parse_vpd_serial(&b))
-        })
-        .or_else(loop_serial);
+    // What the drive reports, as every surface shows it: one line, bounded. A loop
+    // device's serial is a path of this host, kept whole (two long paths must not meet).
+    let drive = |s: Option<String>| s.and_then(|s| crate::fmt::drive_text(&s));
+    let serial = drive(
+        read_attr(&dir.join("device/serial"))
+            // virtio-blk: the disk's own `serial` (udev has it as ID_SERIAL only)
+            .or_else(|| read_attr(&dir.join("serial")))
+            .or_else(|| udev_prop("ID_SERIAL_SHORT"))
+            .or_else(|| {
+                fs::read(dir.join("device/vpd_pg80"))
+                    .ok()
+                    .and_then(|b| parse_vpd_serial(&b))
+            }),
+    )
+    .or_else(|| loop_serial().map(|s| crate::fmt::one_line(&s).into_owned()));
     let wwn = read_attr(&dir.join("wwid"))
         .or_else(|| read_attr(&dir.join("device/wwid")))
         .or_else(|| udev_prop("ID_WWN"));
     let model = read_attr(&dir.join("device/model")).or_else(|| udev_prop("ID_MODEL"));
-    DeviceIdentity { serial, wwn, model }
+    DeviceIdentity {
+        serial,
+        wwn: drive(wwn),
+        model: drive(model),
+    }
 }
 
 /// The drives a file lives on: the block device under its filesystem and the whole disks

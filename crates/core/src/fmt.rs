@@ -22,6 +22,60 @@ pub fn esc(s: &str) -> String {
     out
 }
 
+/// The most bytes kept of a string a drive (or its kernel driver, or smartctl about it)
+/// reports: a model, serial, firmware, WWN, vendor, attribute name, smartctl message. The
+/// longest real ones are well under it (ATA and NVMe models 40 bytes, serials 20,
+/// firmware 8; smartctl's messages about a hundred); a longer one is cut, ending in `…`,
+/// so that a drive that reports a megabyte cannot make every scrape, page and log line
+/// that names it a megabyte long.
+pub const MAX_DRIVE_TEXT_BYTES: usize = 128;
+
+/// `s` as one line of plain text: every control character (C0 such as NUL, BEL, ESC, CR
+/// and LF; DEL; C1) and every bidirectional formatting character (which can make a
+/// terminal or a page show text in another order than it is) as a space. A newline in a
+/// drive's model can then not forge a line of output, nor an escape sequence drive a
+/// terminal.
+pub fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
+    let bad = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if s.chars().any(bad) {
+        s.chars()
+            .map(|c| if bad(c) { ' ' } else { c })
+            .collect::<String>()
+            .into()
+    } else {
+        s.into()
+    }
+}
+
+/// A string from a drive as driveprobe keeps it, wherever it enters (sysfs, udev,
+/// smartctl's JSON, NVMe identify data): [`one_line`], trimmed, and at most
+/// [`MAX_DRIVE_TEXT_BYTES`] (cut on a character boundary, ending in `…`); `None` when
+/// nothing is left. It is idempotent, so a surface may apply it again.
+pub fn drive_text(s: &str) -> Option<String> {
+    // Only the first bytes can be kept: look no further (a megabyte costs no more).
+    let mut end = s.len().min(MAX_DRIVE_TEXT_BYTES * 4);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let clean = one_line(&s[..end]);
+    let t = clean.trim();
+    if t.is_empty() {
+        return None;
+    }
+    if t.len() <= MAX_DRIVE_TEXT_BYTES {
+        return Some(t.to_string());
+    }
+    const CUT: &str = "…";
+    let mut keep = MAX_DRIVE_TEXT_BYTES - CUT.len();
+    while !t.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    Some(format!("{}{CUT}", t[..keep].trim_end()))
+}
+
 /// A number rounded to `decimals` places with thousands separators: `98,024`, `1,150.5`.
 pub fn grouped(v: f64, decimals: usize) -> String {
     if !v.is_finite() {
@@ -316,6 +370,47 @@ mod tests {
         assert_eq!(utc(0.5), "1970-01-01 00:00:00 UTC");
         assert_eq!(utc(951_782_400.0), "2000-02-29 00:00:00 UTC");
         assert_eq!(utc(1_740_837_753.0), "2025-03-01 14:02:33 UTC");
+    }
+}
+
+#[cfg(test)]
+mod drive_text_tests {
+    use super::*;
+
+    #[test]
+    fn control_and_bidi_characters_become_spaces() {
+        assert_eq!(
+            one_line("a\nb\x1b[31mc\x07d\0e\r\u{9b}f\u{202e}g"),
+            "a b [31mc d e  f g"
+        );
+        assert!(matches!(
+            one_line("plain ünïcode"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            drive_text(" SAMSUNG\nverdict: OK\x1b]0;x\x07 ").as_deref(),
+            Some("SAMSUNG verdict: OK ]0;x")
+        );
+        assert_eq!(drive_text(" \n\0 "), None);
+        assert_eq!(drive_text("").as_deref(), None);
+    }
+
+    #[test]
+    fn a_long_string_is_cut_on_a_character_boundary() {
+        let exact = "m".repeat(MAX_DRIVE_TEXT_BYTES);
+        assert_eq!(drive_text(&exact).as_deref(), Some(exact.as_str()));
+        for long in [
+            "m".repeat(1 << 20),
+            "é".repeat(1 << 19),
+            format!("x{}", "€".repeat(1000)),
+            format!("{}\n{}", "a".repeat(200), "b".repeat(200)),
+        ] {
+            let t = drive_text(&long).unwrap();
+            assert!(t.len() <= MAX_DRIVE_TEXT_BYTES, "{} bytes", t.len());
+            assert!(t.len() >= MAX_DRIVE_TEXT_BYTES - 6, "{} bytes", t.len());
+            assert!(t.ends_with('…'), "{t}");
+            assert_eq!(drive_text(&t).as_deref(), Some(t.as_str()), "idempotent");
+        }
     }
 }
 

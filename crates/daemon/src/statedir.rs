@@ -36,9 +36,9 @@ pub const LOCK_FILE: &str = "driveprobe.lock";
 /// [`crate::schedule::state`] let a state reach (about 180 KiB per drive at most, so
 /// 256 drives take 46 MiB).
 pub const MAX_STATE_BYTES: u64 = 1 << 30;
-/// The largest result document read back (a quick `enterprise` run's document is about
-/// 5 MB).
-pub const MAX_DOCUMENT_BYTES: u64 = 64 << 20;
+/// The largest result document read back (`/runs/ID/report` and the last runs restored
+/// at start; see [`crate::http::routes::MAX_RESULT_BYTES`]).
+pub const MAX_DOCUMENT_BYTES: u64 = crate::http::routes::MAX_RESULT_BYTES;
 
 /// Why the state directory cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -494,9 +494,13 @@ pub fn read_at(dir: impl AsFd, name: &str, limit: u64) -> Result<Option<Vec<u8>>
     if !rfs::FileType::from_raw_mode(st.st_mode).is_file() {
         return Err(ReadError::NotRegular(article_kind(st.st_mode)));
     }
+    let limit = driveprobe_core::file::Limit {
+        bytes: limit,
+        what: "a file of driveprobe's state",
+    };
     match read_open_regular(File::from(fd), limit) {
         Ok(b) => Ok(Some(b)),
-        Err(FileError::TooLarge { limit }) => Err(ReadError::TooLarge { limit }),
+        Err(FileError::TooLarge { limit, .. }) => Err(ReadError::TooLarge { limit }),
         Err(e) => Err(ReadError::File(e)),
     }
 }

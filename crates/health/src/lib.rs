@@ -4,7 +4,7 @@
 //! pure functions over bytes or text; the only ioctls are in `sys::nvme`.
 #![forbid(unsafe_code)]
 
-use driveprobe_core::{device, process, units};
+use driveprobe_core::{device, fmt, process, units};
 use driveprobe_sys as sys;
 
 pub mod detail;

@@ -124,6 +124,9 @@ pub fn parse_smart_log(b: &[u8]) -> Result<SmartLog, NvmeParseError> {
     })
 }
 
+/// An ASCII field of identify data (the spec's: printable ASCII, space-padded) as
+/// driveprobe keeps a drive's strings ([`fmt::drive_text`](crate::fmt::drive_text)):
+/// any other byte is a space.
 fn ascii(b: &[u8]) -> Option<String> {
     let s: String = b
         .iter()
@@ -135,8 +138,7 @@ fn ascii(b: &[u8]) -> Option<String> {
             }
         })
         .collect();
-    let s = s.trim().to_string();
-    (!s.is_empty()).then_some(s)
+    crate::fmt::drive_text(&s)
 }
 
 /// The fields of Identify Controller (CNS 01h) that driveprobe uses.

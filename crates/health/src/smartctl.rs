@@ -435,10 +435,10 @@ fn fill<T>(slot: &mut Option<T>, v: Option<T>) {
 /// [`ExitStatus::apply`]. A saved output that says the device was in standby gives
 /// `power_state = Standby`; otherwise the power state stays unknown.
 pub fn parse(json_text: &str) -> Result<HealthReport, SmartctlError> {
-    let root: Value = serde_json::from_str(json_text).map_err(|e| SmartctlError::NotJson {
+    let root: Value = drive_json(json_text).map_err(|e| SmartctlError::NotJson {
         detail: e.to_string(),
     })?;
-    parse_value(&root)
+    parse_clean(&root)
 }
 
 /// `smartctl --scan` / `--scan-open` output: a `devices` list and no one device's data
@@ -492,8 +492,41 @@ fn scan_output(root: &Value) -> Option<SmartctlError> {
     })
 }
 
-/// [`parse`] on an already parsed JSON value.
+/// Every string of smartctl's JSON (what the drive reports: model, serial, firmware,
+/// attribute names, messages) as driveprobe keeps a drive's strings
+/// ([`fmt::drive_text`](crate::fmt::drive_text): one line, at most
+/// [`MAX_DRIVE_TEXT_BYTES`](crate::fmt::MAX_DRIVE_TEXT_BYTES)), in place, before
+/// anything reads them: no control character and no megabyte reaches a report, a log
+/// line, a label or a page. An empty string stays empty.
+fn clean_strings(v: &mut Value) {
+    match v {
+        Value::String(s) => match crate::fmt::drive_text(s) {
+            Some(t) if t == *s => {}
+            Some(t) => *s = t,
+            None => s.clear(),
+        },
+        Value::Array(items) => items.iter_mut().for_each(clean_strings),
+        Value::Object(map) => map.values_mut().for_each(clean_strings),
+        _ => {}
+    }
+}
+
+/// `text` as JSON, its strings cleaned ([`clean_strings`]).
+fn drive_json(text: &str) -> Result<Value, serde_json::Error> {
+    let mut v: Value = serde_json::from_str(text)?;
+    clean_strings(&mut v);
+    Ok(v)
+}
+
+/// [`parse`] on an already parsed JSON value (its strings are cleaned first, as
+/// [`parse`] cleans them).
 pub fn parse_value(root: &Value) -> Result<HealthReport, SmartctlError> {
+    let mut root = root.clone();
+    clean_strings(&mut root);
+    parse_clean(&root)
+}
+
+fn parse_clean(root: &Value) -> Result<HealthReport, SmartctlError> {
     if !root.is_object() {
         return Err(SmartctlError::NotAnObject { found: kind(root) });
     }
@@ -1882,7 +1915,7 @@ pub fn action_outcome(
     }
     let text = String::from_utf8_lossy(stdout);
     let mut cx = Cx::default();
-    let from_json = serde_json::from_str::<Value>(&text).ok().map(|root| {
+    let from_json = drive_json(&text).ok().map(|root| {
         messages(&mut cx, &root)
             .into_iter()
             .map(|m| m.text)
@@ -2124,9 +2157,7 @@ fn interpret(
     stderr: &[u8],
 ) -> Result<HealthReport, SmartctlError> {
     let text = String::from_utf8_lossy(stdout);
-    let root: Option<Value> = serde_json::from_str::<Value>(&text)
-        .ok()
-        .filter(Value::is_object);
+    let root: Option<Value> = drive_json(&text).ok().filter(Value::is_object);
 
     let Some(root) = root else {
         // Not JSON: a smartctl older than 7.0, a crash, or something that is not smartctl.
@@ -2159,7 +2190,7 @@ fn interpret(
         );
     };
 
-    let mut report = parse_value(&root)?;
+    let mut report = parse_clean(&root)?;
     if report.power_state == PowerState::Standby {
         return Ok(standby_report(dev, report.identity));
     }
@@ -2237,6 +2268,61 @@ mod tests {
 
     fn p(text: &str) -> HealthReport {
         parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    /// Every string of `v`, however deep.
+    fn strings(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::String(s) => out.push(s.clone()),
+            Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+            Value::Object(m) => m.values().for_each(|x| strings(x, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn strings_a_drive_reports_reach_the_report_as_one_bounded_line() {
+        use crate::fmt::MAX_DRIVE_TEXT_BYTES;
+        let evil = r"EVIL\nverdict: OK\u001b[2J\u0007\u0000\r\u009b\u202e";
+        let huge = "S".repeat(1 << 20);
+        let text = format!(
+            r#"{{"device": {{"protocol": "ATA"}},
+              "model_name": "{evil}", "serial_number": "{huge}", "firmware_version": "{evil}",
+              "smartctl": {{"messages": [{{"string": "{evil}{huge}", "severity": "warning"}}]}},
+              "smart_status": {{"passed": true}},
+              "ata_smart_attributes": {{"table": [
+                {{"id": 5, "name": "{evil}", "value": 100, "worst": 100, "thresh": 10,
+                  "flags": {{"string": "{evil}"}}, "raw": {{"value": 0, "string": "0{evil}"}}}}]}},
+              "ata_device_statistics": {{"pages": [{{"number": 1, "table": [
+                {{"name": "{huge}", "value": 3, "offset": 8, "flags": {{"valid": true}}}}]}}]}}}}"#
+        );
+        let r = p(&text);
+        assert_eq!(r.identity.model.as_deref(), Some("EVIL verdict: OK [2J"));
+        let serial = r.identity.serial.as_deref().unwrap();
+        assert!(
+            serial.len() <= MAX_DRIVE_TEXT_BYTES && serial.ends_with('…'),
+            "{serial}"
+        );
+        assert_eq!(r.ata_attributes[0].name, "EVIL verdict: OK [2J");
+        let json = serde_json::to_value(&r).unwrap();
+        let mut all = Vec::new();
+        strings(&json, &mut all);
+        for s in &all {
+            assert!(!s.chars().any(char::is_control), "{s:?}");
+            assert!(!s.contains('\u{202e}'), "{s:?}");
+            // A note says what it ignored in a sentence around at most one such string.
+            assert!(
+                s.len() <= 2 * MAX_DRIVE_TEXT_BYTES,
+                "{} bytes: {s}",
+                s.len()
+            );
+        }
+        // Megabytes in, a few kB out: no surface that shows the report can grow with them.
+        assert!(
+            json.to_string().len() < 16 << 10,
+            "{}",
+            json.to_string().len()
+        );
     }
 
     #[test]

@@ -79,17 +79,32 @@ impl LatencyHist {
             return Err(HistError::Lengths(self.delta_ns.len(), self.counts.len()));
         }
         let mut h = empty(self.sig_digits)?;
+        self.record_into(&mut h)?;
+        Ok(h)
+    }
+
+    /// Records every listed bucket's count at its value into `h` (of these digits or
+    /// fewer: HDR's buckets nest, so each lands in the bucket holding its own). Costs
+    /// the listed buckets, never a dense histogram of this one's digits: a 5-digit
+    /// histogram (27 MB dense) read into a 3-digit one (270 kB) costs only its list.
+    fn record_into(&self, h: &mut Histogram<u64>) -> Result<(), HistError> {
+        if self.delta_ns.len() != self.counts.len() {
+            return Err(HistError::Lengths(self.delta_ns.len(), self.counts.len()));
+        }
+        if !(1..=5).contains(&self.sig_digits) {
+            return Err(HistError::Digits(self.sig_digits));
+        }
         let mut value = 0u64;
         for (&d, &c) in self.delta_ns.iter().zip(&self.counts) {
             value = value.checked_add(d).ok_or(HistError::Range)?;
             h.record_n(value.max(1), c).map_err(|_| HistError::Range)?;
         }
-        Ok(h)
+        Ok(())
     }
 
-    /// The I/Os counted.
+    /// The I/Os counted (at most u64::MAX: a document's counts cannot make it wrap).
     pub fn total(&self) -> u64 {
-        self.counts.iter().sum()
+        self.counts.iter().fold(0u64, |a, &c| a.saturating_add(c))
     }
 
     /// The latency at percentile `p` (0-100): the highest value of the bucket it falls
@@ -129,21 +144,55 @@ impl LatencyHist {
     }
 }
 
-/// The union of `hists` at `digits` significant digits (each no finer than its own).
+/// The union of `hists` at `digits` significant digits (each no finer than its own):
+/// one dense histogram of `digits`, and each histogram's listed buckets recorded into it.
 fn union_at(hists: &[&LatencyHist], digits: u8) -> Result<LatencyHist, HistError> {
     let mut sum = empty(digits)?;
     for h in hists {
-        let one = h.to_histogram()?;
-        if h.sig_digits == digits {
-            sum.add(&one).map_err(|_| HistError::Range)?;
-        } else {
-            for v in one.iter_recorded() {
-                sum.record_n(v.value_iterated_to(), v.count_at_value())
-                    .map_err(|_| HistError::Range)?;
-            }
-        }
+        h.record_into(&mut sum)?;
     }
     Ok(LatencyHist::from_histogram(&sum))
+}
+
+/// Keeps every latency histogram of a JSON document that is finer than `digits` to
+/// `digits` (as [`coarsen_document`], but leaving the others, and any it cannot read,
+/// as they are: a reader refuses those as before). What driveprobe writes is 3 digits at
+/// most (the engine's); a document of 4 or 5 digits is coarsened before anything draws
+/// it, at the cost of its listed buckets, so that every histogram a reader makes dense
+/// is at most the engine's 270 kB, however many rounds there are. Returns how many it
+/// coarsened.
+pub fn coarsen_finer_than(doc: &mut serde_json::Value, digits: u8) -> usize {
+    use serde_json::Value;
+    let mut n = 0;
+    match doc {
+        Value::Object(map) => {
+            for (k, v) in map.iter_mut() {
+                let finer = v
+                    .get("sig_digits")
+                    .and_then(Value::as_u64)
+                    .is_some_and(|d| d > u64::from(digits));
+                if k.ends_with("_lat_hist") && finer {
+                    let coarse = serde_json::from_value::<LatencyHist>(v.clone())
+                        .ok()
+                        .and_then(|h| h.coarsen(digits).ok())
+                        .and_then(|c| serde_json::to_value(c).ok());
+                    if let Some(c) = coarse {
+                        *v = c;
+                        n += 1;
+                    }
+                } else {
+                    n += coarsen_finer_than(v, digits);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                n += coarsen_finer_than(v, digits);
+            }
+        }
+        _ => {}
+    }
+    n
 }
 
 /// The significant digits a document's histograms may be kept to (`--hist-digits`,

@@ -27,6 +27,32 @@ pub enum MergeError {
     NoHistogram { doc: String, phase: usize },
     #[error("{doc}: {source}")]
     Hist { doc: String, source: HistError },
+    /// Counts whose sum passes what a u64 holds: no real runs do that many I/Os (a drive
+    /// at 10 million IOPS takes 58,000 years to reach it), so a document was altered;
+    /// a wrapped or saturated sum would be a wrong figure, not a merge.
+    #[error("{doc}, phase {phase}: the {what} of these documents add up past 18,446,744,073,709,551,615, more than any real runs count; a document was altered: merge the documents as the runs wrote them")]
+    Overflow {
+        doc: String,
+        phase: usize,
+        what: &'static str,
+    },
+}
+
+/// The sum of `values`, or [`MergeError::Overflow`] naming `what` when it passes u64.
+fn checked_sum(
+    values: impl IntoIterator<Item = u64>,
+    doc: &str,
+    phase: usize,
+    what: &'static str,
+) -> Result<u64, MergeError> {
+    values
+        .into_iter()
+        .try_fold(0u64, u64::checked_add)
+        .ok_or_else(|| MergeError::Overflow {
+            doc: doc.to_string(),
+            phase,
+            what,
+        })
 }
 
 /// Merges `docs` (name, document); the names are only for errors and the merged
@@ -363,7 +389,12 @@ fn merge_dir(
     dirs: &[(&str, &DirFigures, Option<&LatencyHist>)],
 ) -> Result<(DirFigures, Option<LatencyHist>), MergeError> {
     let n = dirs.len() as f64;
-    let ops: u64 = dirs.iter().map(|d| d.1.ops).sum();
+    let ops = checked_sum(
+        dirs.iter().map(|d| d.1.ops),
+        dirs[0].0,
+        i,
+        "operation counts",
+    )?;
     let mut hists = Vec::new();
     for &(doc, f, h) in dirs {
         match h {
@@ -377,6 +408,14 @@ fn merge_dir(
             }
         }
     }
+    // The histograms' counts are summed too (HDR saturates a bucket rather than wrap:
+    // a merged histogram would then hold fewer I/Os than it says).
+    checked_sum(
+        hists.iter().map(|h| h.total()),
+        dirs[0].0,
+        i,
+        "latency histogram counts",
+    )?;
     let hist = if hists.is_empty() {
         None
     } else {
@@ -440,14 +479,121 @@ pub fn merge_rounds(i: usize, rounds: &[(&str, &Round)]) -> Result<Round, MergeE
     let (read, read_lat_hist) = merge_dir(i, &reads)?;
     let (write, write_lat_hist) = merge_dir(i, &writes)?;
     let first = rounds[0].1;
+    // A round counts its reads and writes together (`Round::from_dirs`).
+    checked_sum([read.ops, write.ops], rounds[0].0, i, "operation counts")?;
+    let due_missed_ops = checked_sum(
+        rounds.iter().map(|&(_, r)| r.due_missed_ops),
+        rounds[0].0,
+        i,
+        "missed due times",
+    )?;
     let avg = |f: &dyn Fn(&Round) -> f64| rounds.iter().map(|&(_, r)| f(r)).sum::<f64>() / n;
     Ok(Round {
         slot_idle_seconds: avg(&|r| r.slot_idle_seconds),
         slot_uncounted_seconds: avg(&|r| r.slot_uncounted_seconds),
         in_flight_seconds: avg(&|r| r.in_flight_seconds),
-        due_missed_ops: rounds.iter().map(|&(_, r)| r.due_missed_ops).sum(),
+        due_missed_ops,
         read_lat_hist,
         write_lat_hist,
         ..Round::from_dirs(first.index, avg(&|r| r.end_seconds), read, write)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::result::{SuiteResult, SCHEMA_VERSION};
+
+    /// A one-point document whose reads counted `ops` I/Os, with their histogram.
+    fn doc(ops: u64, due_missed: u64) -> SuiteResult {
+        let read = DirFigures {
+            ops,
+            iops: 1000.0,
+            lat_mean_ns: 100_000.0,
+            lat_max_ns: 200_000,
+            ..DirFigures::default()
+        };
+        let mut round = Round::from_dirs(0, 60.0, read, DirFigures::default());
+        round.due_missed_ops = due_missed;
+        round.read_lat_hist = Some(LatencyHist {
+            sig_digits: 3,
+            delta_ns: vec![100_000],
+            counts: vec![ops],
+        });
+        SuiteResult {
+            schema_version: SCHEMA_VERSION,
+            driveprobe_version: "0.1.0".into(),
+            suite: "bench".into(),
+            scale: "quick".into(),
+            target: "/dev/shm/x".into(),
+            target_bytes: 1 << 30,
+            drive: None,
+            engine: "io_uring".into(),
+            started_unix_seconds: 1.7e9,
+            ended_unix_seconds: 1.7e9 + 60.0,
+            complete: true,
+            incomplete_reason: None,
+            rated: None,
+            phases: vec![Phase::Point {
+                workload: WorkloadDesc {
+                    name: "4k-randread".into(),
+                    rw: "randread".into(),
+                    bs: "4k".into(),
+                    rwmixread: 100,
+                    workers: 1,
+                    depth: 1,
+                    distribution: "uniform".into(),
+                },
+                round,
+            }],
+        }
+    }
+
+    fn merge(docs: &[SuiteResult]) -> Result<SuiteResult, MergeError> {
+        let named: Vec<(String, SuiteResult)> = docs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (format!("run{i}.json"), d.clone()))
+            .collect();
+        merge_documents(&named)
+    }
+
+    #[test]
+    fn counts_that_would_pass_u64_are_refused_not_wrapped() {
+        let half = 1u64 << 63;
+        // 2^63 + 2^63 wrapped to 0: the merged document said no I/O was done.
+        let e = merge(&[doc(half, 0), doc(half, 0)]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                MergeError::Overflow {
+                    what: "operation counts",
+                    phase: 0,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let line = e.to_string();
+        assert!(line.starts_with("run0.json, phase 0: the operation counts of these documents add up past 18,446,744,073,709,551,615"), "{line}");
+        assert!(!line.contains('\n'));
+        let e = merge(&[doc(1, half), doc(1, half)]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                MergeError::Overflow {
+                    what: "missed due times",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // At the edge, the sum is kept exactly.
+        let m = merge(&[doc(half - 1, 0), doc(half, 0)]).unwrap();
+        let Phase::Point { round, .. } = &m.phases[0] else {
+            panic!("a point")
+        };
+        assert_eq!(round.read.ops, u64::MAX);
+        assert_eq!(round.read_lat_hist.as_ref().unwrap().total(), u64::MAX);
+    }
 }

@@ -176,11 +176,11 @@ pub fn chart(title: &str, curves: &[Curve]) -> Option<String> {
     }
     for (k, (doc, label, e)) in pts.iter().enumerate() {
         // Steps: each bucket's latency from its first percentile to the next bucket's.
+        let steps: Vec<(f64, f64)> = e.iter().map(|&(n, v)| (x(n), y(v))).collect();
         let mut d = String::new();
-        for (i, &(n, v)) in e.iter().enumerate() {
+        for (i, (px, py)) in drawn_steps(&steps).into_iter().enumerate() {
             let cmd = if i == 0 { 'M' } else { 'H' };
-            let _ = write!(d, "{cmd}{:.1} ", x(n));
-            let _ = write!(d, "V{:.1} ", y(v));
+            let _ = write!(d, "{cmd}{px:.1} V{py:.1} ");
         }
         let _ = write!(
             s,
@@ -202,6 +202,23 @@ pub fn chart(title: &str, curves: &[Curve]) -> Option<String> {
     }
     s.push_str("</svg>");
     Some(s)
+}
+
+/// The steps of a curve that are drawn: a step that moves less than half a pixel either
+/// way from the last one drawn is left out (the first and the last always drawn). The
+/// curve only rises and goes right, so what is left out is within half a pixel of the
+/// line, and a curve takes at most twice the chart's width and height in points, however
+/// many buckets its histogram lists (up to 34,000 at 3 digits).
+fn drawn_steps(steps: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut out: Vec<(f64, f64)> = Vec::new();
+    for (i, &(px, py)) in steps.iter().enumerate() {
+        let last = i + 1 == steps.len();
+        match out.last() {
+            Some(&(lx, ly)) if !last && (px - lx).abs() < 0.5 && (py - ly).abs() < 0.5 => {}
+            _ => out.push((px, py)),
+        }
+    }
+    out
 }
 
 /// The page's exceedance section: for each workload phase with histograms, in order of
@@ -376,4 +393,71 @@ pub fn qos_section(o: &mut String, docs: &[(usize, &str, &SuiteResult)]) {
         o.push_str("</table>");
     }
     o.push_str("</section>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 3-digit histogram of `n` neighbouring buckets from 1 us up, one I/O each (at 3
+    /// digits a bucket at v spans 2^(log2(v) - 10) ns from 2,048 ns up).
+    fn dense(n: usize) -> LatencyHist {
+        let (mut delta_ns, mut v, mut prev) = (Vec::new(), 1_000u64, 0u64);
+        for _ in 0..n {
+            delta_ns.push(v - prev);
+            prev = v;
+            v += 1u64 << (63 - v.leading_zeros()).saturating_sub(10);
+        }
+        LatencyHist {
+            sig_digits: 3,
+            delta_ns,
+            counts: vec![1; n],
+        }
+    }
+
+    #[test]
+    fn a_curve_draws_at_most_twice_the_charts_size_in_steps() {
+        let bound = 2.0 * ((W - LEFT - RIGHT) + (H - TOP - BOTTOM)) + 2.0;
+        for n in [10, 1_000, 30_000] {
+            let hist = dense(n);
+            assert_eq!(hist.exceedance().unwrap().len(), n + 1, "a step a bucket");
+            let svg = chart(
+                "t",
+                &[Curve {
+                    doc: 0,
+                    label: "d",
+                    hist,
+                }],
+            )
+            .unwrap();
+            let path = svg.split(r#"<path class="series""#).nth(1).unwrap();
+            let d = path
+                .split(r#"d=""#)
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            let steps = d.matches('V').count();
+            assert!(steps as f64 <= bound, "{n} buckets: {steps} steps drawn");
+            // Few buckets: every one drawn.
+            if n == 10 {
+                assert_eq!(steps, n + 1);
+            }
+        }
+    }
+
+    #[test]
+    fn steps_left_out_are_within_half_a_pixel_and_the_ends_are_kept() {
+        let steps: Vec<(f64, f64)> = (0..1000)
+            .map(|i| (i as f64 * 0.01, 100.0 - i as f64 * 0.01))
+            .collect();
+        let d = drawn_steps(&steps);
+        assert_eq!(d.first(), steps.first());
+        assert_eq!(d.last(), steps.last());
+        assert!(d.len() <= 22, "{}", d.len());
+        for w in d.windows(2) {
+            assert!(w[1].0 - w[0].0 <= 0.51, "{w:?}");
+        }
+    }
 }

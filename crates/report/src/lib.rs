@@ -33,6 +33,12 @@ pub enum ReportError {
         path: String,
         source: std::io::Error,
     },
+    /// Not a regular file (a FIFO, `/dev/zero`), or larger than [`MAX_DOCUMENT_BYTES`].
+    #[error("{path}: cannot read it: {source}")]
+    NotRead {
+        path: String,
+        source: driveprobe_core::file::FileError,
+    },
     #[error("{path}: not valid JSON: {source}")]
     Json {
         path: String,
@@ -86,11 +92,17 @@ fn parse_written(
     name: &str,
     written_unix_seconds: Option<f64>,
 ) -> Result<SuiteResult, ReportError> {
-    let value: serde_json::Value =
+    let mut value: serde_json::Value =
         serde_json::from_slice(bytes).map_err(|source| ReportError::Json {
             path: name.to_string(),
             source,
         })?;
+    // The render's cost is bounded by design: no histogram it draws is finer than the
+    // engine's 3 digits (a 5-digit one is 100 times the work, a dense 27 MB, per round).
+    crate::protocol::hist::coarsen_finer_than(
+        &mut value,
+        *crate::protocol::hist::KEPT_DIGITS.end(),
+    );
     match value.get("schema_version") {
         None if bench::is_bench_output(&value) => {
             return bench::to_result(&value, written_unix_seconds).map_err(|(field, source)| {
@@ -121,12 +133,33 @@ fn parse_written(
     })
 }
 
-/// Reads and parses a result document.
+/// The most of a document `report` reads. The largest the daemon or a suite writes is a
+/// full-scale `wsat` of 1,440 rounds with 3-digit histograms, about 100 MB as the daemon
+/// writes it (BENCHMARKS.md, "Result document sizes"); more is no result of driveprobe's,
+/// and is refused rather than held in memory several times over while it is parsed.
+pub const MAX_DOCUMENT_BYTES: u64 = 256 << 20;
+
+/// What `report` reads as one input.
+const DOCUMENT: driveprobe_core::file::Limit = driveprobe_core::file::Limit {
+    bytes: MAX_DOCUMENT_BYTES,
+    what: "a result document",
+};
+
+/// Reads and parses a result document: a regular file only, opened without blocking (a
+/// FIFO or `/dev/zero` is refused at once, not waited on or read forever), of at most
+/// [`MAX_DOCUMENT_BYTES`].
 pub fn load(path: &Path) -> Result<SuiteResult, ReportError> {
+    use driveprobe_core::file::{read_regular_bytes, FileError};
     let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| ReportError::Read {
-        path: name.clone(),
-        source,
+    let bytes = read_regular_bytes(path, DOCUMENT).map_err(|e| match e {
+        FileError::Io(source) => ReportError::Read {
+            path: name.clone(),
+            source,
+        },
+        source => ReportError::NotRead {
+            path: name.clone(),
+            source,
+        },
     })?;
     let written = std::fs::metadata(path)
         .and_then(|m| m.modified())
@@ -243,6 +276,50 @@ mod tests {
             .to_string();
         assert!(e.starts_with("a.json: not a valid result document"), "{e}");
         assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn histograms_finer_than_the_engines_are_read_at_its_three_digits() {
+        use crate::protocol::hist::LatencyHist;
+        use crate::protocol::result::{DirFigures, Phase, Round, WorkloadDesc};
+        // Buckets a 5-digit histogram keeps apart, 3 digits take together.
+        let fine = LatencyHist {
+            sig_digits: 5,
+            delta_ns: vec![1_000_000, 1, 1, 1, 7_000],
+            counts: vec![1, 2, 3, 4, 5],
+        };
+        let mut round = Round::from_dirs(
+            0,
+            1.0,
+            DirFigures {
+                ops: 15,
+                ..DirFigures::default()
+            },
+            DirFigures::default(),
+        );
+        round.read_lat_hist = Some(fine.clone());
+        let mut d = doc(Some("M"), Some("S"));
+        d.phases = vec![Phase::Point {
+            workload: WorkloadDesc {
+                name: "w".into(),
+                rw: "randread".into(),
+                bs: "4k".into(),
+                rwmixread: 100,
+                workers: 1,
+                depth: 1,
+                distribution: "uniform".into(),
+            },
+            round,
+        }];
+        let back = parse(&serde_json::to_vec(&d).unwrap(), "a.json").unwrap();
+        let Phase::Point { round, .. } = &back.phases[0] else {
+            panic!("a point")
+        };
+        let h = round.read_lat_hist.as_ref().unwrap();
+        assert_eq!(h.sig_digits, 3);
+        assert_eq!(h.total(), 15);
+        assert_eq!(*h, fine.coarsen(3).unwrap());
+        assert!(h.delta_ns.len() < fine.delta_ns.len());
     }
 
     #[test]

@@ -1369,7 +1369,7 @@ fn steady_table(o: &mut String, members: &[SteadyMember], docs: &[Doc]) {
         }
         if rows.len() > 1 {
             let all = |r: &Round| DirFigures {
-                ops: r.read.ops + r.write.ops,
+                ops: r.read.ops.saturating_add(r.write.ops),
                 iops: r.iops,
                 bw_bytes: r.read.bw_bytes + r.write.bw_bytes,
                 lat_mean_ns: r.lat_mean_ns,

@@ -592,6 +592,9 @@ fn dirth_intensity(id: &str, ms: &[(usize, &str, &DirthTest)]) -> Chart {
     }
 }
 
+/// The most bars a response-time histogram chart draws (the run's own bins are about 30).
+const MAX_BINS_DRAWN: usize = 64;
+
 /// The response-time histogram at chosen point `which` (min, mid, max) of every document
 /// that has one; none when no document has.
 fn dirth_histogram(id: &str, ms: &[(usize, &str, &DirthTest)], which: &str) -> Option<Chart> {
@@ -612,12 +615,23 @@ fn dirth_histogram(id: &str, ms: &[(usize, &str, &DirthTest)], which: &str) -> O
     let n = h0.counts.len();
     let lo = (0..n).find(|&k| used(k)).unwrap_or(0);
     let hi = (0..n).rev().find(|&k| used(k)).unwrap_or(0).max(lo);
-    let bin_label = |k: usize| match h0.upper_ns.get(k) {
+    // The run bins at 4 a decade (about 30); a document with more is drawn with
+    // neighbouring bins taken together, so that a chart has at most MAX_BINS_DRAWN bars.
+    let group = (hi - lo + 1).div_ceil(MAX_BINS_DRAWN);
+    let bins = (hi - lo) / group + 1;
+    // Group j: bins lo + j*group up to the last, labelled by its last bin's upper edge.
+    let last_of = |j: usize| (lo + (j + 1) * group - 1).min(hi);
+    let bin_label = |j: usize| match h0.upper_ns.get(last_of(j)) {
         Some(&u) => format!("≤ {}", f::latency(u as f64)),
         None => format!(
             "> {}",
             f::latency(h0.upper_ns.last().copied().unwrap_or(0) as f64)
         ),
+    };
+    let count = |h: &crate::protocol::pts::ResponseHistogram, j: usize| {
+        (lo + j * group..=last_of(j))
+            .map(|k| h.counts.get(k).copied().unwrap_or(0))
+            .fold(0u64, u64::saturating_add)
     };
     Some(Chart {
         id: format!("chart-{id}-histogram-{which}"),
@@ -627,7 +641,7 @@ fn dirth_histogram(id: &str, ms: &[(usize, &str, &DirthTest)], which: &str) -> O
         ),
         x: XAxis::Category {
             name: "response time".to_string(),
-            labels: (lo..=hi).map(bin_label).collect(),
+            labels: (0..bins).map(bin_label).collect(),
             breaks: Vec::new(),
         },
         y: Axis::new("I/Os", Quantity::Count),
@@ -636,13 +650,13 @@ fn dirth_histogram(id: &str, ms: &[(usize, &str, &DirthTest)], which: &str) -> O
             .map(|(i, label, h)| Series {
                 name: label.to_string(),
                 doc: *i,
-                points: (lo..=hi)
-                    .map(|k| {
-                        let c = h.counts.get(k).copied().unwrap_or(0);
+                points: (0..bins)
+                    .map(|j| {
+                        let c = count(h, j);
                         Pt {
-                            x: (k - lo) as f64,
+                            x: j as f64,
                             y: c as f64,
-                            tip: format!("{}: {} I/Os", bin_label(k), c),
+                            tip: format!("{}: {} I/Os", bin_label(j), c),
                             label: None,
                         }
                     })

@@ -837,3 +837,24 @@ fn a_drive_s_rotation_rate_decides_its_class() {
         assert_eq!(found(&s, name).class, class, "{name}");
     }
 }
+
+#[test]
+fn a_drive_string_from_sysfs_is_one_line_and_bounded() {
+    use crate::fmt::MAX_DRIVE_TEXT_BYTES;
+    let f = FakeSys::new();
+    let huge = "S".repeat(1 << 20);
+    let evil = "EVIL\nverdict: OK\x1b[2J\x07\0";
+    f.add(Dev::new("sda", ATA).serial(&huge).model(evil).wwn(evil), 0);
+    let s = scan(&f.paths, &Discovery::default());
+    let a = found(&s, "sda");
+    assert_eq!(a.identity.model.as_deref(), Some("EVIL verdict: OK [2J"));
+    assert_eq!(a.identity.wwn.as_deref(), Some("EVIL verdict: OK [2J"));
+    let serial = a.identity.serial.as_deref().unwrap();
+    assert!(serial.len() <= MAX_DRIVE_TEXT_BYTES, "{}", serial.len());
+    assert!(
+        serial.starts_with("SSSS") && serial.ends_with('…'),
+        "{serial}"
+    );
+    // The drive label (64 of the label set) is made from the bounded serial.
+    assert!(a.label().len() <= 64);
+}
