@@ -941,7 +941,6 @@ impl Runner<'_> {
         job: &std::path::Path,
         limit: Duration,
     ) -> Result<Vec<Phase>, SuiteError> {
-        let before = self.control.written_bytes();
         // fio opens the target itself: through the object the gate checked and this run
         // holds open, never by its path again (a folder on the path swapped for a link
         // meanwhile must not steer fio's writes).
@@ -953,14 +952,8 @@ impl Runner<'_> {
                     source,
                 }
             })?;
-        // fio's writes do not pass through the engine's counter: add what fio reports
-        // having written (once fio has finished), so a caller accounting wear (the
-        // daemon's budget) sees them. Whatever was already counted under the control
-        // while fio ran (a metered process group: `app::ChildGuard::spawn_metered`) is
-        // taken off, so the total is the larger of the two and nothing counts twice.
-        let metered = self.control.written_bytes().saturating_sub(before);
-        self.control
-            .add_written(fio_written_bytes(&run.raw_json).saturating_sub(metered));
+        // fio's writes are counted under the control by `run_detailed` (what fio reports
+        // having written, finished or stopped), so a caller accounting wear sees them.
         self.engine_name.get_or_insert_with(|| "fio".to_string());
         Ok(run
             .results
@@ -1033,23 +1026,6 @@ impl Runner<'_> {
 
 /// The most of an error's text kept in a document's `incomplete_reason`.
 pub const REASON_BYTES: usize = 4096;
-
-/// The bytes fio says its jobs wrote: `write.io_bytes` summed over its `jobs` array (one
-/// entry per job, or per group under `group_reporting`, so nothing is counted twice).
-/// Like the engine's counter, I/O in a job's `ramp_time` is not in it.
-fn fio_written_bytes(raw_json: &str) -> u64 {
-    let v: serde_json::Value = serde_json::from_str(raw_json).unwrap_or_default();
-    v.get("jobs")
-        .and_then(serde_json::Value::as_array)
-        .map_or(0, |jobs| {
-            jobs.iter()
-                .filter_map(|j| {
-                    j.pointer("/write/io_bytes")
-                        .and_then(serde_json::Value::as_u64)
-                })
-                .fold(0u64, u64::saturating_add)
-        })
-}
 
 /// Why a run that ended this way did not finish, if it did not: the reason its stopper
 /// recorded when it was stopped (an error after a stop is the stop's doing: an
@@ -1273,30 +1249,5 @@ mod tests {
         let t = StopReason::MaxDuration { limit_seconds: 3 };
         cell.set(t.clone());
         assert_eq!(stop_reason(&err, &control, &cell), Some(t));
-    }
-
-    #[test]
-    fn fio_written_bytes_sums_every_jobs_writes() {
-        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-            .join("tests/fixtures/app/fio");
-        let json = std::fs::read_to_string(dir.join("3.33-two-jobs.json")).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-        let jobs = v["jobs"].as_array().unwrap();
-        let writes: Vec<u64> = jobs
-            .iter()
-            .map(|j| j["write"]["io_bytes"].as_u64().unwrap())
-            .collect();
-        // The captured file: a read job (no writes) and a write job.
-        assert_eq!(writes.len(), 2);
-        assert_eq!(writes[0], 0);
-        assert!(writes[1] > 0);
-        assert_eq!(fio_written_bytes(&json), writes[1]);
-        assert_eq!(
-            fio_written_bytes(
-                r#"{"jobs":[{"write":{"io_bytes":5}},{"write":{"io_bytes":7}},{"read":{}}]}"#
-            ),
-            12
-        );
-        assert_eq!(fio_written_bytes("not json"), 0);
     }
 }
