@@ -473,6 +473,11 @@ pub struct SuiteOptions {
     /// Significant digits to keep the document's latency histograms to
     /// ([`super::hist::KEPT_DIGITS`]; None: the engine's 3). The figures stay the engine's.
     pub hist_digits: Option<u8>,
+    /// The upper bound of the run's writes it was admitted with (the daemon's scheduled
+    /// runs): the run is held to its hard safety limit ([`WriteBound::safety_limit`],
+    /// `RunControl::set_write_limit`): no write is issued past it, and a run that reaches
+    /// it is stopped with [`StopReason::SafetyLimit`](super::bound::StopReason).
+    pub bound: Option<super::bound::WriteBound>,
 }
 
 impl SuiteOptions {
@@ -486,6 +491,7 @@ impl SuiteOptions {
             seed: None,
             stop: Default::default(),
             hist_digits: None,
+            bound: None,
         }
     }
 }
@@ -626,7 +632,10 @@ impl Runner<'_> {
         })
     }
 
-    fn steady_state(&mut self, wl: &Workload) -> Result<Phase, SuiteError> {
+    /// A steady-state phase; None when it was stopped before its first whole round (a
+    /// stop in its first interval, as at a write limit on a fast target): a phase
+    /// without a round has no figures, and would put NaN (null) in the document.
+    fn steady_state(&mut self, wl: &Workload) -> Result<Option<Phase>, SuiteError> {
         let scale = self.opts.scale;
         let rule = scale.rule;
         let job = self.job(
@@ -685,6 +694,9 @@ impl Runner<'_> {
                 rounds.pop();
             }
         }
+        if rounds.is_empty() {
+            return Ok(None);
+        }
         // The window ends at the steady round (the watch rounds follow it), else at the
         // last round.
         let n = match steady_round {
@@ -696,13 +708,13 @@ impl Runner<'_> {
         let check = steady::check(&iops[n - window..n], &rule);
         let steady_figures = Round::average(&rounds[n - window..n]);
         let watch = &iops[n..];
-        Ok(Phase::SteadyState {
+        Ok(Some(Phase::SteadyState {
             workload: wl.desc(),
             steady: SteadyState::from_check(&rule, &check, steady_round, watch),
             burst: burst_round(&rounds).cloned().unwrap_or_default(),
             steady_figures,
             rounds,
-        })
+        }))
     }
 
     /// One measured round of `wl` (after the scale's ramp), optionally rate limited.
@@ -969,8 +981,10 @@ impl Runner<'_> {
         Ok(Some(match step {
             Step::Purge => {
                 let region = self.resolved_region();
-                let o =
-                    purge::purge(self.target, region).map_err(|e| self.purge_err("purge", e))?;
+                // An overwrite (where nothing better erases) keeps to the write limit; a
+                // sanitize, once started, is not cut short by a stop.
+                let o = purge::purge_with(self.target, region, &self.control.limit_only())
+                    .map_err(|e| self.purge_err("purge", e))?;
                 Phase::Purge {
                     method: o.method.name().to_string(),
                     seconds: o.seconds,
@@ -1007,7 +1021,10 @@ impl Runner<'_> {
                 };
                 return Ok(None);
             }
-            Step::SteadyState(wl) => self.steady_state(wl)?,
+            Step::SteadyState(wl) => match self.steady_state(wl)? {
+                Some(p) => p,
+                None => return Ok(None),
+            },
             Step::Sweep(wl, ws, ds) => self.sweep(wl, ws, ds)?,
             Step::RateCurve(wl) => self.rate_curve(wl)?,
             Step::WriteSaturation(wl) => self.write_saturation(wl)?,
@@ -1050,6 +1067,19 @@ pub fn stop_reason(
     control
         .is_stopped()
         .then(|| stop.get().unwrap_or(StopReason::Signal))
+}
+
+/// Records a run that reached its hard safety limit as a safety stop (unless another
+/// reason stopped it first), with the bytes it wrote under the limit: every write it
+/// issued, ramps included, and what its programs were counted writing.
+fn record_limit_stop(control: &RunControl, opts: &SuiteOptions) {
+    if let (true, Some(b)) = (control.write_limit_reached(), opts.bound) {
+        opts.stop.set(super::bound::StopReason::SafetyLimit {
+            written_bytes: control.limit_used_bytes(),
+            bound_bytes: b.bytes,
+            limit_bytes: b.safety_limit(),
+        });
+    }
 }
 
 /// Runs `suite` on `target`. Always returns a result document: when a phase fails or
@@ -1113,6 +1143,9 @@ pub fn run_suite(
             }
         }
     }
+    if let Some(b) = opts.bound {
+        control.set_write_limit(b.safety_limit());
+    }
     let mut error = None;
     let total = suite.steps.len();
     for (i, step) in suite.steps.iter().enumerate() {
@@ -1162,6 +1195,7 @@ pub fn run_suite(
         }
     }
     result.ended_unix_seconds = now_unix();
+    record_limit_stop(control, opts);
     if let Some(why) = stop_reason(&error, control, &opts.stop) {
         result.incomplete_reason = Some(why.describe());
     } else {
