@@ -227,6 +227,7 @@ pub fn run(a: &BenchArgs) -> Result<u8, Failure> {
         // stopped by a signal.
         stop: Default::default(),
         hist_digits: a.hist_digits,
+        bound: None,
     };
     let control = bench::stop_on_signals();
     let json = a.output_format == OutputFormat::Json;

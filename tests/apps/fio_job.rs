@@ -317,6 +317,48 @@ fn the_time_limit_and_a_stop_end_fio() {
     nothing_holds(&target);
 }
 
+/// A writing fio job cut short (by its time limit, a schedule's `max_duration`, or a
+/// stop) on a tmpfs file, where the kernel counts no storage writes for the process
+/// meter: what it wrote is still counted, from the JSON fio prints when it is stopped.
+/// Before, such a run counted 0 bytes.
+#[test]
+fn a_writing_fio_job_cut_short_on_tmpfs_still_counts_what_it_wrote() {
+    need_fio();
+    let dir = scratch();
+    let target = dir.path().join("target");
+    let job = job_file(
+        dir.path(),
+        "[w]\nfilename=${TARGET}\nioengine=psync\nrw=randwrite\nsize=8m\nruntime=120\ntime_based\n",
+    );
+    let control = RunControl::new();
+    let e = fio_job::run(&job, &target, Duration::from_secs(2), &control).unwrap_err();
+    assert!(matches!(e, FioJobError::TimeLimit { .. }), "{e}");
+    let timed_out = control.written_bytes();
+    println!("fio randwrite on tmpfs, stopped at its 2 s time limit: {timed_out} bytes counted");
+    assert!(timed_out >= 8 << 20, "{timed_out} bytes counted");
+
+    let control = RunControl::new();
+    let c2 = control.clone();
+    let (j2, t2) = (job.clone(), target.clone());
+    let h = std::thread::spawn(move || fio_job::run(&j2, &t2, Duration::from_secs(300), &c2));
+    let t0 = Instant::now();
+    while holders(&target).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "fio never opened the target"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    control.stop();
+    let e = h.join().unwrap().unwrap_err();
+    assert!(matches!(e, FioJobError::Stopped { .. }), "{e}");
+    let stopped = control.written_bytes();
+    println!("fio randwrite on tmpfs, stopped: {stopped} bytes counted");
+    assert!(stopped > 0, "{stopped} bytes counted");
+    nothing_holds(&target);
+}
+
 #[test]
 fn bench_fio_job_names_its_document_as_a_schedule_of_the_file_does() {
     need_fio();

@@ -267,7 +267,7 @@ fn check_stop(d: &Daemon, run: &Value, status: &str, label: &str, text: &str) {
         "the drive's collector says the same"
     );
     let (code, _, report) = d.get(&format!("/runs/{id}/report"));
-    assert_eq!(code, 200);
+    assert_eq!(code, 200, "{report}");
     assert!(
         report.contains(&format!("incomplete</span>: {}", esc(reason))),
         "the report"
@@ -325,27 +325,60 @@ fn a_run_stopped_by_sigterm_or_its_max_duration_says_which_on_every_surface() {
     d.terminate(Duration::from_secs(5));
 }
 
+/// A run that reaches its hard safety limit, on the fastest target there is here (a
+/// file in /dev/shm) with a drive that claims 1 MB/s: the run issues no write past the
+/// limit (not "stopped once noticed": the engine takes each write's bytes from the limit
+/// before it issues the write), it stops within a few chunks of the limit, and the stop
+/// is a safety stop on every surface. Before, the limit was checked once a tick and a
+/// 16 MiB tmpfs target went over 20 times past it (1.23 GB noticed, 2.19 GB written for a
+/// limit of 99 MB).
 #[test]
-fn a_run_past_its_hard_safety_limit_is_stopped_as_a_safety_stop_on_every_surface() {
+fn a_run_at_its_hard_safety_limit_writes_nothing_past_it_and_stops_as_a_safety_stop() {
     // A drive that claims 1 MB/s: the bound (purge, one preconditioning pass, the timed
-    // phases at 1.25 MB/s) is about 90 MB, its safety limit 1.5x that plus 64 MiB; on
-    // tmpfs the write phases go far past it.
+    // phases at 1.25 MB/s) is about 33 MB on 16 MiB, its safety limit 1.5x that plus
+    // 64 MiB; tmpfs moves gigabytes a second, so the write phases reach it at once.
     let dir = common::shm_dir("dp-budget-");
     let rated = "rated_seq_read_bw = \"1MB\"\nrated_seq_write_bw = \"1MB\"\n";
     let d = start(
         dir.path(),
-        &config_rated(dir.path(), "32MiB", "1h", "", rated),
+        &config_rated(dir.path(), "16MiB", "1h", "", rated),
     );
     let run = wait_run_end(&d, Duration::from_secs(120));
-    assert_eq!(run["status"], "stopped", "{run}");
+    assert_eq!(run["status"], "stopped", "{run}\nlog:\n{}", d.log());
     let bound = run["write_bound_bytes"].as_u64().unwrap();
     let written = run["written_bytes"].as_u64().unwrap();
     assert!(bound < 100_000_000, "{bound}");
     let limit = (bound as f64 * 1.5) as u64 + (64 << 20);
-    assert!(written > limit, "{written} <= {limit}");
     check_stop(&d, &run, "stopped", "safety_limit", "safety stop: wrote ");
     assert_eq!(run["stop"]["kind"], "safety_limit");
     assert_eq!(run["stop"]["bound_bytes"].as_u64(), Some(bound));
+    assert_eq!(run["stop"]["limit_bytes"].as_u64(), Some(limit));
+    // Every write issued, ramps included (the run index's figure counts measured
+    // intervals only, so it is at most this).
+    let issued = run["stop"]["written_bytes"].as_u64().unwrap();
+    let e = d.scrape();
+    let ledger = gauge(
+        &e,
+        "driveprobe_wear_budget_runs_used_bytes",
+        &[("drive", "a")],
+    ) as u64;
+    println!(
+        "hard limit on a 16 MiB tmpfs target rated 1 MB/s: bound {bound} bytes, limit {limit} \
+         bytes; issued {issued} bytes (limit - issued = {} bytes), measured {written} bytes, \
+         ledger {ledger} bytes; overshoot {} bytes",
+        limit as i64 - issued as i64,
+        issued.saturating_sub(limit),
+    );
+    assert!(issued <= limit, "issued {issued} > limit {limit}");
+    assert!(written <= issued, "measured {written} > issued {issued}");
+    assert!(ledger <= limit, "the drive's ledger: {ledger} > {limit}");
+    // Stopped by the limit, not short of it: within a chunk per worker (and a write) of
+    // it. The largest phase runs 32 workers; 64 MiB is room for any of them.
+    assert!(
+        issued > limit - (64 << 20),
+        "stopped {} bytes short of the limit",
+        limit - issued
+    );
     let log = d.log();
     assert_eq!(
         log.lines()

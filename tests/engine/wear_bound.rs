@@ -99,3 +99,82 @@ fn the_write_bound_holds_a_real_quick_enterprise_run_and_is_not_absurd() {
     // The daemon's safety limit is past the bound it was admitted with.
     assert!(assumed.safety_limit() > assumed.bytes);
 }
+
+/// The engine holds a run to its write limit where writes are issued, on the fastest
+/// target there is (a file in /dev/shm): no write past the limit however many workers,
+/// deep queues or ramp writes, the room the workers took and did not use given back, and
+/// the run stopped within a chunk per worker of the limit.
+#[test]
+fn the_engine_issues_no_write_past_its_write_limit() {
+    use driveprobe::engine::{self, allowance::CREDIT_CHUNK, BackendChoice, JobSpec, SizeMix};
+    use driveprobe::engine::{Pattern, Stop};
+    use std::time::Duration;
+    let dir = common::shm_dir("dp-limit-");
+    let path = dir.path().join("t.dat");
+    let size = 64 << 20;
+    driveprobe::target::ensure_own_file(&path, size).expect("file target");
+    let permit = driveprobe::safety::authorize_file_writes(&path, false).expect("permit");
+    let target =
+        driveprobe::target::Target::open_own_file(&path, true, Some(&permit), size).expect("open");
+    let limit: u64 = (48 << 20) + 12_345;
+    // (backend, workers, depth, read %, ramp): every write measured; then reads and a
+    // ramp (whose writes the limit counts, and the measured figures do not).
+    let cases = [
+        (BackendChoice::IoUring, 4, 16, 0, Duration::ZERO),
+        (BackendChoice::Psync, 3, 1, 50, Duration::from_secs(1)),
+    ];
+    for (backend, workers, depth, read_pct, ramp) in cases {
+        let bs = 128 << 10;
+        let job = JobSpec {
+            pattern: Pattern::Random,
+            sizes: SizeMix::single(bs).unwrap(),
+            read_pct,
+            depth,
+            workers,
+            stop: Stop::Time(Duration::from_secs(60)),
+            ramp,
+            direct: target.direct(),
+            backend,
+            ..JobSpec::default()
+        }
+        .validate()
+        .unwrap();
+        let control = RunControl::new();
+        control.set_write_limit(limit);
+        let t0 = Instant::now();
+        let r = engine::run(&job, &target, &control, &mut |_| {}).expect("run");
+        let took = t0.elapsed();
+        let used = control.limit_used_bytes();
+        let short = limit - used.min(limit);
+        println!(
+            "{backend:?}, {workers} workers x depth {depth}, {read_pct}% reads, ramp {ramp:?}: \
+             limit {limit} bytes, issued {used} bytes ({short} short of it, overshoot {} \
+             bytes), measured {} bytes, stopped in {took:?}",
+            used.saturating_sub(limit),
+            r.write.bytes,
+        );
+        assert!(used <= limit, "issued {used} > limit {limit}");
+        assert!(control.write_limit_reached() && control.is_stopped());
+        assert!(
+            r.stopped_early
+                .as_deref()
+                .is_some_and(|s| s.contains("write limit")),
+            "{:?}",
+            r.stopped_early
+        );
+        assert!(
+            short < workers as u64 * (CREDIT_CHUNK + bs as u64),
+            "stopped {short} bytes short of the limit"
+        );
+        assert!(
+            r.write.bytes <= used,
+            "measured {} > issued {used}",
+            r.write.bytes
+        );
+        if ramp.is_zero() {
+            assert_eq!(r.write.bytes, used, "the room not used was given back");
+        }
+        assert!(took < Duration::from_secs(30), "{took:?}");
+        assert_eq!(r.errors.count, 0);
+    }
+}

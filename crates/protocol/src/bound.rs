@@ -27,8 +27,12 @@ pub const RATED_MARGIN: f64 = 1.25;
 pub const STOP_SLACK: Duration = Duration::from_secs(5);
 
 /// The hard safety limit of a scheduled run: its admitted bound times this, plus
-/// [`SAFETY_SLACK_BYTES`]. Past it the bound was wrong (a drive much faster than
-/// assumed), and the run is stopped as a safety stop.
+/// [`SAFETY_SLACK_BYTES`]. A run that reaches it had a wrong bound (a drive much faster
+/// than assumed), and is stopped there as a safety stop: the engine takes each write's
+/// bytes from the limit before it issues the write (`RunControl::set_write_limit`), so
+/// the run's own writes never pass it; the writes of programs it runs (applications, fio
+/// jobs) are counted after the fact, so those may pass it by what they write in about a
+/// second ([`crate::app::METER_INTERVAL`]) and while they exit.
 pub const SAFETY_FACTOR: f64 = 1.5;
 pub const SAFETY_SLACK_BYTES: u64 = 64 << 20;
 
@@ -178,7 +182,8 @@ pub enum StopReason {
     Signal,
     /// The schedule's `max_duration` passed.
     MaxDuration { limit_seconds: u64 },
-    /// The run wrote past its hard safety limit ([`WriteBound::safety_limit`]).
+    /// The run reached its hard safety limit ([`WriteBound::safety_limit`]): its next
+    /// write did not fit under it, or its programs were counted writing past it.
     SafetyLimit {
         written_bytes: u64,
         bound_bytes: u64,
@@ -210,7 +215,7 @@ impl StopReason {
                 bound_bytes,
                 limit_bytes,
             } => format!(
-                "safety stop: wrote {} bytes, past the hard limit of {} bytes ({}x its admitted bound of {} bytes, plus {} MiB)",
+                "safety stop: wrote {} bytes and reached the hard limit of {} bytes ({}x its admitted bound of {} bytes, plus {} MiB)",
                 written_bytes,
                 limit_bytes,
                 SAFETY_FACTOR,

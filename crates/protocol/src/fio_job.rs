@@ -174,6 +174,7 @@ pub fn run_detailed(
     let label = job_file.display().to_string();
     let prepared = prepare(&text, &label, target)?;
     let fio = app::find_program(&["fio"], None).ok_or(FioJobError::Missing)?;
+    let before = control.written_bytes();
     // Metered: what fio writes is counted under `control` while it runs, for a wear
     // budget (the suite adds the rest of what fio reports at its end).
     let mut guard = ChildGuard::spawn_metered(
@@ -207,15 +208,21 @@ pub fn run_detailed(
     );
     let status = match app::wait(&mut guard, control, time_limit).map_err(FioJobError::Spawn)? {
         Waited::Exited(s) => s,
-        Waited::Stopped => {
+        stopped => {
+            // SIGTERM: fio ends its jobs and still prints its JSON, with what they wrote
+            // (on tmpfs the only count there is: the kernel counts no storage writes).
             let _ = guard.stop(Duration::from_secs(5));
-            return Err(FioJobError::Stopped { file: label });
-        }
-        Waited::TimedOut => {
-            let _ = guard.stop(Duration::from_secs(5));
-            return Err(FioJobError::TimeLimit {
-                file: label,
-                limit_seconds: time_limit.as_secs(),
+            count_written(
+                control,
+                before,
+                &out_reader.join().unwrap_or_default().text(),
+            );
+            return Err(match stopped {
+                Waited::Stopped => FioJobError::Stopped { file: label },
+                _ => FioJobError::TimeLimit {
+                    file: label,
+                    limit_seconds: time_limit.as_secs(),
+                },
             });
         }
     };
@@ -225,6 +232,8 @@ pub fn run_detailed(
         err_reader.join().unwrap_or_default(),
     );
     let stdout = out.text();
+    // Whatever fio's status: its jobs wrote what they wrote.
+    count_written(control, before, &stdout);
     let json = json_part(&stdout);
     // A job that failed on an I/O error still has its entry (with the errno) in the JSON,
     // and fio exits non-zero: the job's error says more than fio's status.
@@ -248,6 +257,33 @@ pub fn run_detailed(
         job_text: prepared.text,
         percentiles_from,
     })
+}
+
+/// The bytes fio says its jobs wrote: `write.io_bytes` summed over its `jobs` array (one
+/// entry per job, or per group under `group_reporting`, so nothing is counted twice).
+/// Like the engine's counter, I/O in a job's `ramp_time` is not in it.
+pub fn written_bytes(raw_json: &str) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(raw_json).unwrap_or_default();
+    v.get("jobs")
+        .and_then(serde_json::Value::as_array)
+        .map_or(0, |jobs| {
+            jobs.iter()
+                .filter_map(|j| {
+                    j.pointer("/write/io_bytes")
+                        .and_then(serde_json::Value::as_u64)
+                })
+                .fold(0u64, u64::saturating_add)
+        })
+}
+
+/// Counts under `control` what fio says its jobs wrote (its JSON in `stdout`; nothing when
+/// it printed none), less what was already counted under the control since `before` was
+/// read while fio ran (a metered process group: `app::ChildGuard::spawn_metered`), so the
+/// total is the larger of the two and nothing counts twice.
+fn count_written(control: &RunControl, before: u64, stdout: &str) {
+    let reported = json_part(stdout).map_or(0, written_bytes);
+    let metered = control.written_bytes().saturating_sub(before);
+    control.add_written(reported.saturating_sub(metered));
 }
 
 /// fio may print notes before its JSON on stdout: the JSON starts at the first line
@@ -1063,6 +1099,31 @@ fn describe(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fio_written_bytes_sums_every_jobs_writes() {
+        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .join("tests/fixtures/app/fio");
+        let json = std::fs::read_to_string(dir.join("3.33-two-jobs.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let jobs = v["jobs"].as_array().unwrap();
+        let writes: Vec<u64> = jobs
+            .iter()
+            .map(|j| j["write"]["io_bytes"].as_u64().unwrap())
+            .collect();
+        // The captured file: a read job (no writes) and a write job.
+        assert_eq!(writes.len(), 2);
+        assert_eq!(writes[0], 0);
+        assert!(writes[1] > 0);
+        assert_eq!(written_bytes(&json), writes[1]);
+        assert_eq!(
+            written_bytes(
+                r#"{"jobs":[{"write":{"io_bytes":5}},{"write":{"io_bytes":7}},{"read":{}}]}"#
+            ),
+            12
+        );
+        assert_eq!(written_bytes("not json"), 0);
+    }
 
     const T: &str = "/dev/shm/drive target";
 

@@ -603,6 +603,14 @@ fn overwrite(
             });
         }
         let n = (end - off).min(OVERWRITE_CHUNK as u64) as usize;
+        // Within the run's write limit, as the engine's writes are: room first.
+        if !control.reserve_write(n as u64) {
+            return Err(PurgeError::Stopped {
+                path,
+                what: "purge (overwrite with zeros)",
+                bytes: off - region.start,
+            });
+        }
         file.write_all_at(&zeros[..n], off)
             .map_err(|source| PurgeError::Overwrite {
                 path: path.clone(),
@@ -610,6 +618,7 @@ fn overwrite(
                 source,
                 tried: notes.join("; ").into(),
             })?;
+        control.add_reserved_written(n as u64);
         off += n as u64;
     }
     file.sync_data().map_err(|source| PurgeError::Io {

@@ -473,6 +473,11 @@ pub struct SuiteOptions {
     /// Significant digits to keep the document's latency histograms to
     /// ([`super::hist::KEPT_DIGITS`]; None: the engine's 3). The figures stay the engine's.
     pub hist_digits: Option<u8>,
+    /// The upper bound of the run's writes it was admitted with (the daemon's scheduled
+    /// runs): the run is held to its hard safety limit ([`WriteBound::safety_limit`],
+    /// `RunControl::set_write_limit`): no write is issued past it, and a run that reaches
+    /// it is stopped with [`StopReason::SafetyLimit`](super::bound::StopReason).
+    pub bound: Option<super::bound::WriteBound>,
 }
 
 impl SuiteOptions {
@@ -486,6 +491,7 @@ impl SuiteOptions {
             seed: None,
             stop: Default::default(),
             hist_digits: None,
+            bound: None,
         }
     }
 }
@@ -626,7 +632,10 @@ impl Runner<'_> {
         })
     }
 
-    fn steady_state(&mut self, wl: &Workload) -> Result<Phase, SuiteError> {
+    /// A steady-state phase; None when it was stopped before its first whole round (a
+    /// stop in its first interval, as at a write limit on a fast target): a phase
+    /// without a round has no figures, and would put NaN (null) in the document.
+    fn steady_state(&mut self, wl: &Workload) -> Result<Option<Phase>, SuiteError> {
         let scale = self.opts.scale;
         let rule = scale.rule;
         let job = self.job(
@@ -685,6 +694,9 @@ impl Runner<'_> {
                 rounds.pop();
             }
         }
+        if rounds.is_empty() {
+            return Ok(None);
+        }
         // The window ends at the steady round (the watch rounds follow it), else at the
         // last round.
         let n = match steady_round {
@@ -696,13 +708,13 @@ impl Runner<'_> {
         let check = steady::check(&iops[n - window..n], &rule);
         let steady_figures = Round::average(&rounds[n - window..n]);
         let watch = &iops[n..];
-        Ok(Phase::SteadyState {
+        Ok(Some(Phase::SteadyState {
             workload: wl.desc(),
             steady: SteadyState::from_check(&rule, &check, steady_round, watch),
             burst: burst_round(&rounds).cloned().unwrap_or_default(),
             steady_figures,
             rounds,
-        })
+        }))
     }
 
     /// One measured round of `wl` (after the scale's ramp), optionally rate limited.
@@ -941,7 +953,6 @@ impl Runner<'_> {
         job: &std::path::Path,
         limit: Duration,
     ) -> Result<Vec<Phase>, SuiteError> {
-        let before = self.control.written_bytes();
         // fio opens the target itself: through the object the gate checked and this run
         // holds open, never by its path again (a folder on the path swapped for a link
         // meanwhile must not steer fio's writes).
@@ -953,14 +964,8 @@ impl Runner<'_> {
                     source,
                 }
             })?;
-        // fio's writes do not pass through the engine's counter: add what fio reports
-        // having written (once fio has finished), so a caller accounting wear (the
-        // daemon's budget) sees them. Whatever was already counted under the control
-        // while fio ran (a metered process group: `app::ChildGuard::spawn_metered`) is
-        // taken off, so the total is the larger of the two and nothing counts twice.
-        let metered = self.control.written_bytes().saturating_sub(before);
-        self.control
-            .add_written(fio_written_bytes(&run.raw_json).saturating_sub(metered));
+        // fio's writes are counted under the control by `run_detailed` (what fio reports
+        // having written, finished or stopped), so a caller accounting wear sees them.
         self.engine_name.get_or_insert_with(|| "fio".to_string());
         Ok(run
             .results
@@ -976,8 +981,10 @@ impl Runner<'_> {
         Ok(Some(match step {
             Step::Purge => {
                 let region = self.resolved_region();
-                let o =
-                    purge::purge(self.target, region).map_err(|e| self.purge_err("purge", e))?;
+                // An overwrite (where nothing better erases) keeps to the write limit; a
+                // sanitize, once started, is not cut short by a stop.
+                let o = purge::purge_with(self.target, region, &self.control.limit_only())
+                    .map_err(|e| self.purge_err("purge", e))?;
                 Phase::Purge {
                     method: o.method.name().to_string(),
                     seconds: o.seconds,
@@ -1014,7 +1021,10 @@ impl Runner<'_> {
                 };
                 return Ok(None);
             }
-            Step::SteadyState(wl) => self.steady_state(wl)?,
+            Step::SteadyState(wl) => match self.steady_state(wl)? {
+                Some(p) => p,
+                None => return Ok(None),
+            },
             Step::Sweep(wl, ws, ds) => self.sweep(wl, ws, ds)?,
             Step::RateCurve(wl) => self.rate_curve(wl)?,
             Step::WriteSaturation(wl) => self.write_saturation(wl)?,
@@ -1033,23 +1043,6 @@ impl Runner<'_> {
 
 /// The most of an error's text kept in a document's `incomplete_reason`.
 pub const REASON_BYTES: usize = 4096;
-
-/// The bytes fio says its jobs wrote: `write.io_bytes` summed over its `jobs` array (one
-/// entry per job, or per group under `group_reporting`, so nothing is counted twice).
-/// Like the engine's counter, I/O in a job's `ramp_time` is not in it.
-fn fio_written_bytes(raw_json: &str) -> u64 {
-    let v: serde_json::Value = serde_json::from_str(raw_json).unwrap_or_default();
-    v.get("jobs")
-        .and_then(serde_json::Value::as_array)
-        .map_or(0, |jobs| {
-            jobs.iter()
-                .filter_map(|j| {
-                    j.pointer("/write/io_bytes")
-                        .and_then(serde_json::Value::as_u64)
-                })
-                .fold(0u64, u64::saturating_add)
-        })
-}
 
 /// Why a run that ended this way did not finish, if it did not: the reason its stopper
 /// recorded when it was stopped (an error after a stop is the stop's doing: an
@@ -1074,6 +1067,19 @@ pub fn stop_reason(
     control
         .is_stopped()
         .then(|| stop.get().unwrap_or(StopReason::Signal))
+}
+
+/// Records a run that reached its hard safety limit as a safety stop (unless another
+/// reason stopped it first), with the bytes it wrote under the limit: every write it
+/// issued, ramps included, and what its programs were counted writing.
+fn record_limit_stop(control: &RunControl, opts: &SuiteOptions) {
+    if let (true, Some(b)) = (control.write_limit_reached(), opts.bound) {
+        opts.stop.set(super::bound::StopReason::SafetyLimit {
+            written_bytes: control.limit_used_bytes(),
+            bound_bytes: b.bytes,
+            limit_bytes: b.safety_limit(),
+        });
+    }
 }
 
 /// Runs `suite` on `target`. Always returns a result document: when a phase fails or
@@ -1137,6 +1143,9 @@ pub fn run_suite(
             }
         }
     }
+    if let Some(b) = opts.bound {
+        control.set_write_limit(b.safety_limit());
+    }
     let mut error = None;
     let total = suite.steps.len();
     for (i, step) in suite.steps.iter().enumerate() {
@@ -1186,6 +1195,7 @@ pub fn run_suite(
         }
     }
     result.ended_unix_seconds = now_unix();
+    record_limit_stop(control, opts);
     if let Some(why) = stop_reason(&error, control, &opts.stop) {
         result.incomplete_reason = Some(why.describe());
     } else {
@@ -1273,30 +1283,5 @@ mod tests {
         let t = StopReason::MaxDuration { limit_seconds: 3 };
         cell.set(t.clone());
         assert_eq!(stop_reason(&err, &control, &cell), Some(t));
-    }
-
-    #[test]
-    fn fio_written_bytes_sums_every_jobs_writes() {
-        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-            .join("tests/fixtures/app/fio");
-        let json = std::fs::read_to_string(dir.join("3.33-two-jobs.json")).unwrap();
-        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-        let jobs = v["jobs"].as_array().unwrap();
-        let writes: Vec<u64> = jobs
-            .iter()
-            .map(|j| j["write"]["io_bytes"].as_u64().unwrap())
-            .collect();
-        // The captured file: a read job (no writes) and a write job.
-        assert_eq!(writes.len(), 2);
-        assert_eq!(writes[0], 0);
-        assert!(writes[1] > 0);
-        assert_eq!(fio_written_bytes(&json), writes[1]);
-        assert_eq!(
-            fio_written_bytes(
-                r#"{"jobs":[{"write":{"io_bytes":5}},{"write":{"io_bytes":7}},{"read":{}}]}"#
-            ),
-            12
-        );
-        assert_eq!(fio_written_bytes("not json"), 0);
     }
 }

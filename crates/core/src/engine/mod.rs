@@ -2,6 +2,7 @@
 //! dedicated worker threads (one io_uring ring each, or psync), and returns interval
 //! deltas and totals. It knows nothing of config files, the daemon or Prometheus.
 
+pub mod allowance;
 mod cpu;
 pub mod gen;
 pub mod job;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+pub use allowance::WriteAllowance;
 pub use job::{
     Arrival, BackendChoice, CpuPolicy, Distribution, Job, JobError, JobSpec, Pattern, RateLimit,
     RegionSpec, SizeMix, Stop, Trim,
@@ -112,6 +114,9 @@ pub struct RunControl {
     /// Bytes written by every run under this control (children share it), counted by the
     /// collector once per interval: what a caller accounting wear reads while it runs.
     written: Arc<AtomicU64>,
+    /// The hard write limit of every run under this control (children share it), taken
+    /// from before each write is issued (`allowance`).
+    allowance: Arc<WriteAllowance>,
     /// Do not keep the list of intervals in the result (a caller that observes every
     /// interval itself and runs for hours: the daemon's canaries).
     discard_intervals: bool,
@@ -128,8 +133,55 @@ impl RunControl {
             stop: Arc::new(AtomicBool::new(false)),
             parent: Some(self.stop.clone()),
             written: self.written.clone(),
+            allowance: self.allowance.clone(),
             discard_intervals: self.discard_intervals,
         }
+    }
+    /// A control that shares only the written count and the write limit with `self`, not
+    /// its stop: for a part that must not be cut short by a stop (a drive's sanitize,
+    /// which goes on inside the drive) but must keep to the limit.
+    pub fn limit_only(&self) -> RunControl {
+        RunControl {
+            stop: Arc::new(AtomicBool::new(false)),
+            parent: None,
+            written: self.written.clone(),
+            allowance: self.allowance.clone(),
+            discard_intervals: self.discard_intervals,
+        }
+    }
+    /// Holds every run under this control (and its children) to `limit` bytes written:
+    /// the engine takes each write's bytes from this limit before it issues the write, so
+    /// none is issued past it ([`allowance`]); the run stops when the limit has no room
+    /// for its next write, and [`RunControl::write_limit_reached`] is then true.
+    pub fn set_write_limit(&self, limit: u64) {
+        self.allowance.set_limit(limit);
+    }
+    /// The write limit, if one was set.
+    pub fn write_limit(&self) -> Option<u64> {
+        self.allowance.limit()
+    }
+    /// True once a write found no room under the limit, or writes counted from outside
+    /// went past it: the run is stopped.
+    pub fn write_limit_reached(&self) -> bool {
+        self.allowance.reached()
+    }
+    /// Bytes taken from the write limit: every write issued under this control (ramps
+    /// included, unlike [`RunControl::written_bytes`]), the room the engine's workers
+    /// hold while they run, and what was counted from outside. Never more than the
+    /// limit but for writes counted from outside.
+    pub fn limit_used_bytes(&self) -> u64 {
+        self.allowance.used()
+    }
+    /// Takes room for `bytes` of writes this process is about to issue outside the
+    /// engine (a purge's overwrite), from the write limit; false when they do not fit
+    /// (the limit is then reached and the run stopped). Count them with
+    /// [`RunControl::add_reserved_written`] once written.
+    pub fn reserve_write(&self, bytes: u64) -> bool {
+        bytes == 0 || self.allowance.reserve(bytes, bytes) == bytes
+    }
+    /// Counts bytes written whose room was taken by [`RunControl::reserve_write`].
+    pub fn add_reserved_written(&self, bytes: u64) {
+        self.written.fetch_add(bytes, Ordering::Relaxed);
     }
     /// A control whose runs keep no interval list in their result (`on_interval` still
     /// sees every interval): memory stays flat however long the run. Nor a latency
@@ -146,8 +198,11 @@ impl RunControl {
     }
     /// Counts bytes written outside the engine under this control (an application
     /// workload's processes, a user's fio job), so a caller accounting wear sees them.
+    /// They are charged to the write limit after the fact: past it, the limit is reached
+    /// and the run stopped.
     pub fn add_written(&self, bytes: u64) {
         self.written.fetch_add(bytes, Ordering::Relaxed);
+        self.allowance.charge(bytes);
     }
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -162,8 +217,9 @@ impl RunControl {
     pub fn flag(&self) -> Arc<AtomicBool> {
         self.stop.clone()
     }
+    /// True when this run or its enclosing run was stopped, or the write limit reached.
     pub fn is_stopped(&self) -> bool {
-        self.stop.load(Ordering::Relaxed) || self.parent_stopped()
+        self.stop.load(Ordering::Relaxed) || self.parent_stopped() || self.write_limit_reached()
     }
 }
 
@@ -275,6 +331,9 @@ pub fn run_observed(
         parent_stop: control.parent.clone(),
         errors: AtomicU64::new(0),
         error_limit: job.error_limit,
+        // Only a run with a limit and writes takes room: no atomic on others' path.
+        allowance: (job.writes() && control.write_limit().is_some())
+            .then(|| control.allowance.clone()),
     };
     let (tx, rx) = sync_channel::<Msg>(job.workers as usize * 4 + 4);
     let (setups, spare_txs) = worker_setups(job, target, control, &layout, tx)?;
@@ -600,6 +659,11 @@ fn finish(
         Some(format!(
             "error limit reached: {} I/O errors (limit {})",
             errors.count, job.error_limit
+        ))
+    } else if control.write_limit_reached() {
+        Some(format!(
+            "stopped at its write limit of {} bytes: its next write did not fit",
+            control.write_limit().unwrap_or(u64::MAX)
         ))
     } else if control.is_stopped() {
         Some("stopped by request".to_string())

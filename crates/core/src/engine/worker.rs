@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::allowance::{WriteAllowance, CREDIT_CHUNK};
 use super::gen::{Op, OpGen};
 use super::job::Arrival;
 use super::stats::DirStats;
@@ -148,6 +149,9 @@ pub struct Shared {
     pub parent_stop: Option<Arc<AtomicBool>>,
     pub errors: AtomicU64,
     pub error_limit: u64,
+    /// The run's write limit, when it has one and writes: each write's bytes are taken
+    /// from it before the write is issued (`Core::write_room`).
+    pub allowance: Option<Arc<WriteAllowance>>,
 }
 
 /// Lets every worker set up (rings, buffers) before the clock starts, so the first
@@ -290,6 +294,9 @@ struct Core {
     stopping: bool,
     /// This thread's run delay when the current interval began.
     run_delay_mark: u64,
+    /// Bytes of writes this worker may still issue: room taken from the run's write
+    /// limit and not used yet (given back when it ends).
+    write_room: u64,
 }
 
 impl Core {
@@ -327,6 +334,7 @@ impl Core {
             outcome: WorkerOutcome::default(),
             stopping: false,
             run_delay_mark: thread_run_delay_ns(),
+            write_room: 0,
         }
     }
 
@@ -384,6 +392,38 @@ impl Core {
         {
             self.stopping = true;
         }
+    }
+
+    /// Room for a write of `len` bytes under the run's write limit, taken from the
+    /// worker's own room, which is refilled a chunk at a time ([`CREDIT_CHUNK`]: one atomic
+    /// operation per chunk, none per I/O). False when the limit has no room for it: the
+    /// worker stops issuing, and tells the others of its run to stop.
+    #[inline]
+    fn write_room(&mut self, len: u64, shared: &Shared) -> bool {
+        let Some(a) = &shared.allowance else {
+            return true;
+        };
+        if self.write_room < len {
+            let need = len - self.write_room;
+            let got = a.reserve(need, need.max(CREDIT_CHUNK));
+            if got == 0 {
+                self.stopping = true;
+                shared.stop.store(true, Ordering::Relaxed);
+                return false;
+            }
+            self.write_room += got;
+        }
+        self.write_room -= len;
+        true
+    }
+
+    /// Gives the room the worker holds and did not use back to the run's limit, so what
+    /// the limit counts is what was issued.
+    fn give_back_room(&mut self, shared: &Shared) {
+        if let Some(a) = &shared.allowance {
+            a.give_back(self.write_room);
+        }
+        self.write_room = 0;
     }
 
     /// The next op, avoiding (in verify mode) any block already in flight.
@@ -630,7 +670,7 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
         w.flush(now, None);
         w.core.check_stop(now, shared);
         if !w.core.stopping {
-            if let Err(e) = w.refill(now) {
+            if let Err(e) = w.refill(now, shared) {
                 w.core.enter_failed(e, shared);
                 break;
             }
@@ -657,13 +697,14 @@ pub fn run_uring(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
         w.reap(now, shared);
     }
     let UringLoop {
-        core,
+        mut core,
         ring,
         slots,
         done_at,
         closed,
         ..
     } = w;
+    core.give_back_room(shared);
     let outcome = core.finish(&|a, b| carry(&ring, &slots, &done_at, &[], closed, a, b));
     drop(ring);
     outcome
@@ -732,7 +773,7 @@ impl UringLoop {
 
     /// Issues: closed loop keeps every slot busy; open loop issues what is due.
     #[inline]
-    fn refill(&mut self, now: u64) -> std::io::Result<()> {
+    fn refill(&mut self, now: u64, shared: &Shared) -> std::io::Result<()> {
         self.queued.clear();
         // How many of `queued` were handed to the kernel already (stamped then).
         let mut early = 0;
@@ -747,7 +788,9 @@ impl UringLoop {
             } else {
                 now
             };
-            self.queue_next(slot, start);
+            if !self.queue_next(slot, start, shared) {
+                break;
+            }
             if self.core.issued_bytes >= self.core.byte_budget {
                 break;
             }
@@ -787,12 +830,17 @@ impl UringLoop {
         Ok(())
     }
 
-    /// Takes the free slot `slot` for the next op, meant to start at `start`, and queues it.
+    /// Takes the free slot `slot` for the next op, meant to start at `start`, and queues it;
+    /// false (nothing queued, the worker stopping) when it is a write the run's write
+    /// limit has no room for.
     #[inline]
-    fn queue_next(&mut self, slot: u32, start: u64) {
+    fn queue_next(&mut self, slot: u32, start: u64, shared: &Shared) -> bool {
         let core = &mut self.core;
         let ring = &mut self.ring;
         let op = core.next_op(&self.slots, |i| ring.is_busy(i as u32));
+        if !op.read && !op.trim && !core.write_room(op.len as u64, shared) {
+            return false;
+        }
         self.free.pop();
         let seq = if op.read {
             0
@@ -815,6 +863,7 @@ impl UringLoop {
         if core.arrival.is_some() {
             core.advance_due();
         }
+        true
     }
 
     /// Closed loop: `slot`'s I/O starts at `t`, when it is handed to the kernel.
@@ -929,6 +978,9 @@ pub fn run_psync(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
             now
         };
         let op = core.gen.next_op();
+        if !op.read && !op.trim && !core.write_room(op.len as u64, shared) {
+            break;
+        }
         let buf = &mut bufs.slot_mut(0)[..op.len as usize];
         let seq = if op.read || op.trim {
             0
@@ -953,5 +1005,6 @@ pub fn run_psync(mut setup: WorkerSetup, gate: &StartGate, shared: &Shared) -> W
         core.complete(&slot, res, now, bufs.slot(0), shared);
         done = now;
     }
+    core.give_back_room(shared);
     core.finish(&|a, b| idle(done, a, b))
 }

@@ -14,7 +14,8 @@
 //! skip with its figures goes to the run index (`skipped`), the status page and
 //! `driveprobe_schedule_skipped_total`. An admitted run is stopped midway only for its
 //! maximum duration (`timed_out`), a signal (`stopped`), an error (`failed`) or its hard
-//! safety limit (`stopped`: it wrote past `WriteBound::safety_limit`), and the one
+//! safety limit (`stopped`: it reached `WriteBound::safety_limit`, past which the engine
+//! issues no write), and the one
 //! [`StopReason`] is recorded in the document, the index, the status page and the gauges.
 //! Results go to `STATE_DIR/runs/ID.json`, the index to the state file, the summary to
 //! the `driveprobe_run_*` gauges.
@@ -69,6 +70,8 @@ pub struct RunHandle {
     pub bound: WriteBound,
     /// Bytes of `control.written_bytes()` already accounted to the drive.
     pub accounted: AtomicU64,
+    /// Its safety stop was logged.
+    pub limit_logged: AtomicBool,
     pub thread: Mutex<Option<JoinHandle<()>>>,
     /// The wall clock (its record's `started`) and the monotonic clock when it started:
     /// its end is `started` plus the monotonic time since, so a step of the wall clock
@@ -554,8 +557,9 @@ fn log_holds(
 }
 
 /// Moves the bytes a run wrote since the last tick into the drive's account of scheduled
-/// runs, and stops the run at its hard safety limit (the wear budget itself never stops
-/// an admitted run: it was decided up front).
+/// runs, and logs (once) a run that reached its hard safety limit (the wear budget itself
+/// never stops an admitted run: it was decided up front). The limit itself is held where
+/// writes are issued (`SuiteOptions::bound`), which stops the run and records why.
 fn account_writes(ctx: &Ctx, r: &RunHandle, now: i64) {
     let total = r.control.written_bytes();
     let before = r.accounted.swap(total, Ordering::AcqRel);
@@ -563,17 +567,13 @@ fn account_writes(ctx: &Ctx, r: &RunHandle, now: i64) {
         ctx.store
             .update(|st| st.add_run_written(&r.drive, now, (total - before) as u128));
     }
-    let limit = r.bound.safety_limit();
-    if total > limit {
+    if r.control.write_limit_reached() && !r.limit_logged.swap(true, Ordering::AcqRel) {
         let why = StopReason::SafetyLimit {
-            written_bytes: total,
+            written_bytes: r.control.limit_used_bytes(),
             bound_bytes: r.bound.bytes,
-            limit_bytes: limit,
+            limit_bytes: r.bound.safety_limit(),
         };
-        if r.stop.set(why.clone()) {
-            tracing::error!(run = %r.id, drive = %r.drive, reason = %why.describe(), "safety stop of a scheduled run");
-        }
-        r.control.stop();
+        tracing::error!(run = %r.id, drive = %r.drive, reason = %why.describe(), "safety stop of a scheduled run");
     }
 }
 
@@ -781,6 +781,7 @@ fn try_start(
         stop: StopCell::default(),
         bound,
         accounted: AtomicU64::new(0),
+        limit_logged: AtomicBool::new(false),
         thread: Mutex::new(None),
         started: now,
         began: Instant::now(),
@@ -889,6 +890,9 @@ fn run_thread(
             seed: None,
             stop: h.stop.clone(),
             hist_digits,
+            // Held to its safety limit where writes are issued; a run that reaches it
+            // is recorded as a safety stop by `run_suite` itself.
+            bound: Some(h.bound),
         };
         let (mut result, err) =
             suite::run_suite(&suite, &target, &opts, &h.control, &mut suite::Quiet);
