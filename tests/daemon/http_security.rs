@@ -777,13 +777,13 @@ fn bad_web_configs_are_refused_with_exit_2() {
         (
             "unknown top-level key",
             format!("{tls}basic_auth_user:\n  a: {h}\n"),
-            &["basic_auth_user"],
+            &["line 4 column 1: unknown key (is `basic_auth_users` meant?)"],
         ),
         (
             "unknown TLS key",
             "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  ciphers: [x]\n"
                 .into(),
-            &["ciphers"],
+            &["line 4 column 3: unknown key"],
         ),
         (
             "unsupported toolkit key",
@@ -813,12 +813,12 @@ fn bad_web_configs_are_refused_with_exit_2() {
         (
             "bad hash",
             format!("{tls}basic_auth_users:\n  alice: $2y$10$tooshort\n"),
-            &["basic_auth_users.alice", "bcrypt"],
+            &["line 5 column 10: basic_auth_users: not a bcrypt hash"],
         ),
         (
             "plain-text password",
             format!("{tls}basic_auth_users:\n  alice: hunter2\n"),
-            &["basic_auth_users.alice"],
+            &["line 5 column 10: basic_auth_users: not a bcrypt hash"],
         ),
         (
             "client auth without a CA",
@@ -834,7 +834,7 @@ fn bad_web_configs_are_refused_with_exit_2() {
         (
             "unknown header",
             format!("{tls}http_server_config:\n  headers:\n    Server: evil\n"),
-            &["Server"],
+            &["line 6 column 5: unknown key"],
         ),
         ("not YAML", "tls_server_config: [\n".into(), &["web config"]),
         ("a list", "- 1\n- 2\n".into(), &["web config"]),
@@ -950,10 +950,172 @@ fn sighup_rereads_the_web_config() {
         .find(|l| l.contains("the new web config is refused"))
         .unwrap()
         .to_string();
-    assert!(line.contains("bogus"), "{line}");
+    assert!(
+        line.contains("line 4 column 3: unknown key") && !line.contains("bogus"),
+        "{line}"
+    );
     assert_eq!(c.get(&d.addr, "/healthz", new).unwrap().status, 200);
     assert_eq!(c.get(&d.addr, "/healthz", auth()).unwrap().status, 401);
     // The daemon still stops cleanly.
+    let (st, _) = d.terminate(Duration::from_secs(10));
+    assert!(st.success(), "{st}");
+}
+
+/// The value of a gauge without labels in a text exposition.
+fn gauge(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| {
+        l.strip_prefix(name)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
+/// A fake shadow file: what a web config swapped for a symlink to `/etc/shadow` reads.
+const SHADOW: &str = "root:$6$SECRETHASHroot$Fv0tq1aXyJ0QwVb:19000:0:99999:7:::\n\
+                      daemon:*:19000:0:99999:7:::\n\
+                      alice:$6$SECRETHASHalice$9pLqZ2:19000:0:99999:7:::\n";
+
+/// Issue 33: a refused web config is logged, shown and exported without its content, and
+/// counts as a refused reload. The web config swapped for a symlink to a shadow file, a
+/// plain-text password as a user's value and in a `user:password` line, a secret as an
+/// unknown key: at start (`daemon` and `check-config`, exit 2) and at SIGHUP (the log, the
+/// status page, `/metrics`). Each names the file and the line; none has the secret;
+/// `driveprobe_config_last_reload_successful` is 0 after each and 1 after a good reload.
+#[test]
+fn a_refused_web_config_is_told_by_place_never_by_content() {
+    let rig = Rig::new();
+    let shadow = rig.dir.path().join("shadow");
+    std::fs::write(&shadow, SHADOW).unwrap();
+    let h = hash(PASSWORD);
+    let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
+    // (what, the web config or None for the symlink, the place said)
+    let cases: Vec<(&str, Option<String>, &str)> = vec![
+        ("a symlink to a shadow file", None, "line 1 column 1"),
+        (
+            "a plain-text password",
+            Some(format!(
+                "{tls}basic_auth_users:\n  {USER}: SECRETpassword\n"
+            )),
+            "line 5 column 15",
+        ),
+        (
+            "a user:password line",
+            Some(format!("{tls}basic_auth_users:\n  {USER}:SECRETpassword\n")),
+            "line 5 column 3",
+        ),
+        (
+            "a secret as an unknown key",
+            Some(format!("{tls}SECRETtoken: {h}\n")),
+            "line 4 column 1",
+        ),
+    ];
+    let write_case = |yaml: &Option<String>| {
+        let _ = std::fs::remove_file(&rig.web);
+        match yaml {
+            Some(y) => rig.write_web(y),
+            None => std::os::unix::fs::symlink(&shadow, &rig.web).unwrap(),
+        }
+    };
+    let web = rig.web.display().to_string();
+    // At start: the daemon and check-config refuse it in one line, by place.
+    for (what, yaml, place) in &cases {
+        write_case(yaml);
+        let out = Command::new(BIN)
+            .args(["daemon", "--config"])
+            .arg(&rig.config)
+            .args(["--listen", "127.0.0.1:0", "--web-config-file", &web])
+            .env("RUST_LOG", "driveprobe=debug")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let check = Command::new(BIN)
+            .args(["check-config", "--web-config-file", &web])
+            .output()
+            .unwrap();
+        for (how, out) in [("daemon", &out), ("check-config", &check)] {
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(out.status.code(), Some(2), "{what} ({how}): {said}");
+            assert!(!said.contains("SECRET"), "{what} ({how}): {said}");
+            assert!(
+                said.contains(&format!("web config {web}: {place}")),
+                "{what} ({how}): no {place:?} in {said}"
+            );
+            println!("{what} ({how}): {}", said.trim_end());
+        }
+    }
+    // At SIGHUP: the old web config stays, nothing shows the secret, the reload is refused.
+    rig.write_web(&tls_and_auth());
+    let d = rig.start();
+    let c = rig.client();
+    let metrics = |c: &Client| c.get(&d.addr, "/metrics", auth()).unwrap().text();
+    assert_eq!(
+        gauge(&metrics(&c), "driveprobe_config_last_reload_successful"),
+        Some(1.0)
+    );
+    let refused = |log: &str| log.matches("the new web config is refused").count();
+    for (i, (what, yaml, place)) in cases.iter().enumerate() {
+        write_case(yaml);
+        d.signal("HUP");
+        let t0 = Instant::now();
+        while refused(&d.log()) <= i {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{what}: no refusal logged:\n{}",
+                d.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let log = d.log();
+        assert!(
+            !log.contains("SECRET"),
+            "{what}: the log has the secret:\n{log}"
+        );
+        let line = log
+            .lines()
+            .rfind(|l| l.contains("the new web config is refused"))
+            .unwrap();
+        assert!(
+            line.contains(&web) && line.contains(place),
+            "{what}: no {web} {place} in {line}"
+        );
+        let page = c.get(&d.addr, "/", auth()).unwrap();
+        assert_eq!(page.status, 200, "{what}");
+        let page = page.text();
+        assert!(
+            !page.contains("SECRET"),
+            "{what}: the status page has the secret"
+        );
+        assert!(
+            page.contains("last reload refused") && page.contains(place),
+            "{what}: the status page does not show the refusal"
+        );
+        let m = metrics(&c);
+        assert!(!m.contains("SECRET"), "{what}: /metrics has the secret");
+        assert_eq!(
+            gauge(&m, "driveprobe_config_last_reload_successful"),
+            Some(0.0),
+            "{what}"
+        );
+    }
+    // A good web config again: the reload succeeds, and every surface says so.
+    let _ = std::fs::remove_file(&rig.web);
+    rig.write_web(&tls_and_auth());
+    d.signal("HUP");
+    wait_log(&d, "web config reloaded", Duration::from_secs(10));
+    let t0 = Instant::now();
+    while gauge(&metrics(&c), "driveprobe_config_last_reload_successful") != Some(1.0) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "still 0 after a good reload"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let page = c.get(&d.addr, "/", auth()).unwrap().text();
+    assert!(!page.contains("last reload refused"), "{page}");
     let (st, _) = d.terminate(Duration::from_secs(10));
     assert!(st.success(), "{st}");
 }

@@ -374,7 +374,7 @@ impl Snapshot {
         );
         self.gauge(
             "driveprobe_config_last_reload_successful",
-            "1 when the last attempt to load the config file succeeded, 0 when it was refused (the daemon keeps running on the config it had).",
+            "1 when the last attempt to load the config files (the config and the web config) succeeded, 0 when either was refused (the daemon keeps running on the config and web config it had).",
             vec![],
             bool01(status.config.last_reload_successful),
         );

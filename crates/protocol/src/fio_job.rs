@@ -427,7 +427,9 @@ fn parse_sections(text: &str, file: &str) -> Result<Vec<Section>, FioJobError> {
             let name = name.strip_suffix(']').ok_or_else(|| FioJobError::Syntax {
                 file: file.to_string(),
                 line: n,
-                what: format!("'{line}' opens a section name without closing it"),
+                // Not quoted: a file that is no job file (a symlink to someone's secrets)
+                // would have its line in the log.
+                what: "a section name is opened with '[' and not closed with ']'".into(),
             })?;
             sections.push(Section {
                 name: name.trim().to_string(),
@@ -455,7 +457,8 @@ fn parse_sections(text: &str, file: &str) -> Result<Vec<Section>, FioJobError> {
             return Err(FioJobError::Syntax {
                 file: file.to_string(),
                 line: n,
-                what: format!("'{key}' comes before any [section]: put it under [global]"),
+                // Not quoted, as above: a job file's first line is a section.
+                what: "an option comes before any [section]: put it under [global]".into(),
             });
         };
         section.opts.push(Opt {
@@ -1524,6 +1527,21 @@ mod tests {
             prepare("[r]\n", "f", Path::new("/tmp/a;b")),
             Err(FioJobError::BadTarget(_))
         ));
+    }
+
+    /// A file that is no job file (a symlink to someone's secrets as `fio_job`) is refused
+    /// by its line, never quoted: the refusal goes to `check-config`, the log and the
+    /// status page.
+    #[test]
+    fn a_file_that_is_no_job_file_is_refused_without_a_quote() {
+        for text in [
+            "root:$6$SECRETHASH:19000:0:99999:7:::\n",
+            "[SECRETsection\nrw=read\n",
+        ] {
+            let e = prepare(text, "f", Path::new(T)).unwrap_err().to_string();
+            assert!(!e.to_lowercase().contains("secret"), "{e}");
+            assert!(e.starts_with("f: line 1: "), "{e}");
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@
 pub use driveprobe_core::file;
 mod kind;
 pub mod raw;
+pub mod redact;
 mod validate;
 pub use kind::{Class, Source, Transport};
 pub use validate::{smartctl_type as check_smartctl_type, BadSmartctlType};

@@ -113,21 +113,37 @@ impl Cx<'_> {
         }
     }
 
-    /// toml's own errors (syntax, types, unknown and missing keys), with a hint.
+    /// toml's own errors (syntax, types, unknown and missing keys), with a hint. serde's
+    /// messages quote the file (a value, an unknown key's name): they are told by kind
+    /// ([`super::redact`]), and the place is the line and column; toml's syntax messages
+    /// are its own fixed words and stay as they are.
     fn toml(&self, e: &toml::de::Error) -> ConfigError {
-        let msg = one_line(e.message());
-        let hint = if msg.starts_with("unknown field") {
-            "remove or rename the key (config/driveprobe.example.toml lists every key)"
-        } else if msg.starts_with("missing field") {
-            "add it (config/driveprobe.example.toml shows every key)"
-        } else if msg.starts_with("invalid type") {
-            "write the value with the expected type (sizes and durations are quoted strings, such as \"4GiB\" or \"60s\")"
-        } else if msg.starts_with("duplicate key") {
-            "give each key once per table"
-        } else {
-            "fix the TOML syntax at this place"
+        use super::redact::Problem;
+        let msg = match super::redact::serde_problem(e.message(), &known_keys()) {
+            Some(p) => {
+                let hint = match p {
+                    Problem::UnknownKey { .. } | Problem::MisplacedKey(_) => {
+                        "remove or rename the key (config/driveprobe.example.toml lists every key)"
+                    }
+                    Problem::Missing(_) | Problem::MissingUnnamed => {
+                        "add it (config/driveprobe.example.toml shows every key)"
+                    }
+                    Problem::Duplicate => "give each key once per table",
+                    _ => "write the value with the expected type (sizes and durations are quoted strings, such as \"4GiB\" or \"60s\")",
+                };
+                format!("{p}; {hint}")
+            }
+            None => {
+                let msg = one_line(e.message());
+                let hint = if msg.starts_with("duplicate key") {
+                    "give each key once per table"
+                } else {
+                    "fix the TOML syntax at this place"
+                };
+                format!("{msg}; {hint}")
+            }
         };
-        self.err(e.span().unwrap_or(0..0), format!("{msg}; {hint}"))
+        self.err(e.span().unwrap_or(0..0), msg)
     }
 
     fn config(&self, raw: RawConfig) -> R<Config> {
@@ -1457,6 +1473,14 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
         before.matches('\n').count() + 1,
         before[line_start..].chars().count() + 1,
     )
+}
+
+/// Every key name the config defines (the last part of each of [`super::raw::KEYS`]).
+fn known_keys() -> Vec<&'static str> {
+    super::raw::KEYS
+        .iter()
+        .map(|k| k.rsplit_once('.').map_or(*k, |(_, leaf)| leaf))
+        .collect()
 }
 
 fn one_line(s: &str) -> String {

@@ -1485,8 +1485,11 @@ impl Serving<'_> {
         }
     }
 
-    /// A SIGHUP's files are read: the web config takes effect (or is refused alone), a
-    /// new listen address is bound before anything changes, and the supervisor swaps.
+    /// A SIGHUP's files are read; both are taken or neither, as `ExecReload=` checks
+    /// both: a refused web config refuses the reload (the old config and web config
+    /// stay, and `last_reload_successful` says so), a refused config keeps the old web
+    /// config too. A new listen address is bound before anything changes, and the
+    /// supervisor swaps.
     async fn reloaded(
         &mut self,
         sup: &mut DaemonSupervisor,
@@ -1496,24 +1499,32 @@ impl Serving<'_> {
             Ok((web, config)) => (web, config.map_err(ReloadError::from)),
             Err(e) => (None, Err(e)),
         };
-        match new_web {
-            Some(Ok(w)) => {
-                tracing::info!("web config reloaded: {}", w.summary());
-                self.web.set(w);
+        let new_web = match new_web.transpose() {
+            Ok(w) => w,
+            Err(e) => {
+                loaded = Err(ReloadError::Web(e));
+                None
             }
-            Some(Err(e)) => {
-                tracing::error!("the new web config is refused; the old one stays in force: {e}")
-            }
-            None => {}
+        };
+        // The new web config goes in first (the new address is announced with its
+        // scheme), and back out if the new listen address cannot be bound: then the whole
+        // new config is refused and the old one keeps serving.
+        let old_web = self.web.current();
+        let mut summary = None;
+        if let (Ok(_), Some(w)) = (&loaded, new_web) {
+            summary = Some(w.summary());
+            self.web.set(w);
         }
-        // A new listen address is bound before anything changes: if it cannot be, the
-        // whole new config is refused and the old one keeps serving.
         if let Ok(new) = &loaded {
             if self.http.is_none() || new.server.listen != sup.listen() {
                 if let Err(e) = self.move_to(new.server.listen).await {
                     loaded = Err(ReloadError::Listen(e));
+                    self.web.restore(old_web);
                 }
             }
+        }
+        if let (Ok(_), Some(summary)) = (&loaded, summary) {
+            tracing::info!("web config reloaded: {summary}");
         }
         sup.reloaded(loaded).await?;
         Ok(())
@@ -1567,6 +1578,9 @@ type ReloadRead = (
 pub enum ReloadError {
     #[error("{0}")]
     Config(#[from] ConfigError),
+    /// The web config file is refused: nothing of the reload is taken.
+    #[error("the new web config is refused: {0}")]
+    Web(crate::http::WebConfigError),
     #[error("the reload could not read the config (its thread did not start or ended early); see the log")]
     Lost,
     #[error("reading and checking the config files took more than {secs} s (a file that blocks, such as a FIFO or a hung network filesystem?); the old config keeps running")]

@@ -67,6 +67,12 @@ impl WebHandle {
         }
         *slot = Some(Arc::new(web));
     }
+
+    /// Puts back what [`WebHandle::current`] gave (a reload refused after its web config
+    /// was set).
+    pub fn restore(&self, web: Option<Arc<WebConfig>>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = web;
+    }
 }
 
 /// The server's limits. [`Limits::default`] is what [`serve`] uses.

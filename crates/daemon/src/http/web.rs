@@ -18,10 +18,16 @@
 //!   prometheus: $2y$10$...           # bcrypt hashes (htpasswd -nBC 10 "" | tr -d ':\n')
 //! ```
 //!
-//! Every key is checked: an unknown one (or one of exporter-toolkit's that this server does
-//! not implement, such as `cipher_suites`) is refused with one line naming it. Loading
-//! checks everything that can be checked before a client comes: the files are read, the
-//! key must match the certificate, every hash must be a bcrypt hash.
+//! Every key is checked: an unknown one is refused with one line giving its line and
+//! column, one of exporter-toolkit's that this server does not implement (such as
+//! `cipher_suites`) by name. Loading checks everything that can be checked before a client
+//! comes: the files are read, the key must match the certificate, every hash must be a
+//! bcrypt hash.
+//!
+//! A refusal never repeats what the file wrote: not a value (a password hash, a password
+//! written where its hash belongs), not a user name, not an unknown key's name (the file
+//! may be a symlink to someone else's secrets, such as `/etc/shadow`). It names the file,
+//! the key path or the line and column, and the kind of problem ([`crate::config::redact`]).
 //!
 //! [`BasicAuth::check`] runs bcrypt on blocking threads, a bounded pool of half the CPUs
 //! (an attacker guessing passwords costs at most that), checks an unknown user against a
@@ -68,12 +74,28 @@ pub struct WebConfigError {
 pub enum WebProblem {
     #[error("cannot read it: {0}; give the path of an exporter-toolkit web config (YAML)")]
     Read(#[source] crate::config::file::FileError),
-    #[error("{0}; see the exporter-toolkit web config format (tls_server_config, http_server_config, basic_auth_users)")]
-    Yaml(#[source] serde_norway::Error),
+    /// The YAML parser's refusal, by kind and place. The parser's own error is not kept:
+    /// its message quotes the file (see the module's comment).
+    #[error("{}{problem}; see the exporter-toolkit web config format (tls_server_config, http_server_config, basic_auth_users)", at(*place))]
+    Yaml {
+        /// Line and column, from 1.
+        place: Option<(usize, usize)>,
+        problem: crate::config::redact::Problem,
+    },
+    /// A user of `basic_auth_users`, by the place of its name or hash, never by either.
+    #[error("{}basic_auth_users: {problem}", at(*place))]
+    User {
+        place: Option<(usize, usize)>,
+        #[source]
+        problem: UserProblem,
+    },
     #[error("tls_server_config.{key}: {version} is not supported (rustls speaks TLS 1.2 and 1.3 only); use TLS12 or TLS13")]
-    OldTls { key: &'static str, version: String },
-    #[error("tls_server_config.{key}: unknown version {version:?}; use TLS12 or TLS13")]
-    UnknownTls { key: &'static str, version: String },
+    OldTls {
+        key: &'static str,
+        version: &'static str,
+    },
+    #[error("tls_server_config.{key}: not a TLS version driveprobe knows; use TLS12 or TLS13")]
+    UnknownTls { key: &'static str },
     #[error("tls_server_config: min_version TLS13 is above max_version TLS12; fix one of them")]
     TlsInverted,
     #[error("tls_server_config.{key}: {}: {source}; give a PEM file of certificates", path.display())]
@@ -94,15 +116,15 @@ pub enum WebProblem {
         source: rustls::pki_types::pem::Error,
     },
     #[error("tls_server_config.client_auth_type: {0} accepts certificates nobody checked, which driveprobe does not do; use RequireAndVerifyClientCert or VerifyClientCertIfGiven with client_ca_file")]
-    UncheckedClients(String),
-    #[error("tls_server_config.client_auth_type: unknown value {0:?}; use NoClientCert, VerifyClientCertIfGiven or RequireAndVerifyClientCert")]
-    UnknownClientAuth(String),
+    UncheckedClients(&'static str),
+    #[error("tls_server_config.client_auth_type: not a value driveprobe knows; use NoClientCert, VerifyClientCertIfGiven or RequireAndVerifyClientCert")]
+    UnknownClientAuth,
     #[error("tls_server_config: {0}")]
     Tls(#[source] rustls::Error),
     #[error("tls_server_config.client_ca_file is given but client_auth_type is NoClientCert; remove one of them")]
     CaUnused,
     #[error("tls_server_config.client_auth_type {0} needs client_ca_file (the CA that signs client certificates); add it")]
-    NoCa(String),
+    NoCa(&'static str),
     #[error("tls_server_config.client_ca_file: {}: {source}; give the CA certificate in PEM", path.display())]
     Ca {
         path: PathBuf,
@@ -121,32 +143,39 @@ pub enum WebProblem {
     },
     #[error("http_server_config.http2: true is not supported (this server speaks HTTP/1.1 only); remove it or set it to false")]
     Http2,
-    #[error("http_server_config.headers.{name}: {value:?} is not allowed; use one of {allowed}")]
+    #[error("http_server_config.headers.{name}: this value is not allowed; use one of {allowed}")]
     HeaderNotAllowed {
         name: &'static str,
-        value: String,
-        allowed: String,
+        allowed: &'static str,
     },
-    #[error("http_server_config.headers.{name}: {value:?} is not a valid header value")]
+    #[error("http_server_config.headers.{name}: not a valid header value")]
     HeaderInvalid {
         name: &'static str,
-        value: String,
         source: hyper::header::InvalidHeaderValue,
     },
-    #[error("basic_auth_users: the user name {0:?} contains ':', which basic auth cannot carry; rename the user")]
-    UserColon(String),
-    #[error("basic_auth_users.{user}: not a bcrypt hash ({source}); make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`")]
-    NotBcrypt {
-        user: String,
-        source: bcrypt::BcryptError,
-    },
-    #[error("basic_auth_users.{user}: bcrypt cost {cost} makes every check take seconds or more; use a cost from 10 to {MAX_BCRYPT_COST}")]
-    Cost { user: String, cost: u32 },
     /// The system's random source failed (ring says no more than that).
     #[error(
         "cannot draw a random key for the basic auth cache (the system's random source failed)"
     )]
     Random,
+}
+
+/// What is wrong with a user of `basic_auth_users`; never its name or its hash.
+#[derive(Debug, thiserror::Error)]
+pub enum UserProblem {
+    #[error("a user name contains ':', which basic auth cannot carry (a user:password or user:hash line?); rename the user and give its bcrypt hash as the value")]
+    Colon,
+    #[error("a user is given twice; give each user once")]
+    Twice,
+    #[error("not a bcrypt hash ({0}); give each user the hash of its password, made with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`, never the password")]
+    NotBcrypt(#[source] bcrypt::BcryptError),
+    #[error("bcrypt cost {0} makes every check take seconds or more; use a cost from 10 to {MAX_BCRYPT_COST}")]
+    Cost(u32),
+}
+
+/// "line L column C: ", or nothing when the parser gave no place.
+fn at(place: Option<(usize, usize)>) -> String {
+    place.map_or(String::new(), |(l, c)| format!("line {l} column {c}: "))
 }
 
 /// Successful checks remembered at most (the cache is emptied when it is full).
@@ -165,8 +194,36 @@ const MAX_BCRYPT_COST: u32 = 16;
 struct Raw {
     tls_server_config: Option<RawTls>,
     http_server_config: Option<RawHttp>,
-    basic_auth_users: Option<BTreeMap<String, String>>,
+    basic_auth_users: Option<Users>,
 }
+
+/// Every key name a web config has (for [`crate::config::redact`]: only these are ever
+/// named in an error).
+const KEYS: &[&str] = &[
+    "tls_server_config",
+    "http_server_config",
+    "basic_auth_users",
+    "cert_file",
+    "key_file",
+    "client_auth_type",
+    "client_ca_file",
+    "min_version",
+    "max_version",
+    "prefer_server_cipher_suites",
+    "cipher_suites",
+    "curve_preferences",
+    "client_allowed_sans",
+    "cert",
+    "key",
+    "client_ca",
+    "http2",
+    "headers",
+    "Content-Security-Policy",
+    "X-Frame-Options",
+    "X-Content-Type-Options",
+    "X-XSS-Protection",
+    "Strict-Transport-Security",
+];
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename = "tls_server_config")]
@@ -259,7 +316,8 @@ impl WebConfig {
         let raw: Raw = if text.trim().is_empty() {
             Raw::default()
         } else {
-            serde_norway::from_str(&text).map_err(|e| err(WebProblem::Yaml(e)))?
+            USER_PROBLEM.with(|u| u.borrow_mut().take());
+            serde_norway::from_str(&text).map_err(|e| err(yaml_problem(&e)))?
         };
         let base = path
             .parent()
@@ -277,7 +335,9 @@ impl WebConfig {
             None => Vec::new(),
         };
         let auth = match raw.basic_auth_users {
-            Some(users) if !users.is_empty() => Some(Arc::new(BasicAuth::new(users).map_err(err)?)),
+            Some(Users(users)) if !users.is_empty() => {
+                Some(Arc::new(BasicAuth::new(users).map_err(err)?))
+            }
             _ => None,
         };
         Ok(WebConfig {
@@ -318,6 +378,61 @@ impl WebConfig {
     }
 }
 
+/// serde_norway's refusal as a [`WebProblem`] that repeats nothing of the file: its place,
+/// and its kind in fixed words.
+fn yaml_problem(e: &serde_norway::Error) -> WebProblem {
+    let place = e.location().map(|l| (l.line(), l.column()));
+    let said = e.to_string();
+    if said.contains(USER_REFUSED) {
+        if let Some(problem) = USER_PROBLEM.with(|u| u.borrow_mut().take()) {
+            return WebProblem::User { place, problem };
+        }
+    }
+    let problem = match LIBYAML.iter().find(|p| said.starts_with(**p)) {
+        Some(p) => crate::config::redact::Problem::Syntax(p),
+        None => crate::config::redact::serde_problem(&said, KEYS)
+            .unwrap_or(crate::config::redact::Problem::Other),
+    };
+    WebProblem::Yaml { place, problem }
+}
+
+/// The YAML parser's own messages (libyaml's, and serde_norway's that quote nothing): a
+/// refusal that starts with one of these is told in these words.
+const LIBYAML: &[&str] = &[
+    "block sequence entries are not allowed in this context",
+    "control characters are not allowed",
+    "could not find expected ':'",
+    "did not find expected ',' or ']'",
+    "did not find expected ',' or '}'",
+    "did not find expected '-' indicator",
+    "did not find expected <document start>",
+    "did not find expected alphabetic or numeric character",
+    "did not find expected comment or line break",
+    "did not find expected key",
+    "did not find expected node content",
+    "did not find expected whitespace or line break",
+    "found a tab character that violates indentation",
+    "found a tab character where an indentation space is expected",
+    "found character that cannot start any token",
+    "found duplicate anchor",
+    "found undefined alias",
+    "found undefined tag handle",
+    "found unexpected ':'",
+    "found unexpected document indicator",
+    "found unexpected end of stream",
+    "found unknown escape character",
+    "invalid Unicode character",
+    "invalid leading UTF-8 octet",
+    "invalid trailing UTF-8 octet",
+    "mapping keys are not allowed in this context",
+    "mapping values are not allowed in this context",
+    "EOF while parsing a value",
+    "deserializing from YAML containing more than one document is not supported",
+    "recursion limit exceeded",
+    "repetition limit exceeded",
+    "unknown anchor",
+];
+
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -338,14 +453,15 @@ fn version(
     match v {
         "TLS12" => Ok(&rustls::version::TLS12),
         "TLS13" => Ok(&rustls::version::TLS13),
-        "TLS10" | "TLS11" => Err(WebProblem::OldTls {
+        "TLS10" => Err(WebProblem::OldTls {
             key,
-            version: v.to_string(),
+            version: "TLS10",
         }),
-        _ => Err(WebProblem::UnknownTls {
+        "TLS11" => Err(WebProblem::OldTls {
             key,
-            version: v.to_string(),
+            version: "TLS11",
         }),
+        _ => Err(WebProblem::UnknownTls { key }),
     }
 }
 
@@ -385,14 +501,6 @@ fn tls_config(t: RawTls, base: &Path) -> Result<(rustls::ServerConfig, ClientAut
     ) else {
         return Err(WebProblem::NoCertOrKey);
     };
-    let cert_path = resolve(base, cert_file);
-    let key_path = resolve(base, key_file);
-    let chain = certs("cert_file", &cert_path)?;
-    let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|source| WebProblem::Key {
-        path: key_path.clone(),
-        source,
-    })?;
-
     let min = version("min_version", t.min_version.as_deref().unwrap_or("TLS12"))?;
     let max = version("max_version", t.max_version.as_deref().unwrap_or("TLS13"))?;
     let versions: Vec<&'static rustls::SupportedProtocolVersion> =
@@ -421,15 +529,24 @@ fn tls_config(t: RawTls, base: &Path) -> Result<(rustls::ServerConfig, ClientAut
             "NoClientCert"
         },
     );
-    let client_auth = match auth_type {
-        "NoClientCert" | "" => ClientAuth::None,
-        "VerifyClientCertIfGiven" => ClientAuth::VerifyIfGiven,
-        "RequireAndVerifyClientCert" => ClientAuth::RequireAndVerify,
-        "RequestClientCert" | "RequireAnyClientCert" => {
-            return Err(WebProblem::UncheckedClients(auth_type.to_string()))
+    let (client_auth, auth_type) = match auth_type {
+        "NoClientCert" | "" => (ClientAuth::None, "NoClientCert"),
+        "VerifyClientCertIfGiven" => (ClientAuth::VerifyIfGiven, "VerifyClientCertIfGiven"),
+        "RequireAndVerifyClientCert" => {
+            (ClientAuth::RequireAndVerify, "RequireAndVerifyClientCert")
         }
-        other => return Err(WebProblem::UnknownClientAuth(other.to_string())),
+        "RequestClientCert" => return Err(WebProblem::UncheckedClients("RequestClientCert")),
+        "RequireAnyClientCert" => return Err(WebProblem::UncheckedClients("RequireAnyClientCert")),
+        _ => return Err(WebProblem::UnknownClientAuth),
     };
+    let cert_path = resolve(base, cert_file);
+    let key_path = resolve(base, key_file);
+    let chain = certs("cert_file", &cert_path)?;
+    let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|source| WebProblem::Key {
+        path: key_path.clone(),
+        source,
+    })?;
+
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)
@@ -443,7 +560,7 @@ fn tls_config(t: RawTls, base: &Path) -> Result<(rustls::ServerConfig, ClientAut
         }
         ClientAuth::VerifyIfGiven | ClientAuth::RequireAndVerify => {
             let Some(ca) = t.client_ca_file.as_deref().filter(|s| !s.is_empty()) else {
-                return Err(WebProblem::NoCa(auth_type.to_string()));
+                return Err(WebProblem::NoCa(auth_type));
             };
             let ca_path = resolve(base, ca);
             let mut roots = rustls::RootCertStore::empty();
@@ -493,12 +610,12 @@ fn http_config(h: RawHttp) -> Result<Vec<(HeaderName, HeaderValue)>, WebProblem>
         (
             "X-Frame-Options",
             hd.x_frame_options,
-            Some(&["deny", "sameorigin"][..]),
+            Some((&["deny", "sameorigin"][..], "deny, sameorigin")),
         ),
         (
             "X-Content-Type-Options",
             hd.x_content_type_options,
-            Some(&["nosniff"][..]),
+            Some((&["nosniff"][..], "nosniff")),
         ),
         ("X-XSS-Protection", hd.x_xss_protection, None),
         (
@@ -508,20 +625,13 @@ fn http_config(h: RawHttp) -> Result<Vec<(HeaderName, HeaderValue)>, WebProblem>
         ),
     ] {
         let Some(v) = value else { continue };
-        if let Some(ok) = allowed {
-            if !ok.iter().any(|a| a.eq_ignore_ascii_case(&v)) {
-                return Err(WebProblem::HeaderNotAllowed {
-                    name,
-                    value: v,
-                    allowed: ok.join(", "),
-                });
+        if let Some((ok, allowed)) = allowed {
+            if !ok.iter().any(|a: &&str| a.eq_ignore_ascii_case(&v)) {
+                return Err(WebProblem::HeaderNotAllowed { name, allowed });
             }
         }
-        let value = HeaderValue::from_str(&v).map_err(|source| WebProblem::HeaderInvalid {
-            name,
-            value: v.clone(),
-            source,
-        })?;
+        let value = HeaderValue::from_str(&v)
+            .map_err(|source| WebProblem::HeaderInvalid { name, source })?;
         out.push((HeaderName::from_static(lower(name)), value));
     }
     Ok(out)
@@ -646,29 +756,134 @@ impl Drop for FairPermit {
     }
 }
 
+/// A user name basic auth can carry: no ':'.
+fn check_user(name: &str) -> Result<(), UserProblem> {
+    if name.contains(':') {
+        return Err(UserProblem::Colon);
+    }
+    Ok(())
+}
+
+/// A bcrypt hash of a cost that checks in reasonable time; its cost.
+fn check_hash(hash: &str) -> Result<u32, UserProblem> {
+    let parts: bcrypt::HashParts = hash.parse().map_err(UserProblem::NotBcrypt)?;
+    let cost = parts.get_cost();
+    if cost > MAX_BCRYPT_COST {
+        return Err(UserProblem::Cost(cost));
+    }
+    Ok(cost)
+}
+
+/// `basic_auth_users` in file order. Each name and hash is checked as it is read, so that
+/// a refusal has the place of the name or hash (serde_norway marks an error raised while
+/// a scalar is read with that scalar's line and column) and says neither.
+#[derive(Debug, Default)]
+struct Users(Vec<(String, String)>);
+
+thread_local! {
+    /// Why the last user was refused: serde carries errors as text, so the typed reason
+    /// (bcrypt's error underneath) comes back to [`WebConfig::load`] through here.
+    static USER_PROBLEM: std::cell::RefCell<Option<UserProblem>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The text a user's refusal carries through serde: fixed words only.
+const USER_REFUSED: &str = "driveprobe refused a basic_auth_users entry";
+
+fn refuse<E: serde::de::Error>(problem: UserProblem) -> E {
+    USER_PROBLEM.with(|u| *u.borrow_mut() = Some(problem));
+    E::custom(USER_REFUSED)
+}
+
+/// A user's name, checked against those before it.
+struct NameSeed<'a>(&'a HashSet<String>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for NameSeed<'_> {
+    type Value = String;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl serde::de::Visitor<'_> for NameSeed<'_> {
+    type Value = String;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+        check_user(v).map_err(refuse)?;
+        if self.0.contains(v) {
+            return Err(refuse(UserProblem::Twice));
+        }
+        Ok(v.to_string())
+    }
+}
+
+/// A user's bcrypt hash, checked.
+struct HashSeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for HashSeed {
+    type Value = String;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl serde::de::Visitor<'_> for HashSeed {
+    type Value = String;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+        check_hash(v).map_err(refuse)?;
+        Ok(v.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Users {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Users, D::Error> {
+        struct Map;
+        impl<'de> serde::de::Visitor<'de> for Map {
+            type Value = Users;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Users, A::Error> {
+                let mut seen = HashSet::new();
+                let mut users = Vec::new();
+                while let Some(name) = m.next_key_seed(NameSeed(&seen))? {
+                    let hash = m.next_value_seed(HashSeed)?;
+                    seen.insert(name.clone());
+                    users.push((name, hash));
+                }
+                Ok(Users(users))
+            }
+        }
+        d.deserialize_map(Map)
+    }
+}
+
 impl BasicAuth {
-    fn new(users: BTreeMap<String, String>) -> Result<BasicAuth, WebProblem> {
+    /// The users, checked again (a config from [`WebConfig::load`] was checked as read;
+    /// here a refusal has no place).
+    fn new(users: impl IntoIterator<Item = (String, String)>) -> Result<BasicAuth, WebProblem> {
+        let refused = |problem| WebProblem::User {
+            place: None,
+            problem,
+        };
         let mut dummy: Option<(u32, String)> = None;
-        for (user, hash) in &users {
-            if user.contains(':') {
-                return Err(WebProblem::UserColon(user.clone()));
-            }
-            let parts: bcrypt::HashParts =
-                hash.parse().map_err(|source| WebProblem::NotBcrypt {
-                    user: user.clone(),
-                    source,
-                })?;
-            let cost = parts.get_cost();
-            if cost > MAX_BCRYPT_COST {
-                return Err(WebProblem::Cost {
-                    user: user.clone(),
-                    cost,
-                });
-            }
+        let mut map = BTreeMap::new();
+        for (user, hash) in users {
+            check_user(&user).map_err(refused)?;
+            let cost = check_hash(&hash).map_err(refused)?;
             if dummy.as_ref().is_none_or(|(c, _)| cost > *c) {
                 dummy = Some((cost, hash.clone()));
             }
+            if map.insert(user, hash).is_some() {
+                return Err(refused(UserProblem::Twice));
+            }
         }
+        let users = map;
         let dummy = dummy.map(|(_, h)| h).unwrap_or_default();
         let rng = ring::rand::SystemRandom::new();
         let key = ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng)
@@ -804,22 +1019,130 @@ mod tests {
         WebConfig::load(&p).map_err(|e| e.to_string())
     }
 
+    /// An unknown key is placed by line and column, never named (the file's key names
+    /// are its content); a known key is named.
     #[test]
-    fn unknown_keys_are_named() {
-        for (yaml, key) in [
-            ("foo: 1\n", "foo"),
-            ("tls_server_config:\n  cert_fil: a\n", "cert_fil"),
-            ("http_server_config:\n  headers:\n    X-Evil: 1\n", "X-Evil"),
-            ("http_server_config:\n  nope: true\n", "nope"),
+    fn unknown_keys_are_placed_not_named() {
+        for (yaml, key, place, said) in [
+            ("foo: 1\n", "foo", "line 1 column 1", "unknown key"),
+            (
+                "tls_server_config:\n  cert_flie: a\n",
+                "cert_flie",
+                "line 2 column 3",
+                "unknown key (is `cert_file` meant?)",
+            ),
+            (
+                "http_server_config:\n  headers:\n    X-Evil: 1\n",
+                "X-Evil",
+                "line 3 column 5",
+                "unknown key",
+            ),
+            (
+                "http_server_config:\n  nope: true\n",
+                "nope",
+                "line 2 column 3",
+                "unknown key",
+            ),
+            (
+                "cert_file: a\n",
+                "\0",
+                "line 1 column 1",
+                "the key `cert_file` does not belong in this table",
+            ),
             (
                 "tls_server_config:\n  cipher_suites: [a]\n",
-                "cipher_suites",
+                "\0",
+                "tls_server_config.cipher_suites is not supported",
+                "",
             ),
         ] {
             let e = load(yaml).unwrap_err();
-            assert!(e.contains(key), "{yaml:?}: {e}");
+            assert!(!e.contains(key), "{yaml:?}: {e}");
+            assert!(e.contains(place) && e.contains(said), "{yaml:?}: {e}");
             assert!(!e.contains('\n'), "{e}");
         }
+    }
+
+    /// What a web config holds is never in its refusal: a shadow file behind a symlink, a
+    /// plain-text password as a user's value or in a `user:password` line, a secret as a
+    /// key's name or as a value of the wrong type, or where a version, an auth type or a
+    /// header value belongs. Each refusal names the place.
+    #[test]
+    fn a_refusal_never_repeats_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let shadow = dir.path().join("shadow");
+        std::fs::write(
+            &shadow,
+            "root:$6$SECRETHASHroot$Fv0tq1aX:19000:0:99999:7:::\n\
+             daemon:*:19000:0:99999:7:::\n\
+             alice:$6$SECRETHASHalice$9pLq:19000:0:99999:7:::\n",
+        )
+        .unwrap();
+        let web = dir.path().join("web.yml");
+        std::os::unix::fs::symlink(&shadow, &web).unwrap();
+        let e = WebConfig::load(&web).unwrap_err();
+        let said = format!("{e} {e:?}");
+        assert!(!said.contains("SECRET"), "{said}");
+        assert!(said.contains("line 1 column 1"), "{said}");
+        let tls = "tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n";
+        for (yaml, place) in [
+            (
+                "basic_auth_users:\n  alice: SECRETpassword\n".to_string(),
+                "line 2 column 10",
+            ),
+            (
+                "basic_auth_users:\n  alice:SECRETpassword\n".to_string(),
+                "line 2 column 3",
+            ),
+            (
+                "basic_auth_users:\n  \"alice:SECRETpassword\": $2y$04$abcdefghijklmnopqrstuu5J3WHq3EX6ZsZ5zPqBBFz1ZZ8t0cRzG\n".to_string(),
+                "line 2 column 3",
+            ),
+            (
+                "basic_auth_users:\n  alice: [SECRETpassword]\n".to_string(),
+                "line 2 column 10",
+            ),
+            (
+                "basic_auth_users:\n  alice: 123456789SECRET\n  alice: 123\n".to_string(),
+                "line 2 column 10",
+            ),
+            ("password: SECRETpassword\n".to_string(), "line 1 column 1"),
+            ("SECRETpassword: 1\n".to_string(), "line 1 column 1"),
+            (
+                "tls_server_config: SECRETpassword\n".to_string(),
+                "line 1 column 20",
+            ),
+            (
+                "http_server_config:\n  http2: SECRETpassword\n".to_string(),
+                "line 2 column 10",
+            ),
+            (
+                format!("{tls}  min_version: SECRETpassword\n"),
+                "tls_server_config.min_version",
+            ),
+            (
+                format!("{tls}  client_auth_type: SECRETpassword\n"),
+                "tls_server_config.client_auth_type",
+            ),
+            (
+                "http_server_config:\n  headers:\n    X-Frame-Options: SECRETpassword\n"
+                    .to_string(),
+                "http_server_config.headers.X-Frame-Options",
+            ),
+            (
+                "http_server_config:\n  headers:\n    X-XSS-Protection: \"SECRET\\u0001\"\n"
+                    .to_string(),
+                "http_server_config.headers.X-XSS-Protection",
+            ),
+        ] {
+            let e = load(&yaml).unwrap_err();
+            assert!(!e.contains("SECRET"), "{yaml:?}: {e}");
+            assert!(e.contains(place), "{yaml:?}: no {place:?} in {e}");
+        }
+        // A duplicate user: refused (also with the same hash), at the second one.
+        let h = "$2y$04$abcdefghijklmnopqrstuu5J3WHq3EX6ZsZ5zPqBBFz1ZZ8t0cRzG";
+        let e = load(&format!("basic_auth_users:\n  alice: {h}\n  alice: {h}\n")).unwrap_err();
+        assert!(e.contains("line 3 column 3") && e.contains("twice"), "{e}");
     }
 
     #[test]
@@ -833,8 +1156,21 @@ mod tests {
         let p = dir.path().join("web.yml");
         std::fs::write(&p, "basic_auth_users:\n  alice: notahash\n").unwrap();
         let e = WebConfig::load(&p).unwrap_err();
-        assert!(matches!(*e.problem, WebProblem::NotBcrypt { .. }), "{e:?}");
-        let bcrypt = e.source().and_then(|p| p.source()).unwrap();
+        assert!(
+            matches!(
+                *e.problem,
+                WebProblem::User {
+                    problem: UserProblem::NotBcrypt(_),
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let bcrypt = e
+            .source()
+            .and_then(|p| p.source())
+            .and_then(|p| p.source())
+            .unwrap();
         assert!(e.to_string().contains(&bcrypt.to_string()), "{e}");
     }
 
@@ -849,7 +1185,7 @@ mod tests {
     fn hashes_are_checked() {
         let e = load("basic_auth_users:\n  alice: notahash\n").unwrap_err();
         assert!(
-            e.contains("basic_auth_users.alice") && e.contains("bcrypt"),
+            e.contains("line 2 column 10: basic_auth_users: not a bcrypt hash"),
             "{e}"
         );
         let e = load("basic_auth_users:\n  \"a:b\": $2y$04$abcdefghijklmnopqrstuu5J3WHq3EX6ZsZ5zPqBBFz1ZZ8t0cRzG\n")
