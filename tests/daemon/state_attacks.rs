@@ -192,12 +192,24 @@ fn a_second_daemon_on_one_state_directory_is_refused_naming_the_first() {
     let cfg = config(dir.path(), &state, "", false);
     let first = Daemon::start(&cfg, &[]);
     let t0 = Instant::now();
-    let out = Command::new(BIN)
+    let mut second = Command::new(BIN)
         .args(["daemon", "--listen", "127.0.0.1:0", "--config"])
         .arg(&cfg)
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    // The old code started a second daemon that ran on: wait a bounded time.
+    while second.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = second.kill();
+            let _ = second.wait();
+            panic!("a second daemon on the same state directory was still running after 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = second.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the second daemon started: {err}");
     assert!(

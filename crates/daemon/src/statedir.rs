@@ -319,10 +319,12 @@ fn article_kind(mode: rfs::RawMode) -> &'static str {
 
 /// Takes the lock file: created (0600, `O_EXCL`) when missing; when there, used only if it
 /// is a regular file of driveprobe's own user with one link (never a link, nor another
-/// user's file, nor a hard link to a file elsewhere: it is truncated and written). It is
-/// held with an exclusive `flock` while the returned descriptor is open, and names this
-/// process's pid and start. On a read-only filesystem it is taken read-only (or, when it
-/// cannot be made there, the folder itself is locked), and the pid is not written.
+/// user's file, nor a hard link to a file elsewhere: it is written). It is held with an
+/// exclusive `flock` on a read-only descriptor while the returned descriptor is open (a
+/// descriptor open for writing would keep the filesystem from being remounted read-only),
+/// and names this process's pid and start, written through a second descriptor that must
+/// name the same file. When it cannot be made (a read-only filesystem), the folder itself
+/// is locked and no pid is written.
 fn take_lock(path: &Path, top: &OwnedFd) -> Result<OwnedFd, StateDirError> {
     let lock_err = |source: io::Error, fix: &'static str| StateDirError::Lock {
         path: path.to_path_buf(),
@@ -334,20 +336,15 @@ fn take_lock(path: &Path, top: &OwnedFd) -> Result<OwnedFd, StateDirError> {
     let opened = match rfs::openat(
         top,
         LOCK_FILE,
-        base | OFlags::RDWR | OFlags::CREATE | OFlags::EXCL,
+        base | OFlags::RDONLY | OFlags::CREATE | OFlags::EXCL,
         mode,
     ) {
-        Err(Errno::EXIST) => match rfs::openat(top, LOCK_FILE, base | OFlags::RDWR, mode) {
-            Err(Errno::ROFS) => {
-                rfs::openat(top, LOCK_FILE, base | OFlags::RDONLY, mode).map(|fd| (fd, false))
-            }
-            r => r.map(|fd| (fd, true)),
-        },
+        Err(Errno::EXIST) => rfs::openat(top, LOCK_FILE, base | OFlags::RDONLY, mode),
         // Nothing there, and nothing can be made: lock the folder itself.
-        Err(Errno::ROFS) => rfs::openat(top, ".", dir_flags(), Mode::empty()).map(|fd| (fd, false)),
-        r => r.map(|fd| (fd, true)),
+        Err(Errno::ROFS) => rfs::openat(top, ".", dir_flags(), Mode::empty()),
+        r => r,
     };
-    let (fd, writable) = opened.map_err(|e| match e {
+    let fd = opened.map_err(|e| match e {
         Errno::LOOP => lock_err(e.into(), "it is a symbolic link: remove it"),
         _ => lock_err(e.into(), "check the state directory's permissions"),
     })?;
@@ -397,18 +394,32 @@ fn take_lock(path: &Path, top: &OwnedFd) -> Result<OwnedFd, StateDirError> {
         }
         Err(e) => return Err(lock_err(e.into(), "check the state directory")),
     }
-    if writable {
-        // Best effort: the lock is what matters, the pid only names its holder.
-        let me = format!(
-            "pid {}, started {}\n",
-            std::process::id(),
-            driveprobe_core::fmt::utc(crate::daemon::now_unix())
-        );
+    if kind.is_file() {
         let _ = rfs::fchmod(&fd, mode);
-        let _ = rfs::ftruncate(&fd, 0);
-        let _ = rustix::io::pwrite(&fd, me.as_bytes(), 0);
+        write_holder(top, &st);
     }
     Ok(fd)
+}
+
+/// Best effort: the lock is what matters, the pid only names its holder. Written only
+/// when the name still holds the file that was checked and locked (`st`).
+fn write_holder(top: &OwnedFd, st: &rfs::Stat) {
+    let flags =
+        OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let Ok(w) = rfs::openat(top, LOCK_FILE, flags, Mode::empty()) else {
+        return;
+    };
+    match rfs::fstat(&w) {
+        Ok(now) if now.st_dev == st.st_dev && now.st_ino == st.st_ino && now.st_nlink == 1 => {}
+        _ => return,
+    }
+    let me = format!(
+        "pid {}, started {}\n",
+        std::process::id(),
+        driveprobe_core::fmt::utc(crate::daemon::now_unix())
+    );
+    let _ = rfs::ftruncate(&w, 0);
+    let _ = rustix::io::pwrite(&w, me.as_bytes(), 0);
 }
 
 /// Why other users than the daemon's may write to the folder open at `top` (or to `runs/`
