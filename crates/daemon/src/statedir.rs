@@ -257,7 +257,7 @@ impl StateDir {
                 let st = rfs::statat(runs, name.as_str(), AtFlags::SYMLINK_NOFOLLOW).ok()?;
                 rfs::FileType::from_raw_mode(st.st_mode)
                     .is_file()
-                    .then(|| Listed {
+                    .then_some(Listed {
                         modified: (st.st_mtime, st.st_mtime_nsec as i64),
                         name,
                         bytes: st.st_size as u64,
@@ -639,7 +639,7 @@ mod tests {
         // Another user's file.
         std::fs::write(s.join(LOCK_FILE), b"").unwrap();
         rustix::fs::chown(
-            &s.join(LOCK_FILE),
+            s.join(LOCK_FILE),
             Some(rustix::fs::Uid::from_raw(65534)),
             None,
         )
