@@ -185,6 +185,19 @@ impl Daemon {
         }
     }
 
+    /// Waits until `cond` holds, or panics after `limit` naming `what`, with the log.
+    pub fn wait_until(&self, what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+        let t0 = Instant::now();
+        while !cond() {
+            assert!(
+                t0.elapsed() < limit,
+                "waited {limit:?} for {what}; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// Scrapes `/metrics` (text format) and parses it.
     pub fn scrape(&self) -> Exposition {
         let (code, _, body) = self.get("/metrics");

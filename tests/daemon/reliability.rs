@@ -22,18 +22,6 @@ fn ops(d: &Daemon) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn wait_until(what: &str, limit: Duration, d: &Daemon, mut cond: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(
-            t0.elapsed() < limit,
-            "waited {limit:?} for {what}; log:\n{}",
-            d.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 /// A daemon with one read canary at `rate_iops` on drive "a", an 8 MiB file target in a
 /// fresh /dev/shm folder, once the canary has done more than `min_ops` I/Os: the folder
 /// (removed on drop), the file target, the config and the daemon.
@@ -59,9 +47,7 @@ fn read_canary(
     )
     .unwrap();
     let d = Daemon::start(&cfg, &[]);
-    wait_until("canary I/O", Duration::from_secs(30), &d, || {
-        ops(&d) > min_ops
-    });
+    d.wait_until("canary I/O", Duration::from_secs(30), || ops(&d) > min_ops);
     (dir, target, cfg, d)
 }
 
@@ -77,17 +63,15 @@ fn a_deleted_or_truncated_file_target_is_made_again_and_the_canary_goes_on() {
     // Deleted: a new file of the configured size appears, and the canary reads it.
     let before = ino(&target).unwrap();
     std::fs::remove_file(&target).unwrap();
-    wait_until(
+    d.wait_until(
         "the file target made again",
         Duration::from_secs(20),
-        &d,
         || ino(&target).is_some_and(|(i, len)| i != before.0 && len == size),
     );
     let o = ops(&d);
-    wait_until(
+    d.wait_until(
         "canary I/O on the new file",
         Duration::from_secs(10),
-        &d,
         || ops(&d) > o + 100.0,
     );
 
@@ -99,17 +83,15 @@ fn a_deleted_or_truncated_file_target_is_made_again_and_the_canary_goes_on() {
         .unwrap()
         .set_len(4096)
         .unwrap();
-    wait_until(
+    d.wait_until(
         "the truncated file target made again",
         Duration::from_secs(20),
-        &d,
         || ino(&target).is_some_and(|(i, len)| i != before.0 && len == size),
     );
     let o = ops(&d);
-    wait_until(
+    d.wait_until(
         "canary I/O after the truncation",
         Duration::from_secs(10),
-        &d,
         || ops(&d) > o + 100.0,
     );
     let e = d.scrape();
@@ -369,14 +351,13 @@ fn state_dir_fault(kind: StateFault, episodes: u32) {
     let b = dir.path().join("b.dat");
     std::fs::write(&cfg, two_canaries(dir.path(), &state, &b, false)).unwrap();
     let d = Daemon::start(&cfg, &[("RUST_LOG", "driveprobe=info")]);
-    wait_until("I/O on both canaries", Duration::from_secs(30), &d, || {
+    d.wait_until("I/O on both canaries", Duration::from_secs(30), || {
         counter(&d, "a", "rd", "read") > 50.0 && counter(&d, "b", "wr", "write") > 50.0
     });
     // A save with the canary's written bytes in it (saved every 5 s).
-    wait_until(
+    d.wait_until(
         "a save of the written bytes",
         Duration::from_secs(15),
-        &d,
         || std::fs::read_to_string(&state_file).is_ok_and(|t| t.contains("self_written")),
     );
 
@@ -396,16 +377,13 @@ fn state_dir_fault(kind: StateFault, episodes: u32) {
         if episode == 0 {
             std::fs::write(&cfg, two_canaries(dir.path(), &state, &b, true)).unwrap();
             d.signal("HUP");
-            wait_until("the reload", Duration::from_secs(15), &d, || {
+            d.wait_until("the reload", Duration::from_secs(15), || {
                 d.log().contains("config reloaded")
             });
         }
-        wait_until(
-            "the save failure logged",
-            Duration::from_secs(15),
-            &d,
-            || count(&d.log(), FAIL) > episode as usize,
-        );
+        d.wait_until("the save failure logged", Duration::from_secs(15), || {
+            count(&d.log(), FAIL) > episode as usize
+        });
         let (a0, w0) = (
             counter(&d, "a", "rd", "read"),
             counter(&d, "b", "wr", "write"),
@@ -447,27 +425,26 @@ fn state_dir_fault(kind: StateFault, episodes: u32) {
             Some(f) => std::fs::remove_file(f).unwrap(),
             None => remount(&mnt, "rw"),
         }
-        wait_until("the state saved again", Duration::from_secs(15), &d, || {
+        d.wait_until("the state saved again", Duration::from_secs(15), || {
             count(&d.log(), AGAIN) > episode as usize
                 && std::fs::read(&state_file).is_ok_and(|t| t != saved)
         });
         let text = std::fs::read_to_string(&state_file).unwrap();
         let doc: serde_json::Value = serde_json::from_str(&text).expect("state.json parses");
         if episode == 0 {
-            wait_until("the due run started", Duration::from_secs(15), &d, || {
+            d.wait_until("the due run started", Duration::from_secs(15), || {
                 !schedule_runs(&d).is_empty()
             });
             // It ends within its max_duration; the write canary then resumes.
-            wait_until("the run ended", Duration::from_secs(40), &d, || {
+            d.wait_until("the run ended", Duration::from_secs(40), || {
                 schedule_runs(&d).iter().all(|r| r["status"] != "running")
             });
             let runs = schedule_runs(&d);
             assert_eq!(runs.len(), 1, "{runs:?}");
             let w = counter(&d, "b", "wr", "write");
-            wait_until(
+            d.wait_until(
                 "the write canary after the run",
                 Duration::from_secs(20),
-                &d,
                 || counter(&d, "b", "wr", "write") > w + 50.0,
             );
         }
@@ -535,7 +512,7 @@ fn result_fault(kind: StateFault) {
     let text = two_canaries(dir.path(), &state, &b, true).replace("\"10s\"", "\"2m\"");
     std::fs::write(&cfg, text).unwrap();
     let d = Daemon::start(&cfg, &[("RUST_LOG", "driveprobe=info")]);
-    wait_until("the run's start", Duration::from_secs(30), &d, || {
+    d.wait_until("the run's start", Duration::from_secs(30), || {
         schedule_runs(&d).iter().any(|r| r["status"] == "running")
     });
     let filler = match kind {
@@ -546,7 +523,7 @@ fn result_fault(kind: StateFault) {
         }
     };
     let mut run = serde_json::Value::Null;
-    wait_until("the run's end", Duration::from_secs(120), &d, || {
+    d.wait_until("the run's end", Duration::from_secs(120), || {
         run = schedule_runs(&d).pop().unwrap_or_default();
         run["status"] != "running"
     });
@@ -613,7 +590,7 @@ fn result_fault(kind: StateFault) {
         None => remount(&mnt, "rw"),
     }
     let mut run = serde_json::Value::Null;
-    wait_until("the document written", Duration::from_secs(20), &d, || {
+    d.wait_until("the document written", Duration::from_secs(20), || {
         run = schedule_runs(&d).pop().unwrap_or_default();
         run["status"] != "pending"
     });
@@ -800,7 +777,7 @@ fn a_file_target_made_read_only_holds_the_write_canary_only() {
     )
     .unwrap();
     let d = Daemon::start(&cfg, &[("RUST_LOG", "driveprobe=info")]);
-    wait_until("I/O on both canaries", Duration::from_secs(30), &d, || {
+    d.wait_until("I/O on both canaries", Duration::from_secs(30), || {
         counter(&d, "a", "rd", "read") > 50.0 && counter(&d, "b", "wr", "write") > 50.0
     });
     let success = |d: &Daemon| {
@@ -814,12 +791,9 @@ fn a_file_target_made_read_only_holds_the_write_canary_only() {
         let ro = Mount::bind_read_only(&wdir);
         injected += 1;
         let t0 = Instant::now();
-        wait_until(
-            "the write canary holds",
-            Duration::from_secs(20),
-            &d,
-            || success(&d) == Some(0.0),
-        );
+        d.wait_until("the write canary holds", Duration::from_secs(20), || {
+            success(&d) == Some(0.0)
+        });
         let held_after = t0.elapsed();
         let (a0, w0) = (
             counter(&d, "a", "rd", "read"),
@@ -845,12 +819,9 @@ fn a_file_target_made_read_only_holds_the_write_canary_only() {
         );
         drop(ro);
         let t1 = Instant::now();
-        wait_until(
-            "the write canary resumes",
-            Duration::from_secs(40),
-            &d,
-            || success(&d) == Some(1.0) && counter(&d, "b", "wr", "write") > w1 + 50.0,
-        );
+        d.wait_until("the write canary resumes", Duration::from_secs(40), || {
+            success(&d) == Some(1.0) && counter(&d, "b", "wr", "write") > w1 + 50.0
+        });
         println!(
             "file target read-only, episode {episode}: held after {held_after:?}, resumed {:?} after the repair",
             t1.elapsed()
@@ -951,10 +922,9 @@ fn smartctl_and_its_children_do_not_outlive_the_daemon() {
     )
     .unwrap();
     let d = Daemon::start(&cfg, &[("PATH", &path_with(&tools))]);
-    wait_until(
+    d.wait_until(
         "smartctl and its grandchild",
         Duration::from_secs(30),
-        &d,
         || !pids(&leaders).is_empty() && !pids(&grandchildren).is_empty(),
     );
     let (leader, gc) = (pids(&leaders)[0], pids(&grandchildren)[0]);
@@ -1067,20 +1037,15 @@ fn health_reads_of_many_drives_go_a_few_at_a_time() {
         "smartctl runs going now"
     );
     std::fs::write(&go, "").unwrap();
-    wait_until(
-        "every drive's health read",
-        Duration::from_secs(60),
-        &d,
-        || {
-            let e = d.scrape();
-            (0..HEALTH_DRIVES).all(|i| {
-                e.value(
-                    "driveprobe_collector_success",
-                    &[("drive", &format!("d{i}")), ("collector", "health")],
-                ) == Some(0.0)
-            })
-        },
-    );
+    d.wait_until("every drive's health read", Duration::from_secs(60), || {
+        let e = d.scrape();
+        (0..HEALTH_DRIVES).all(|i| {
+            e.value(
+                "driveprobe_collector_success",
+                &[("drive", &format!("d{i}")), ("collector", "health")],
+            ) == Some(0.0)
+        })
+    });
     let read: std::collections::BTreeSet<String> = std::fs::read_to_string(&seen)
         .unwrap()
         .lines()
@@ -1153,13 +1118,13 @@ fn a_drive_whose_thread_hangs_is_not_given_a_second_one_at_each_swap() {
     };
     std::fs::write(&cfg, config("")).unwrap();
     let d = Daemon::start(&cfg, &[("PATH", &path_with(&tools))]);
-    wait_until("the hung smartctl", Duration::from_secs(20), &d, || {
+    d.wait_until("the hung smartctl", Duration::from_secs(20), || {
         !pids(&calls).is_empty()
     });
     let threads = |name: &str| common::threads_named(d.pid(), name);
     // The health worker, and the two threads reading smartctl's pipes (they inherit its
     // name, and may start a moment after smartctl): the health threads while the read hangs.
-    wait_until("smartctl's pipes read", Duration::from_secs(20), &d, || {
+    d.wait_until("smartctl's pipes read", Duration::from_secs(20), || {
         threads("dp-health").len() == 3
     });
     let hung = threads("dp-health");
@@ -1203,7 +1168,7 @@ fn a_drive_whose_thread_hangs_is_not_given_a_second_one_at_each_swap() {
             &[("drive", "a"), ("probe", "rd")],
         ) == Some(1.0)
     });
-    wait_until("one health thread", Duration::from_secs(20), &d, || {
+    d.wait_until("one health thread", Duration::from_secs(20), || {
         threads("dp-health").len() == 1
     });
     assert_eq!(threads("dp-canary-a").len(), 1);
@@ -1265,7 +1230,7 @@ fn a_child_printing_100_mb_leaves_a_bounded_log_and_document() {
     };
     let before = hwm(d.pid());
     let mut run = serde_json::Value::Null;
-    wait_until("the run's end", Duration::from_secs(120), &d, || {
+    d.wait_until("the run's end", Duration::from_secs(120), || {
         run = schedule_runs(&d).pop().unwrap_or_default();
         run["status"].as_str().is_some_and(|s| s != "running")
     });
@@ -1357,10 +1322,9 @@ fn a_fifo_swapped_in_for_the_config_before_sighup_holds_neither_http_nor_sigterm
         );
     }
     let o = ops(&d);
-    wait_until(
+    d.wait_until(
         "canary I/O after the reload",
         Duration::from_secs(10),
-        &d,
         || ops(&d) > o + 10.0,
     );
     let log = d.log();
@@ -1410,7 +1374,7 @@ fn a_folder_swapped_for_a_link_while_the_daemon_runs_steers_no_write() {
 
     let d = Daemon::start(&cfg, &[]);
     let writes = |d: &Daemon| counter(d, "a", "wr", "write");
-    wait_until("write canary I/O", Duration::from_secs(30), &d, || {
+    d.wait_until("write canary I/O", Duration::from_secs(30), || {
         writes(&d) > 100.0
     });
     for (round, other) in [&empty, &owned].into_iter().enumerate() {
@@ -1420,10 +1384,9 @@ fn a_folder_swapped_for_a_link_while_the_daemon_runs_steers_no_write() {
         std::os::unix::fs::symlink(other, &a).unwrap();
         // The canary notices within its file check (logged once when the refusals start,
         // once with their count when they end), and every reopen is refused.
-        wait_until(
+        d.wait_until(
             "the canary refusing the link",
             Duration::from_secs(30),
-            &d,
             || count(&d.log(), "symbolic link") > failed_before,
         );
         let e = d.scrape();
@@ -1455,12 +1418,9 @@ fn a_folder_swapped_for_a_link_while_the_daemon_runs_steers_no_write() {
         std::fs::remove_file(&a).unwrap();
         std::fs::rename(&away, &a).unwrap();
         let w = writes(&d);
-        wait_until(
-            "write canary I/O again",
-            Duration::from_secs(60),
-            &d,
-            || writes(&d) > w + 100.0,
-        );
+        d.wait_until("write canary I/O again", Duration::from_secs(60), || {
+            writes(&d) > w + 100.0
+        });
         // The refusals' end is logged, with their count.
         let log = d.log();
         let ended = log
@@ -1580,7 +1540,7 @@ fn a_thread_that_cannot_start_is_on_every_surface_and_retried() {
         "{}",
         e.text
     );
-    wait_until("/healthz ok", Duration::from_secs(30), &d, || {
+    d.wait_until("/healthz ok", Duration::from_secs(30), || {
         d.get("/healthz").0 == 200
     });
     let (st, _) = d.terminate(Duration::from_secs(10));

@@ -28,18 +28,6 @@ fn as_nobody(script: &str) {
     common::assert_ok(&out, script);
 }
 
-fn wait_until(what: &str, limit: Duration, d: &Daemon, mut cond: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(
-            t0.elapsed() < limit,
-            "waited {limit:?} for {what}; log:\n{}",
-            d.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 /// A config with drive "a" (an 8 MiB file target), a read canary on it and, when
 /// `schedule`, a quick latency suite due at once.
 fn config(dir: &Path, state: &Path, extra: &str, schedule: bool) -> PathBuf {
@@ -109,7 +97,7 @@ fn links_planted_in_a_world_writable_state_directory_steer_no_write() {
     let cfg = config(dir.path(), &state, "", true);
     let d = Daemon::start(&cfg, &[("RUST_LOG", "driveprobe=info")]);
     // The run's start is saved (through the planted names) before it runs.
-    wait_until("the run's end", Duration::from_secs(120), &d, || {
+    d.wait_until("the run's end", Duration::from_secs(120), || {
         runs(&d)
             .iter()
             .any(|r| r["status"] != "running" && r["result_path"].is_string())
@@ -271,7 +259,7 @@ fn damage_to_the_state_file_keeps_the_wear_ledger_or_holds_writes() {
     let cfg = config(dir.path(), &state, "", false);
     let d = Daemon::start(&cfg, &[]);
     assert_eq!(runs_used(&d), Some(SPENT as f64));
-    wait_until("the second copy", Duration::from_secs(20), &d, || {
+    d.wait_until("the second copy", Duration::from_secs(20), || {
         state.join("state.backup.json").exists()
     });
     d.terminate(Duration::from_secs(10));
@@ -308,16 +296,11 @@ fn damage_to_the_state_file_keeps_the_wear_ledger_or_holds_writes() {
             "{what}: the page is silent"
         );
         // The next save makes the first copy whole again.
-        wait_until(
-            "state.json saved again",
-            Duration::from_secs(20),
-            &d,
-            || {
-                std::fs::symlink_metadata(state.join("state.json")).is_ok_and(|m| m.is_file())
-                    && common::run("cat", &[state.join("state.json").to_str().unwrap()])
-                        .contains("run_written")
-            },
-        );
+        d.wait_until("state.json saved again", Duration::from_secs(20), || {
+            std::fs::symlink_metadata(state.join("state.json")).is_ok_and(|m| m.is_file())
+                && common::run("cat", &[state.join("state.json").to_str().unwrap()])
+                    .contains("run_written")
+        });
         d.terminate(Duration::from_secs(10));
         println!("{what}: ledger kept ({SPENT} bytes)");
     }
