@@ -220,12 +220,13 @@ pub fn after_poll(polled: Duration, offset: Duration, interval: Duration) -> Dur
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    /// Polls `cond` every 2 ms until it holds, failing the test after 30 s.
+    pub(crate) fn wait_until(what: &str, cond: impl Fn() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !cond() {
             assert!(Instant::now() < deadline, "timed out waiting for: {what}");

@@ -331,6 +331,7 @@ impl Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pacing::tests::wait_until;
     use crate::status::Status;
     use std::sync::atomic::AtomicUsize;
 
@@ -391,14 +392,6 @@ mod tests {
                 }
             })
             .collect()
-    }
-
-    fn wait_until(what: &str, cond: impl Fn() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !cond() {
-            assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-            std::thread::sleep(Duration::from_millis(2));
-        }
     }
 
     /// Issue 33: 64 drives are polled by 4 threads, not 64; one drive whose read hangs
