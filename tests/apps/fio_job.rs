@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use driveprobe::engine::RunControl;
 use driveprobe::protocol::fio_job::{self, FioJobError};
-use driveprobe::protocol::result::DirFigures;
+use driveprobe::protocol::result::{DirFigures, Round, WorkloadDesc};
 use serde_json::Value;
 
 fn need_fio() {
@@ -297,24 +297,34 @@ fn the_time_limit_and_a_stop_end_fio() {
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     nothing_holds(&target);
 
-    let control = RunControl::new();
-    let c2 = control.clone();
-    let (j2, t2) = (job.clone(), target.clone());
-    let h = std::thread::spawn(move || fio_job::run(&j2, &t2, Duration::from_secs(300), &c2));
-    let t0 = Instant::now();
-    while holders(&target).is_empty() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "fio never opened the target"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (control, h) = run_until_fio_opens(&job, &target);
     control.stop();
     let stopped = Instant::now();
     let e = h.join().unwrap().unwrap_err();
     assert!(matches!(e, FioJobError::Stopped { .. }), "{e}");
     assert!(stopped.elapsed() < Duration::from_secs(7));
     nothing_holds(&target);
+}
+
+/// The thread a fio job runs on, and what it returns.
+type FioThread = std::thread::JoinHandle<Result<Vec<(WorkloadDesc, Round)>, FioJobError>>;
+
+/// Runs the fio job `job` on `target` on a thread of its own, with a 300 s limit, and
+/// returns once fio holds the target open: its control (to stop it) and its thread.
+fn run_until_fio_opens(job: &Path, target: &Path) -> (RunControl, FioThread) {
+    let control = RunControl::new();
+    let c2 = control.clone();
+    let (j2, t2) = (job.to_path_buf(), target.to_path_buf());
+    let h = std::thread::spawn(move || fio_job::run(&j2, &t2, Duration::from_secs(300), &c2));
+    let t0 = Instant::now();
+    while holders(target).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "fio never opened the target"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (control, h)
 }
 
 /// A writing fio job cut short (by its time limit, a schedule's `max_duration`, or a
@@ -337,18 +347,7 @@ fn a_writing_fio_job_cut_short_on_tmpfs_still_counts_what_it_wrote() {
     println!("fio randwrite on tmpfs, stopped at its 2 s time limit: {timed_out} bytes counted");
     assert!(timed_out >= 8 << 20, "{timed_out} bytes counted");
 
-    let control = RunControl::new();
-    let c2 = control.clone();
-    let (j2, t2) = (job.clone(), target.clone());
-    let h = std::thread::spawn(move || fio_job::run(&j2, &t2, Duration::from_secs(300), &c2));
-    let t0 = Instant::now();
-    while holders(&target).is_empty() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "fio never opened the target"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (control, h) = run_until_fio_opens(&job, &target);
     std::thread::sleep(Duration::from_millis(500));
     control.stop();
     let e = h.join().unwrap().unwrap_err();
