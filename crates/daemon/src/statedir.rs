@@ -37,8 +37,12 @@ pub const LOCK_FILE: &str = "driveprobe.lock";
 /// 256 drives take 46 MiB).
 pub const MAX_STATE_BYTES: u64 = 1 << 30;
 /// The largest result document read back (`/runs/ID/report` and the last runs restored
-/// at start; see [`crate::http::routes::MAX_RESULT_BYTES`]).
-pub const MAX_DOCUMENT_BYTES: u64 = crate::http::routes::MAX_RESULT_BYTES;
+/// at start). A quick `enterprise` run's document is 4.6 MB as the daemon writes it
+/// (3-digit histograms, measured); a standard-scale run's, with up to 360 write-saturation rounds, is estimated at 20-40 MB
+/// (BENCHMARKS.md, "Result document sizes"). Parsing holds about 12 times the document
+/// in memory, for each of the reports drawn at once; a larger document (a full-scale
+/// run at 3 digits) is left to `driveprobe report`, which says so.
+pub const MAX_DOCUMENT_BYTES: u64 = 32 << 20;
 
 /// Why the state directory cannot be used.
 #[derive(Debug, thiserror::Error)]

@@ -27,13 +27,9 @@ use crate::status::Shared;
 pub const HEARTBEAT_LIMIT_SECONDS: f64 = 30.0;
 /// The longest run id `/runs/ID/report` accepts.
 pub const MAX_RUN_ID_LEN: usize = 128;
-/// The largest result document `/runs/ID/report` reads. A quick `enterprise` run's
-/// document is 4.6 MB as the daemon writes it (3-digit histograms, measured); a
-/// standard-scale run's, with up to 360 write-saturation rounds, is estimated at 20-40 MB
-/// (BENCHMARKS.md, "Result document sizes"). Parsing holds about 12 times the document
-/// in memory, for each of the reports drawn at once; a larger document (a full-scale
-/// run at 3 digits) is left to `driveprobe report`, which says so.
-pub const MAX_RESULT_BYTES: u64 = 32 << 20;
+/// The largest result document `/runs/ID/report` reads
+/// ([`crate::statedir::MAX_DOCUMENT_BYTES`]).
+pub const MAX_RESULT_BYTES: u64 = crate::statedir::MAX_DOCUMENT_BYTES;
 /// Reports rendered at the same time (each reads and renders on a blocking thread);
 /// further requests wait their turn.
 const CONCURRENT_REPORTS: usize = 2;
